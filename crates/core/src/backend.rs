@@ -1,0 +1,116 @@
+//! The contract every OS sandbox backend implements.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::SandboxPolicy;
+
+/// Whether a backend can confine children on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Availability {
+    /// Every mechanism the backend needs is present.
+    Available,
+    /// Something is missing; `reason` says what and how to get it, e.g.
+    /// "Landlock is not enabled: boot with lsm=...,landlock".
+    Unavailable {
+        /// A human-actionable explanation.
+        reason: String,
+    },
+}
+
+impl Availability {
+    /// True for [`Availability::Available`].
+    pub fn is_available(&self) -> bool {
+        matches!(self, Availability::Available)
+    }
+
+    /// The reason, if unavailable.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Availability::Available => None,
+            Availability::Unavailable { reason } => Some(reason),
+        }
+    }
+}
+
+/// Why a backend refused to confine a command. The child is never spawned.
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox backend `{backend}` could not confine the child: {message}")]
+pub struct WrapError {
+    /// The backend's [`SandboxBackend::name`].
+    pub backend: String,
+    /// What went wrong and what to do about it.
+    pub message: String,
+    /// The underlying error, if any.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl WrapError {
+    /// A wrap error with a message and no source.
+    pub fn new(backend: impl Into<String>, message: impl Into<String>) -> Self {
+        WrapError {
+            backend: backend.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+}
+
+/// An OS sandbox backend: it confines a [`Command`] in place.
+///
+/// Implementations must be fail-closed: if anything needed for the policy
+/// cannot be set up, `wrap` returns an error (and the runner never spawns);
+/// if something fails in the child between fork and exec, the child must
+/// not exec (return an error from the `pre_exec` hook). Code a backend adds
+/// with `CommandExt::pre_exec` runs after fork in a copy of a possibly
+/// multi-threaded process: it must be async-signal-safe (no allocation, no
+/// locks) — prepare everything in `wrap`, in the parent.
+///
+/// A backend is trusted for untrusted code only through
+/// [`SandboxRunner`](crate::SandboxRunner), which first runs the conformance
+/// probes P1–P7 against it.
+pub trait SandboxBackend: Send + Sync {
+    /// A stable, lowercase identifier such as `"linux"`, `"macos"`, `"noop"`.
+    /// Conformance reports and caches are keyed by it.
+    fn name(&self) -> &str;
+
+    /// Whether this host has what the backend needs. Must be cheap enough to
+    /// call once per runner construction.
+    fn availability(&self) -> Availability;
+
+    /// Facts about the host relevant to this backend (e.g. `landlock_abi`),
+    /// copied into the conformance report. Empty by default.
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// Confines `cmd` according to `policy`, in place. Called after the
+    /// runner applied its hygiene (environment, fds, process group, scratch
+    /// cwd) and before spawn. An error means the child is never spawned.
+    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError>;
+}
+
+impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn availability(&self) -> Availability {
+        (**self).availability()
+    }
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        (**self).host_facts()
+    }
+    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+        (**self).wrap(cmd, policy)
+    }
+}

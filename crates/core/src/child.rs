@@ -1,0 +1,293 @@
+//! A started child: its pipes, its stderr tail, and how it ends.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{ChildStdin, ChildStdout};
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitOutcome {
+    /// It exited with this code.
+    Exited(i32),
+    /// It was killed by this signal (including by [`RunningChild::kill`] or
+    /// a resource limit).
+    Signaled(i32),
+    /// The wall-clock deadline passed and the runner killed its process group.
+    DeadlineExceeded,
+}
+
+impl ExitOutcome {
+    /// True for `Exited(0)`.
+    pub fn success(&self) -> bool {
+        matches!(self, ExitOutcome::Exited(0))
+    }
+}
+
+/// The scratch directory of one child; removed on drop unless kept.
+#[derive(Debug)]
+pub(crate) struct ScratchGuard {
+    path: PathBuf,
+    owned: Option<tempfile::TempDir>,
+}
+
+impl ScratchGuard {
+    pub(crate) fn borrowed(path: PathBuf) -> Self {
+        ScratchGuard { path, owned: None }
+    }
+
+    pub(crate) fn owned(dir: tempfile::TempDir, canonical: PathBuf, keep: bool) -> Self {
+        if keep {
+            let _ = dir.keep();
+            ScratchGuard {
+                path: canonical,
+                owned: None,
+            }
+        } else {
+            ScratchGuard {
+                path: canonical,
+                owned: Some(dir),
+            }
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn remove(&mut self) {
+        if let Some(dir) = self.owned.take() {
+            let path = dir.path().to_path_buf();
+            if let Err(e) = dir.close() {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove scratch dir");
+            }
+        }
+    }
+}
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+struct StderrRing {
+    buf: VecDeque<u8>,
+    cap: usize,
+    dropped: u64,
+}
+
+/// A running child started by a [`Runner`](crate::Runner).
+///
+/// Dropping it kills the child's whole process group and removes its fresh
+/// scratch dir.
+pub struct RunningChild {
+    pid: u32,
+    child: tokio::process::Child,
+    /// The child's stdin, when piped. Take it to write; drop it to send EOF.
+    pub stdin: Option<ChildStdin>,
+    /// The child's stdout, when piped.
+    pub stdout: Option<ChildStdout>,
+    stderr: Arc<Mutex<StderrRing>>,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
+    deadline: Option<tokio::time::Instant>,
+    scratch: ScratchGuard,
+    outcome: Option<ExitOutcome>,
+    label: Option<String>,
+}
+
+impl std::fmt::Debug for RunningChild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningChild")
+            .field("pid", &self.pid)
+            .field("label", &self.label)
+            .field("scratch", &self.scratch.path())
+            .field("outcome", &self.outcome)
+            .finish()
+    }
+}
+
+impl RunningChild {
+    pub(crate) fn new(
+        mut child: tokio::process::Child,
+        scratch: ScratchGuard,
+        deadline: Option<std::time::Duration>,
+        ring_bytes: usize,
+        label: Option<String>,
+    ) -> Self {
+        let pid = child.id().unwrap_or(0);
+        let stderr = Arc::new(Mutex::new(StderrRing {
+            buf: VecDeque::new(),
+            cap: ring_bytes,
+            dropped: 0,
+        }));
+        let stderr_task = child.stderr.take().map(|mut pipe| {
+            let ring = Arc::clone(&stderr);
+            tokio::spawn(async move {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut r = ring.lock().unwrap_or_else(|p| p.into_inner());
+                    r.buf.extend(&chunk[..n]);
+                    while r.buf.len() > r.cap {
+                        r.buf.pop_front();
+                        r.dropped += 1;
+                    }
+                }
+            })
+        });
+        RunningChild {
+            pid,
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            child,
+            stderr,
+            stderr_task,
+            deadline: deadline.map(|d| tokio::time::Instant::now() + d),
+            scratch,
+            outcome: None,
+            label,
+        }
+    }
+
+    /// The child's pid, which is also its process-group id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The child's scratch dir (its cwd).
+    pub fn scratch_dir(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// The newest bytes the child wrote to stderr (bounded by the runner's
+    /// `stderr_ring_bytes`). Empty unless stdio is piped.
+    pub fn stderr_tail(&self) -> Vec<u8> {
+        let r = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        r.buf.iter().copied().collect()
+    }
+
+    /// How many stderr bytes were dropped from the front of the ring.
+    pub fn stderr_dropped(&self) -> u64 {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .dropped
+    }
+
+    /// Sends SIGKILL to the child's whole process group. Does nothing once
+    /// the child has been reaped by [`wait`](Self::wait).
+    pub fn kill(&mut self) {
+        if self.outcome.is_none() {
+            kill_group(self.pid);
+        }
+    }
+
+    /// Waits for the child to end, enforcing the deadline. Afterwards kills
+    /// whatever is left of its process group (background children do not
+    /// outlive it) and removes the fresh scratch dir.
+    pub async fn wait(&mut self) -> std::io::Result<ExitOutcome> {
+        if let Some(outcome) = self.outcome {
+            return Ok(outcome);
+        }
+        let outcome = match self.deadline {
+            Some(deadline) => {
+                tokio::select! {
+                    status = self.child.wait() => from_status(status?),
+                    _ = tokio::time::sleep_until(deadline) => {
+                        kill_group(self.pid);
+                        self.child.wait().await?;
+                        tracing::info!(pid = self.pid, label = self.label.as_deref().unwrap_or(""), "deadline exceeded; process group killed");
+                        ExitOutcome::DeadlineExceeded
+                    }
+                }
+            }
+            None => from_status(self.child.wait().await?),
+        };
+        self.outcome = Some(outcome);
+        kill_group(self.pid);
+        wait_group_gone(self.pid).await;
+        if let Some(task) = self.stderr_task.take() {
+            // The pipe closes once every holder is dead; don't hang on a
+            // descendant that escaped the group.
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), task).await;
+        }
+        self.scratch.remove();
+        Ok(outcome)
+    }
+}
+
+impl Drop for RunningChild {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            kill_group(self.pid);
+        }
+    }
+}
+
+fn from_status(status: std::process::ExitStatus) -> ExitOutcome {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitOutcome::Exited(code),
+        (None, Some(sig)) => ExitOutcome::Signaled(sig),
+        (None, None) => ExitOutcome::Exited(-1),
+    }
+}
+
+fn kill_group(pid: u32) {
+    if pid > 1 {
+        // SAFETY: killpg with a positive pgid; errors (ESRCH) are fine.
+        unsafe {
+            libc::killpg(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+}
+
+/// Polls until no live process is left in the group (up to ~200 ms), so the
+/// scratch dir is removed after the last writer is gone. Zombies do not
+/// count: once killed, orphans are reaped by init (or, on hosts whose init
+/// does not reap, stay zombies that hold no files).
+async fn wait_group_gone(pid: u32) {
+    if pid <= 1 {
+        return;
+    }
+    for _ in 0..100 {
+        // SAFETY: signal 0 only checks existence.
+        let r = unsafe { libc::killpg(pid as libc::pid_t, 0) };
+        if r != 0 || live_group_members(pid) == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// Counts processes in process group `pgid` that are not zombies.
+pub(crate) fn live_group_members(pgid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // Fields after the parenthesised comm: state ppid pgrp ...
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                return false;
+            };
+            let mut f = rest.split_whitespace();
+            let state = f.next();
+            let _ppid = f.next();
+            let pgrp = f.next().and_then(|p| p.parse::<u32>().ok());
+            pgrp == Some(pgid) && state != Some("Z") && state != Some("X")
+        })
+        .count()
+}

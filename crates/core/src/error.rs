@@ -1,0 +1,96 @@
+//! Error types, one enum per concern.
+
+use std::path::PathBuf;
+
+use crate::backend::WrapError;
+use crate::policy::LimitRaiseError;
+use crate::report::ConformanceReport;
+
+/// Why a child could not be started. In every case nothing was executed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The spec asked for more than the runner allows.
+    #[error(transparent)]
+    LimitRaise(#[from] LimitRaiseError),
+    /// The spec is malformed.
+    #[error("invalid child spec: {0}")]
+    InvalidSpec(String),
+    /// The program could not be found.
+    #[error("program `{}` not found (give an absolute path or put it on the child's PATH)", program.display())]
+    ProgramNotFound {
+        /// What the spec named.
+        program: PathBuf,
+    },
+    /// The program file could not be opened or read.
+    #[error("cannot open program `{}`: {source}", program.display())]
+    ProgramOpen {
+        /// The resolved program path.
+        program: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The program does not match its SHA-256 pin. Terminal: retrying with
+    /// the same file will fail again.
+    #[error(
+        "program `{}` does not match its SHA-256 pin (expected {expected}, found {actual}); \
+         refusing to run it — reinstall the artifact or update the pin",
+        program.display()
+    )]
+    PinMismatch {
+        /// The resolved program path.
+        program: PathBuf,
+        /// The pinned digest (hex).
+        expected: String,
+        /// The file's digest (hex).
+        actual: String,
+    },
+    /// The scratch directory could not be prepared.
+    #[error("cannot prepare scratch dir `{}`: {source}", path.display())]
+    Scratch {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The backend refused to confine the child.
+    #[error(transparent)]
+    Wrap(#[from] WrapError),
+    /// The backend panicked while confining the child.
+    #[error("sandbox backend `{backend}` panicked while confining the child: {message}; nothing was run")]
+    WrapPanicked {
+        /// The backend's name.
+        backend: String,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+    /// An untrusted spec was given to the trusted runner.
+    #[error(
+        "refusing to run an untrusted child under the trusted runner; \
+         use SandboxRunner (or select_runner) for untrusted code"
+    )]
+    UntrustedOnTrustedRunner,
+    /// fork/exec failed (including a backend's pre-exec setup failing in the
+    /// child, which then never executed the program).
+    #[error("cannot start `{}`: {source}", program.display())]
+    Spawn {
+        /// The resolved program path.
+        program: PathBuf,
+        /// The I/O error from fork, the child's setup or exec.
+        source: std::io::Error,
+    },
+}
+
+/// No conforming sandbox is available for untrusted code.
+///
+/// Carries the full conformance report so operators can see why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "no conforming sandbox for untrusted code (backend `{}`); untrusted children will not run. \
+     Run `cargo xtask conformance` on this host for details.\n{}",
+    report.backend,
+    report.summary()
+)]
+pub struct SandboxUnavailable {
+    /// The report that failed the gate.
+    pub report: Box<ConformanceReport>,
+}

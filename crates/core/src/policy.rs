@@ -1,0 +1,205 @@
+//! What a sandboxed child may touch and how much it may use.
+//!
+//! [`SandboxPolicy`] is the one policy type of Cordon: the runners build it,
+//! backends read it, the conformance suite builds a probe policy of the same
+//! type. [`Limits`] are expressed once and narrowed with [`Limits::narrow`]:
+//! a runner's limits are ceilings, a spec may lower them but never raise them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Network access for a sandboxed child.
+///
+/// Only [`Network::Deny`] exists today. The enum is `#[non_exhaustive]` so an
+/// allowlist variant can be added later without breaking backends, which must
+/// refuse (with a `WrapError`) any variant they do not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Network {
+    /// No socket to anything outside the sandbox: no TCP, UDP, raw or packet
+    /// socket, no UNIX-socket connect to a host socket. `socketpair(AF_UNIX)`
+    /// inside the sandbox stays possible.
+    #[default]
+    Deny,
+}
+
+/// Resource limits. `None` means "no limit from this layer".
+///
+/// Backends enforce what their OS can (see each backend's docs for what it
+/// cannot); the runner itself enforces [`Limits::deadline`] by killing the
+/// child's process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Limits {
+    /// Maximum number of processes (and threads) the sandbox may hold at once.
+    pub max_processes: Option<u64>,
+    /// Maximum address-space size of each process, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Maximum number of open file descriptors per process.
+    pub open_files: Option<u64>,
+    /// Maximum CPU time per process, in seconds.
+    pub cpu_seconds: Option<u64>,
+    /// Maximum size of a file the child may write, in bytes.
+    pub file_size_bytes: Option<u64>,
+    /// Wall-clock deadline from spawn; when it passes, the runner kills the
+    /// child's whole process group.
+    pub deadline: Option<Duration>,
+}
+
+/// A spec asked for more than the runner's ceiling allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "limit `{limit}` of {requested} exceeds the runner's ceiling of {ceiling}; \
+     lower the spec's limit or raise the runner's ceiling"
+)]
+pub struct LimitRaiseError {
+    /// Which limit (field name of [`Limits`]).
+    pub limit: &'static str,
+    /// What the spec asked for.
+    pub requested: String,
+    /// The runner's ceiling.
+    pub ceiling: String,
+}
+
+impl Limits {
+    /// The ceilings a runner uses unless configured otherwise: 64 processes,
+    /// 1 GiB of address space, 256 open files, 60 s of CPU, 1 GiB files and a
+    /// 10-minute wall-clock deadline.
+    pub fn default_ceilings() -> Self {
+        Limits {
+            max_processes: Some(64),
+            memory_bytes: Some(1 << 30),
+            open_files: Some(256),
+            cpu_seconds: Some(60),
+            file_size_bytes: Some(1 << 30),
+            deadline: Some(Duration::from_secs(600)),
+        }
+    }
+
+    /// The limits the conformance probes run under: 64 processes, 256 MiB,
+    /// 64 open files, 2 s of CPU, 64 MiB files, 5 s deadline.
+    pub fn probe() -> Self {
+        Limits {
+            max_processes: Some(64),
+            memory_bytes: Some(256 << 20),
+            open_files: Some(64),
+            cpu_seconds: Some(2),
+            file_size_bytes: Some(64 << 20),
+            deadline: Some(Duration::from_secs(5)),
+        }
+    }
+
+    /// Narrows `self` (the ceilings) by `requested`: each limit the request
+    /// sets must be at most the ceiling; each limit it leaves unset takes the
+    /// ceiling. A request above a ceiling is an error, never a silent clamp.
+    pub fn narrow(&self, requested: &Limits) -> Result<Limits, LimitRaiseError> {
+        fn pick<T: PartialOrd + Copy + std::fmt::Debug>(
+            limit: &'static str,
+            ceiling: Option<T>,
+            requested: Option<T>,
+        ) -> Result<Option<T>, LimitRaiseError> {
+            match (ceiling, requested) {
+                (Some(c), Some(r)) if r > c => Err(LimitRaiseError {
+                    limit,
+                    requested: format!("{r:?}"),
+                    ceiling: format!("{c:?}"),
+                }),
+                (_, Some(r)) => Ok(Some(r)),
+                (c, None) => Ok(c),
+            }
+        }
+        Ok(Limits {
+            max_processes: pick("max_processes", self.max_processes, requested.max_processes)?,
+            memory_bytes: pick("memory_bytes", self.memory_bytes, requested.memory_bytes)?,
+            open_files: pick("open_files", self.open_files, requested.open_files)?,
+            cpu_seconds: pick("cpu_seconds", self.cpu_seconds, requested.cpu_seconds)?,
+            file_size_bytes: pick(
+                "file_size_bytes",
+                self.file_size_bytes,
+                requested.file_size_bytes,
+            )?,
+            deadline: pick("deadline", self.deadline, requested.deadline)?,
+        })
+    }
+}
+
+/// Everything a backend needs to confine one child.
+///
+/// Paths are absolute. Backends grant exactly:
+/// - `scratch_dir`: read, write, create, delete (the child's cwd);
+/// - `package_dir`: read and execute;
+/// - `read_only`: read (and execute, for directories holding programs);
+/// - `read_write`: read and write;
+/// - plus the backend's own minimal system set needed to start programs,
+///   which each backend documents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    /// Per-instance read-write directory; the child's working directory.
+    pub scratch_dir: PathBuf,
+    /// The package or program directory: read and execute.
+    pub package_dir: Option<PathBuf>,
+    /// Extra read-only paths.
+    pub read_only: Vec<PathBuf>,
+    /// Extra read-write paths.
+    pub read_write: Vec<PathBuf>,
+    /// Network access.
+    pub network: Network,
+    /// Resource limits, already narrowed against the runner's ceilings.
+    pub limits: Limits,
+}
+
+impl SandboxPolicy {
+    /// A policy with only a scratch dir, no network and the given limits.
+    pub fn new(scratch_dir: impl Into<PathBuf>, limits: Limits) -> Self {
+        SandboxPolicy {
+            scratch_dir: scratch_dir.into(),
+            package_dir: None,
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            network: Network::Deny,
+            limits,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrow_takes_lower_and_fills_unset() {
+        let ceil = Limits::default_ceilings();
+        let req = Limits {
+            max_processes: Some(8),
+            ..Limits::default()
+        };
+        let got = ceil.narrow(&req).unwrap();
+        assert_eq!(got.max_processes, Some(8));
+        assert_eq!(got.memory_bytes, ceil.memory_bytes);
+    }
+
+    #[test]
+    fn narrow_rejects_raise_naming_the_limit() {
+        let ceil = Limits::default_ceilings();
+        let req = Limits {
+            open_files: Some(100_000),
+            ..Limits::default()
+        };
+        let err = ceil.narrow(&req).unwrap_err();
+        assert_eq!(err.limit, "open_files");
+        assert!(err.to_string().contains("exceeds the runner's ceiling"));
+    }
+
+    #[test]
+    fn narrow_allows_anything_under_no_ceiling() {
+        let req = Limits {
+            cpu_seconds: Some(1_000_000),
+            ..Limits::default()
+        };
+        assert_eq!(
+            Limits::default().narrow(&req).unwrap().cpu_seconds,
+            Some(1_000_000)
+        );
+    }
+}

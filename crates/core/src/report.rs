@@ -1,0 +1,403 @@
+//! Conformance reports and the seam to the suite that produces them.
+//!
+//! Core defines the report and the [`ConformanceSuite`] trait; the probes
+//! themselves live in `cordon-conformance`, so core never depends on them.
+//! [`SandboxRunner::new`](crate::SandboxRunner::new) consumes a suite and
+//! refuses any backend whose report does not [`conform`](ConformanceReport::conforms).
+//!
+//! # JSON schema (`schema: "cordon.conformance/1"`)
+//! ```text
+//! {
+//!   "schema": "cordon.conformance/1",
+//!   "backend": "linux",                       // SandboxBackend::name()
+//!   "availability": {"state": "available"}     // or
+//!                   {"state": "unavailable", "reason": "..."},
+//!   "host": {
+//!     "os": "linux", "kernel_release": "6.18.0", "uid": 0,
+//!     "backend_facts": {"landlock_abi": "7", ...}   // SandboxBackend::host_facts()
+//!   },
+//!   "probes": [                                // P1..P7 in order; empty if unavailable
+//!     {"id": "P1", "title": "Process isolation",
+//!      "status": "pass" | "fail" | "unreachable",
+//!      "detail": "...",                        // why, for anything not pass
+//!      "checks": [{"name": "...", "status": "pass", "detail": "..."}],
+//!      "duration_ms": 12.5}
+//!   ],
+//!   "total_duration_ms": 140.2,
+//!   "conforms": true                           // = ConformanceReport::conforms()
+//! }
+//! ```
+//! `conforms` is written for convenience and recomputed on read: a report
+//! whose stored `conforms` disagrees with its probes does not deserialize.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Availability, SandboxBackend};
+
+/// The schema tag written into every report.
+pub const REPORT_SCHEMA: &str = "cordon.conformance/1";
+
+/// The seven conformance probes, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ProbeId {
+    /// Process isolation.
+    P1,
+    /// No inherited secret.
+    P2,
+    /// No inherited file descriptor.
+    P3,
+    /// No network egress.
+    P4,
+    /// Filesystem confinement.
+    P5,
+    /// Resource limits.
+    P6,
+    /// No privilege re-escalation.
+    P7,
+}
+
+impl ProbeId {
+    /// All probes, P1 to P7.
+    pub const ALL: [ProbeId; 7] = [
+        ProbeId::P1,
+        ProbeId::P2,
+        ProbeId::P3,
+        ProbeId::P4,
+        ProbeId::P5,
+        ProbeId::P6,
+        ProbeId::P7,
+    ];
+
+    /// Short title.
+    pub fn title(self) -> &'static str {
+        match self {
+            ProbeId::P1 => "Process isolation",
+            ProbeId::P2 => "No inherited secret",
+            ProbeId::P3 => "No inherited fd",
+            ProbeId::P4 => "No network egress",
+            ProbeId::P5 => "Filesystem confinement",
+            ProbeId::P6 => "Resource limits",
+            ProbeId::P7 => "No privilege re-escalation",
+        }
+    }
+
+    /// Parses `P1`..`P7` (case-insensitive).
+    pub fn parse(s: &str) -> Option<ProbeId> {
+        ProbeId::ALL
+            .into_iter()
+            .find(|p| format!("{p:?}").eq_ignore_ascii_case(s.trim()))
+    }
+}
+
+impl std::fmt::Display for ProbeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+/// The outcome of one probe or check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    /// Every forbidden action failed and every positive control succeeded.
+    Pass,
+    /// A breach: a forbidden action succeeded.
+    Fail,
+    /// The probe could not run or could not decide (no output, garbage,
+    /// timeout, a positive control failed). Counts as not passing.
+    Unreachable,
+}
+
+/// One named check inside a probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckResult {
+    /// What was tried, e.g. `kill-sacrificial-sig0`.
+    pub name: String,
+    /// Its outcome.
+    pub status: ProbeStatus,
+    /// What happened.
+    pub detail: String,
+}
+
+/// The result of one probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeResult {
+    /// Which probe.
+    pub id: ProbeId,
+    /// Its title.
+    pub title: String,
+    /// Overall status: `Fail` if any check failed, else `Unreachable` if any
+    /// check could not decide, else `Pass`.
+    pub status: ProbeStatus,
+    /// A one-line explanation for anything that is not `Pass`.
+    pub detail: String,
+    /// The individual checks.
+    #[serde(default)]
+    pub checks: Vec<CheckResult>,
+    /// Wall time of the probe, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// Facts about the host the report was made on.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostFacts {
+    /// `std::env::consts::OS`.
+    pub os: String,
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// Effective uid of the host process.
+    pub uid: u32,
+    /// What the backend reported ([`SandboxBackend::host_facts`]).
+    #[serde(default)]
+    pub backend_facts: BTreeMap<String, String>,
+}
+
+impl HostFacts {
+    /// Collects OS, kernel release and uid, plus the backend's facts.
+    pub fn collect(backend: &dyn SandboxBackend) -> HostFacts {
+        HostFacts {
+            os: std::env::consts::OS.to_string(),
+            kernel_release: kernel_release(),
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            uid: unsafe { libc::geteuid() },
+            backend_facts: backend.host_facts(),
+        }
+    }
+}
+
+/// The kernel release (`uname -r`), or `"unknown"`.
+pub fn kernel_release() -> String {
+    // SAFETY: utsname is plain old data; uname fills it or fails.
+    unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return "unknown".into();
+        }
+        std::ffi::CStr::from_ptr(u.release.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// A conformance report: whether one backend passed P1–P7 on this host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConformanceReport {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: String,
+    /// The backend's name.
+    pub backend: String,
+    /// Whether the backend is available, and why not.
+    pub availability: Availability,
+    /// Host facts.
+    pub host: HostFacts,
+    /// One result per probe that ran, in order.
+    pub probes: Vec<ProbeResult>,
+    /// Wall time of the whole suite, in milliseconds.
+    pub total_duration_ms: f64,
+    /// Derived: [`ConformanceReport::conforms`].
+    pub conforms: bool,
+}
+
+#[derive(Deserialize)]
+struct RawReport {
+    schema: String,
+    backend: String,
+    availability: Availability,
+    host: HostFacts,
+    probes: Vec<ProbeResult>,
+    total_duration_ms: f64,
+    conforms: bool,
+}
+
+impl<'de> Deserialize<'de> for ConformanceReport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawReport::deserialize(d)?;
+        if raw.schema != REPORT_SCHEMA {
+            return Err(serde::de::Error::custom(format!(
+                "unknown report schema `{}` (expected `{REPORT_SCHEMA}`)",
+                raw.schema
+            )));
+        }
+        let report = ConformanceReport::new(
+            raw.backend,
+            raw.availability,
+            raw.host,
+            raw.probes,
+            raw.total_duration_ms,
+        );
+        if report.conforms != raw.conforms {
+            return Err(serde::de::Error::custom(
+                "report's `conforms` field disagrees with its probe results",
+            ));
+        }
+        Ok(report)
+    }
+}
+
+impl ConformanceReport {
+    /// Builds a report and derives `conforms`.
+    pub fn new(
+        backend: impl Into<String>,
+        availability: Availability,
+        host: HostFacts,
+        probes: Vec<ProbeResult>,
+        total_duration_ms: f64,
+    ) -> Self {
+        let mut r = ConformanceReport {
+            schema: REPORT_SCHEMA.to_string(),
+            backend: backend.into(),
+            availability,
+            host,
+            probes,
+            total_duration_ms,
+            conforms: false,
+        };
+        r.conforms = r.compute_conforms();
+        r
+    }
+
+    /// A report for a backend that is unavailable: no probe ran.
+    pub fn unavailable(backend: &dyn SandboxBackend, reason: impl Into<String>) -> Self {
+        ConformanceReport::new(
+            backend.name(),
+            Availability::Unavailable {
+                reason: reason.into(),
+            },
+            HostFacts::collect(backend),
+            Vec::new(),
+            0.0,
+        )
+    }
+
+    fn compute_conforms(&self) -> bool {
+        self.availability.is_available()
+            && self.probes.len() == ProbeId::ALL.len()
+            && ProbeId::ALL
+                .iter()
+                .zip(&self.probes)
+                .all(|(id, p)| p.id == *id && p.status == ProbeStatus::Pass)
+    }
+
+    /// True only when the backend is available and each of P1..P7 ran once,
+    /// in order, and passed.
+    pub fn conforms(&self) -> bool {
+        self.compute_conforms()
+    }
+
+    /// A human summary: one line per probe, the reason for anything that is
+    /// not `Pass`, and a final `CONFORMS` / `NOT CONFORMING` line.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "backend: {}", self.backend);
+        if let Some(reason) = self.availability.reason() {
+            let _ = writeln!(s, "unavailable: {reason}");
+        }
+        for p in &self.probes {
+            let _ = write!(
+                s,
+                "  {} {:<27} {:<11} {:>8.1} ms",
+                p.id,
+                p.title,
+                format!("{:?}", p.status).to_uppercase(),
+                p.duration_ms
+            );
+            if p.status != ProbeStatus::Pass {
+                let _ = write!(s, "  {}", p.detail);
+            }
+            s.push('\n');
+        }
+        if self.availability.is_available() && self.probes.len() < ProbeId::ALL.len() {
+            let _ = writeln!(
+                s,
+                "only {} of {} probes ran: a partial run never conforms",
+                self.probes.len(),
+                ProbeId::ALL.len()
+            );
+        }
+        let _ = write!(
+            s,
+            "{}",
+            if self.conforms() {
+                "CONFORMS"
+            } else {
+                "NOT CONFORMING"
+            }
+        );
+        s
+    }
+}
+
+/// A conformance suite that can judge a backend.
+///
+/// `cordon-conformance` provides the standard P1–P7 suite. Core consumes this
+/// trait so that it does not depend on the probes; the runner re-checks the
+/// report it gets back (backend name, all seven probes, all `Pass`) rather
+/// than trusting a bare boolean.
+#[async_trait::async_trait]
+pub trait ConformanceSuite: Send + Sync {
+    /// Runs every probe against `backend` on this host.
+    async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(id: ProbeId, status: ProbeStatus) -> ProbeResult {
+        ProbeResult {
+            id,
+            title: id.title().into(),
+            status,
+            detail: String::new(),
+            checks: vec![],
+            duration_ms: 1.0,
+        }
+    }
+
+    fn report(statuses: &[ProbeStatus]) -> ConformanceReport {
+        let probes = ProbeId::ALL
+            .iter()
+            .zip(statuses)
+            .map(|(id, s)| probe(*id, *s))
+            .collect();
+        ConformanceReport::new(
+            "x",
+            Availability::Available,
+            HostFacts::default(),
+            probes,
+            7.0,
+        )
+    }
+
+    #[test]
+    fn conforms_needs_all_seven_pass() {
+        assert!(report(&[ProbeStatus::Pass; 7]).conforms());
+        assert!(!report(&[ProbeStatus::Pass; 6]).conforms());
+        let mut s = [ProbeStatus::Pass; 7];
+        s[3] = ProbeStatus::Unreachable;
+        assert!(!report(&s).conforms());
+    }
+
+    #[test]
+    fn json_round_trip_and_tamper_detection() {
+        let r = report(&[ProbeStatus::Pass; 7]);
+        let json = serde_json::to_string(&r).unwrap();
+        let back: ConformanceReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        let tampered = json.replace("\"status\":\"pass\"", "\"status\":\"fail\"");
+        assert!(serde_json::from_str::<ConformanceReport>(&tampered).is_err());
+    }
+
+    #[test]
+    fn summary_names_failures() {
+        let mut s = [ProbeStatus::Pass; 7];
+        s[0] = ProbeStatus::Fail;
+        let text = report(&s).summary();
+        assert!(text.contains("P1"));
+        assert!(text.ends_with("NOT CONFORMING"));
+    }
+}

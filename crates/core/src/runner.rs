@@ -1,0 +1,171 @@
+//! The runners and the one place that picks between them.
+
+use std::sync::Arc;
+
+use crate::backend::SandboxBackend;
+use crate::child::RunningChild;
+use crate::error::{SandboxUnavailable, SpawnError};
+use crate::report::{ConformanceReport, ConformanceSuite};
+use crate::spawn::{RunnerConfig, Spawner};
+use crate::spec::{ChildSpec, TrustTier};
+
+/// Starts children.
+#[async_trait::async_trait]
+pub trait Runner: Send + Sync {
+    /// `"trusted"` or `"sandbox:<backend>"`, for logs.
+    fn name(&self) -> String;
+
+    /// Starts `spec`. On error nothing was executed.
+    ///
+    /// Call it from an async task, not from `spawn_blocking`: the child's
+    /// parent-death signal is tied to the spawning thread, and blocking-pool
+    /// threads exit when idle.
+    async fn start(&self, spec: ChildSpec) -> Result<RunningChild, SpawnError>;
+}
+
+impl std::fmt::Debug for dyn Runner + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Runner({})", self.name())
+    }
+}
+
+/// Baseline hygiene, no OS sandbox: for first-party code only.
+///
+/// Refuses specs whose tier is [`TrustTier::Untrusted`] (the default), so
+/// untrusted code cannot end up here by accident. Enforces the wall-clock
+/// deadline; rlimits are left to sandbox backends.
+#[derive(Debug, Clone)]
+pub struct TrustedProcessRunner {
+    spawner: Spawner,
+}
+
+impl TrustedProcessRunner {
+    /// A trusted runner with `config`.
+    pub fn new(config: RunnerConfig) -> Self {
+        TrustedProcessRunner {
+            spawner: Spawner::hygiene_only(config),
+        }
+    }
+}
+
+impl Default for TrustedProcessRunner {
+    fn default() -> Self {
+        TrustedProcessRunner::new(RunnerConfig::default())
+    }
+}
+
+#[async_trait::async_trait]
+impl Runner for TrustedProcessRunner {
+    fn name(&self) -> String {
+        "trusted".into()
+    }
+
+    async fn start(&self, spec: ChildSpec) -> Result<RunningChild, SpawnError> {
+        if spec.trust != TrustTier::Trusted {
+            return Err(SpawnError::UntrustedOnTrustedRunner);
+        }
+        self.spawner.spawn(&spec)
+    }
+}
+
+/// Hygiene plus an OS sandbox backend that passed P1–P7 on this host.
+///
+/// The only constructor runs the conformance suite first and refuses a
+/// backend that is unavailable or does not pass every probe; the error
+/// carries the report. The report is kept for introspection.
+#[derive(Clone)]
+pub struct SandboxRunner {
+    spawner: Spawner,
+    report: Arc<ConformanceReport>,
+}
+
+impl std::fmt::Debug for SandboxRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxRunner")
+            .field("backend", &self.report.backend)
+            .finish()
+    }
+}
+
+impl SandboxRunner {
+    /// Runs `suite` against `backend` and builds a runner only if the report
+    /// conforms: the backend is available, each of P1..P7 ran and passed,
+    /// and the report names this backend.
+    pub async fn new(
+        backend: Arc<dyn SandboxBackend>,
+        suite: &dyn ConformanceSuite,
+        config: RunnerConfig,
+    ) -> Result<SandboxRunner, SandboxUnavailable> {
+        if let Some(reason) = backend.availability().reason() {
+            let report = ConformanceReport::unavailable(backend.as_ref(), reason);
+            tracing::warn!(backend = backend.name(), %reason, "sandbox backend unavailable");
+            return Err(SandboxUnavailable {
+                report: Box::new(report),
+            });
+        }
+        let report = suite.run(Arc::clone(&backend)).await;
+        if report.backend != backend.name() || !report.conforms() {
+            tracing::warn!(
+                backend = backend.name(),
+                report_backend = %report.backend,
+                "sandbox backend does not conform; untrusted children will not run"
+            );
+            return Err(SandboxUnavailable {
+                report: Box::new(report),
+            });
+        }
+        tracing::info!(
+            backend = backend.name(),
+            suite_ms = report.total_duration_ms,
+            "sandbox backend conforms"
+        );
+        Ok(SandboxRunner {
+            spawner: Spawner::confined(backend, config),
+            report: Arc::new(report),
+        })
+    }
+
+    /// The conformance report the runner was admitted with.
+    pub fn report(&self) -> &ConformanceReport {
+        &self.report
+    }
+
+    /// The runner's configuration.
+    pub fn config(&self) -> &RunnerConfig {
+        self.spawner.config()
+    }
+}
+
+#[async_trait::async_trait]
+impl Runner for SandboxRunner {
+    fn name(&self) -> String {
+        format!("sandbox:{}", self.report.backend)
+    }
+
+    async fn start(&self, spec: ChildSpec) -> Result<RunningChild, SpawnError> {
+        self.spawner.spawn(&spec)
+    }
+}
+
+/// Picks the runner for a trust tier — the single place that decides.
+///
+/// - `Trusted` → `trusted`.
+/// - `Untrusted` → the sandbox runner if it was admitted; otherwise the
+///   [`SandboxUnavailable`] error from its construction, report included.
+///   Never the trusted runner.
+pub fn select_runner<'a>(
+    tier: TrustTier,
+    trusted: &'a TrustedProcessRunner,
+    sandbox: &'a Result<SandboxRunner, SandboxUnavailable>,
+) -> Result<&'a dyn Runner, SandboxUnavailable> {
+    match tier {
+        TrustTier::Trusted => Ok(trusted),
+        TrustTier::Untrusted => match sandbox {
+            Ok(runner) if runner.report().conforms() => Ok(runner),
+            Ok(runner) => Err(SandboxUnavailable {
+                report: Box::new(runner.report().clone()),
+            }),
+            Err(e) => Err(e.clone()),
+        },
+    }
+}

@@ -1,0 +1,481 @@
+//! The one spawn path: baseline hygiene, then the backend's `wrap`, then
+//! fork/exec.
+//!
+//! Both runners and the conformance harness start children here, so what
+//! the probes test is exactly what untrusted code gets.
+//!
+//! Hygiene applied to every child:
+//! - the environment is built from an allowlist, never inherited;
+//! - no fd other than 0, 1, 2 survives exec, even one the host opened
+//!   without `O_CLOEXEC` (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`, with a
+//!   per-fd fallback for kernels before 5.11);
+//! - a per-instance scratch dir (0700) is the cwd;
+//! - the child starts a new session (so it leads a new process group that
+//!   `kill()` reaches, and has no controlling terminal) and gets
+//!   `PR_SET_PDEATHSIG(SIGKILL)`;
+//! - a pinned program is hashed from an open fd and executed from that fd
+//!   through `/proc/self/fd/N`, so no one can swap the path in between.
+//!
+//! After fork only raw, async-signal-safe syscalls run: every value the
+//! child needs is computed in the parent and moved into the closure.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::backend::SandboxBackend;
+use crate::child::{RunningChild, ScratchGuard};
+use crate::error::SpawnError;
+use crate::policy::{Limits, Network, SandboxPolicy};
+use crate::spec::{ChildSpec, Scratch, StdioMode};
+
+/// The environment variables every child may receive from the host.
+pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "USER", "LOGNAME",
+];
+
+/// How a runner spawns: ceilings, grants and hygiene settings.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Ceilings; a spec may lower each limit, never raise it.
+    pub ceilings: Limits,
+    /// Host variables a child may receive (if set on the host).
+    pub env_allowlist: Vec<OsString>,
+    /// Where fresh scratch dirs are created. Default: the host temp dir.
+    pub scratch_base: PathBuf,
+    /// Extra read-only grants for every sandboxed child.
+    pub read_only: Vec<PathBuf>,
+    /// Extra read-write grants for every sandboxed child.
+    pub read_write: Vec<PathBuf>,
+    /// Network policy for sandboxed children.
+    pub network: Network,
+    /// How many bytes of stderr a piped child keeps (the newest ones).
+    pub stderr_ring_bytes: usize,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            ceilings: Limits::default_ceilings(),
+            env_allowlist: DEFAULT_ENV_ALLOWLIST.iter().map(OsString::from).collect(),
+            scratch_base: std::env::temp_dir(),
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            network: Network::Deny,
+            stderr_ring_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Switches that turn baseline hygiene off. Only for proving that the
+/// conformance probes fail without it.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HygieneOverrides {
+    /// Pass the whole host environment through.
+    pub inherit_env: bool,
+    /// Let fds the host opened without `O_CLOEXEC` leak into the child.
+    pub keep_inherited_fds: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Hygiene {
+    inherit_env: bool,
+    keep_inherited_fds: bool,
+}
+
+/// Starts children: hygiene for every spawn, plus `wrap` when confined.
+///
+/// `Spawner` does not check conformance; [`SandboxRunner`](crate::SandboxRunner)
+/// does, and then spawns through its own `Spawner`. The conformance harness
+/// uses a confined `Spawner` directly so probes exercise the same path.
+#[derive(Clone)]
+pub struct Spawner {
+    backend: Option<Arc<dyn SandboxBackend>>,
+    config: RunnerConfig,
+    hygiene: Hygiene,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner")
+            .field(
+                "backend",
+                &self.backend.as_ref().map(|b| b.name().to_string()),
+            )
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Spawner {
+    /// A spawner that applies hygiene only (no OS sandbox).
+    pub fn hygiene_only(config: RunnerConfig) -> Self {
+        Spawner {
+            backend: None,
+            config,
+            hygiene: Hygiene::default(),
+        }
+    }
+
+    /// A spawner that applies hygiene and then `backend.wrap`.
+    pub fn confined(backend: Arc<dyn SandboxBackend>, config: RunnerConfig) -> Self {
+        Spawner {
+            backend: Some(backend),
+            config,
+            hygiene: Hygiene::default(),
+        }
+    }
+
+    /// A confined spawner with parts of the baseline hygiene switched off.
+    /// Exists only to show that probes P2/P3 fail without hygiene.
+    #[cfg(feature = "test-hooks")]
+    pub fn without_hygiene_for_tests(
+        backend: Arc<dyn SandboxBackend>,
+        config: RunnerConfig,
+        overrides: HygieneOverrides,
+    ) -> Self {
+        Spawner {
+            backend: Some(backend),
+            config,
+            hygiene: Hygiene {
+                inherit_env: overrides.inherit_env,
+                keep_inherited_fds: overrides.keep_inherited_fds,
+            },
+        }
+    }
+
+    /// The runner configuration.
+    pub fn config(&self) -> &RunnerConfig {
+        &self.config
+    }
+
+    /// The backend, if confined.
+    pub fn backend(&self) -> Option<&Arc<dyn SandboxBackend>> {
+        self.backend.as_ref()
+    }
+
+    /// Starts `spec`. On any error nothing was executed.
+    pub fn spawn(&self, spec: &ChildSpec) -> Result<RunningChild, SpawnError> {
+        let limits = self.config.ceilings.narrow(&spec.limits)?;
+        let env = self.build_env(spec);
+        let program = resolve_program(&spec.program, &env)?;
+        let (program_file, exec_path) = open_program(&program, spec)?;
+        let scratch = prepare_scratch(&spec.scratch, &self.config.scratch_base)?;
+        let package_dir = match &spec.package_dir {
+            Some(dir) => Some(dir.canonicalize().map_err(|e| {
+                SpawnError::InvalidSpec(format!(
+                    "package dir `{}` is not usable: {e}",
+                    dir.display()
+                ))
+            })?),
+            None => program.parent().map(Path::to_path_buf),
+        };
+
+        let mut cmd = std::process::Command::new(&exec_path);
+        cmd.arg0(&spec.program)
+            .args(&spec.args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(scratch.path());
+        match spec.stdio {
+            StdioMode::Piped => {
+                cmd.stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+            }
+            StdioMode::Inherit => {
+                cmd.stdin(Stdio::inherit())
+                    .stdout(Stdio::inherit())
+                    .stderr(Stdio::inherit());
+            }
+        }
+        install_hygiene(&mut cmd, self.hygiene);
+
+        if let Some(backend) = &self.backend {
+            let policy = SandboxPolicy {
+                scratch_dir: scratch.path().to_path_buf(),
+                package_dir,
+                read_only: self.config.read_only.clone(),
+                read_write: self.config.read_write.clone(),
+                network: self.config.network,
+                limits,
+            };
+            wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
+        }
+
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let child = cmd.spawn().map_err(|source| SpawnError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        // The child has exec'd (or failed, which `spawn` reported): the
+        // parent's copy of the verified program fd is no longer needed.
+        drop(program_file);
+        let backend_name = self.backend.as_ref().map(|b| b.name().to_string());
+        tracing::debug!(
+            label = spec.label.as_deref().unwrap_or(""),
+            backend = backend_name.as_deref().unwrap_or("none"),
+            pid = child.id(),
+            program = %program.display(),
+            "spawned child"
+        );
+        Ok(RunningChild::new(
+            child,
+            scratch,
+            limits.deadline,
+            self.config.stderr_ring_bytes,
+            spec.label.clone(),
+        ))
+    }
+
+    fn build_env(&self, spec: &ChildSpec) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> = Vec::new();
+        let mut set = |k: OsString, v: OsString| {
+            env.retain(|(old, _)| *old != k);
+            env.push((k, v));
+        };
+        if self.hygiene.inherit_env {
+            for (k, v) in std::env::vars_os() {
+                set(k, v);
+            }
+        }
+        for name in self.config.env_allowlist.iter().chain(&spec.pass_env) {
+            if let Some(v) = std::env::var_os(name) {
+                set(name.clone(), v);
+            }
+        }
+        for (k, v) in &spec.env {
+            set(k.clone(), v.clone());
+        }
+        env
+    }
+}
+
+/// Calls `backend.wrap`, turning a panic into an error. The command is
+/// dropped (never spawned) on any failure.
+fn wrap_fail_closed(
+    backend: &dyn SandboxBackend,
+    cmd: &mut std::process::Command,
+    policy: &SandboxPolicy,
+) -> Result<(), SpawnError> {
+    match catch_unwind(AssertUnwindSafe(|| backend.wrap(cmd, policy))) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(SpawnError::Wrap(e)),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            tracing::error!(backend = backend.name(), %message, "backend wrap panicked");
+            Err(SpawnError::WrapPanicked {
+                backend: backend.name().to_string(),
+                message,
+            })
+        }
+    }
+}
+
+fn install_hygiene(cmd: &mut std::process::Command, hygiene: Hygiene) {
+    // Computed in the parent: nothing below may allocate after fork.
+    // SAFETY: getpid and getrlimit have no preconditions.
+    let parent_pid = unsafe { libc::getpid() };
+    let fd_limit = fd_scan_limit();
+    let keep_fds = hygiene.keep_inherited_fds;
+    // SAFETY: the closure only issues raw syscalls (setsid, prctl, getppid,
+    // close_range, fcntl) and builds io::Error from errno, which does not
+    // allocate: it is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            // New session: new process group led by the child (the runner
+            // kills the group), and no controlling terminal (no TIOCSTI).
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before PDEATHSIG was armed.
+            if libc::getppid() != parent_pid {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if !keep_fds {
+                mark_fds_cloexec(fd_limit)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Marks every fd >= 3 close-on-exec. Async-signal-safe.
+fn mark_fds_cloexec(fd_limit: libc::c_int) -> std::io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: raw syscalls on integers.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return Ok(());
+        }
+        // Kernels before 5.11: walk every possible fd.
+        for fd in 3..fd_limit {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn fd_scan_limit() -> libc::c_int {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into rl.
+    let cur = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
+        rl.rlim_cur
+    } else {
+        1 << 20
+    };
+    cur.min(1 << 20) as libc::c_int
+}
+
+/// Resolves `program` to an absolute, canonical path: names without a `/`
+/// are looked up on the child's `PATH`.
+fn resolve_program(program: &Path, env: &[(OsString, OsString)]) -> Result<PathBuf, SpawnError> {
+    if program.as_os_str().is_empty() {
+        return Err(SpawnError::InvalidSpec("program is empty".into()));
+    }
+    let not_found = || SpawnError::ProgramNotFound {
+        program: program.to_path_buf(),
+    };
+    let candidate = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
+        program.to_path_buf()
+    } else {
+        let path = env
+            .iter()
+            .find(|(k, _)| k == OsStr::new("PATH"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|p| is_executable_file(p))
+            .ok_or_else(not_found)?
+    };
+    let canonical = candidate.canonicalize().map_err(|_| not_found())?;
+    if !canonical.is_file() {
+        return Err(not_found());
+    }
+    Ok(canonical)
+}
+
+fn is_executable_file(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: c is a valid NUL-terminated string.
+    p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+}
+
+/// Opens the program; if pinned, hashes it from the open fd and returns the
+/// `/proc/self/fd/N` path to execute that very file.
+fn open_program(program: &Path, spec: &ChildSpec) -> Result<(Option<File>, PathBuf), SpawnError> {
+    let Some(pin) = spec.program_sha256 else {
+        return Ok((None, program.to_path_buf()));
+    };
+    let open_err = |source| SpawnError::ProgramOpen {
+        program: program.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(program).map_err(open_err)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf).map_err(open_err)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let actual: [u8; 32] = hasher.finalize().into();
+    if actual != pin.0 {
+        tracing::warn!(
+            program = %program.display(),
+            expected = %pin.to_hex(),
+            actual = %hex::encode(actual),
+            "program does not match its pin; refusing to run it"
+        );
+        return Err(SpawnError::PinMismatch {
+            program: program.to_path_buf(),
+            expected: pin.to_hex(),
+            actual: hex::encode(actual),
+        });
+    }
+    // The fd is O_CLOEXEC: it stays open through pre_exec and the kernel
+    // opens it for execve before closing it, so ELF programs run from the
+    // hashed file. (`#!` scripts cannot run this way: pin their interpreter.)
+    let exec_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    Ok((Some(file), exec_path))
+}
+
+fn prepare_scratch(scratch: &Scratch, base: &Path) -> Result<ScratchGuard, SpawnError> {
+    match scratch {
+        Scratch::Existing(dir) => {
+            let dir = dir.canonicalize().map_err(|source| SpawnError::Scratch {
+                path: dir.clone(),
+                source,
+            })?;
+            if !dir.is_dir() {
+                return Err(SpawnError::Scratch {
+                    path: dir,
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotADirectory,
+                        "not a directory",
+                    ),
+                });
+            }
+            Ok(ScratchGuard::borrowed(dir))
+        }
+        Scratch::Fresh | Scratch::FreshKept => {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = tempfile::Builder::new()
+                .prefix("cordon-scratch-")
+                .permissions(std::fs::Permissions::from_mode(0o700))
+                .tempdir_in(base)
+                .map_err(|source| SpawnError::Scratch {
+                    path: base.to_path_buf(),
+                    source,
+                })?;
+            let canonical = dir
+                .path()
+                .canonicalize()
+                .map_err(|source| SpawnError::Scratch {
+                    path: dir.path().to_path_buf(),
+                    source,
+                })?;
+            Ok(ScratchGuard::owned(
+                dir,
+                canonical,
+                matches!(scratch, Scratch::FreshKept),
+            ))
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! What to run: [`ChildSpec`] and its [`TrustTier`].
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Limits;
+
+/// How far the host trusts a child.
+///
+/// The default is [`TrustTier::Untrusted`]: a spec must say `Trusted`
+/// explicitly to run without a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustTier {
+    /// First-party code: runs under [`TrustedProcessRunner`](crate::TrustedProcessRunner)
+    /// (hygiene only, no OS sandbox).
+    Trusted,
+    /// Third-party code: runs only under a conforming
+    /// [`SandboxRunner`](crate::SandboxRunner), never with less.
+    #[default]
+    Untrusted,
+}
+
+/// A SHA-256 digest that the program file must match before it runs.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha256Pin(pub [u8; 32]);
+
+impl Sha256Pin {
+    /// Parses 64 hex digits.
+    pub fn from_hex(s: &str) -> Result<Self, hex::FromHexError> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s.trim(), &mut out)?;
+        Ok(Sha256Pin(out))
+    }
+
+    /// Lowercase hex form.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl std::fmt::Debug for Sha256Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sha256Pin({})", self.to_hex())
+    }
+}
+
+/// Where the child's standard streams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StdioMode {
+    /// stdin and stdout are pipes the host holds ([`RunningChild::stdin`],
+    /// [`RunningChild::stdout`]); stderr is captured into a bounded ring.
+    ///
+    /// [`RunningChild::stdin`]: crate::RunningChild::stdin
+    /// [`RunningChild::stdout`]: crate::RunningChild::stdout
+    #[default]
+    Piped,
+    /// The child shares the host's stdin, stdout and stderr (a CLI passing
+    /// its terminal through). The child still gets a new session, so the
+    /// terminal is not its controlling terminal.
+    Inherit,
+}
+
+/// The per-instance working directory of a child.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Scratch {
+    /// A fresh 0700 directory under the runner's scratch base, removed after
+    /// the child is reaped.
+    #[default]
+    Fresh,
+    /// A fresh directory that is kept after the child exits (for debugging).
+    FreshKept,
+    /// A directory the caller owns: used as is, never removed.
+    Existing(PathBuf),
+}
+
+/// Everything needed to start one child.
+#[derive(Debug, Clone, Default)]
+pub struct ChildSpec {
+    /// The program to execute (absolute path, or a name resolved on the
+    /// child's `PATH` by the runner before spawn).
+    pub program: PathBuf,
+    /// Arguments, not including the program name.
+    pub args: Vec<OsString>,
+    /// Explicit environment entries, set after the allowlist.
+    pub env: Vec<(OsString, OsString)>,
+    /// Names of host environment variables to pass through if set.
+    pub pass_env: Vec<OsString>,
+    /// The scratch directory (the child's cwd).
+    pub scratch: Scratch,
+    /// The package or artifact directory, granted read + execute. `None`
+    /// means the program's own directory.
+    pub package_dir: Option<PathBuf>,
+    /// If set, the program file must hash to this value; it is then executed
+    /// from the very file that was hashed (no re-open by path).
+    pub program_sha256: Option<Sha256Pin>,
+    /// Trust tier; decides which runner may start it.
+    pub trust: TrustTier,
+    /// Limits; each must be at most the runner's ceiling.
+    pub limits: Limits,
+    /// Where stdin/stdout/stderr go.
+    pub stdio: StdioMode,
+    /// A label for logs (module or package id).
+    pub label: Option<String>,
+}
+
+impl ChildSpec {
+    /// A spec for `program` with default (untrusted) settings.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        ChildSpec {
+            program: program.into(),
+            ..ChildSpec::default()
+        }
+    }
+
+    /// Appends an argument.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an explicit environment entry.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the trust tier.
+    pub fn trust(mut self, trust: TrustTier) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the stdio mode.
+    pub fn stdio(mut self, stdio: StdioMode) -> Self {
+        self.stdio = stdio;
+        self
+    }
+
+    /// Sets the scratch directory choice.
+    pub fn scratch(mut self, scratch: Scratch) -> Self {
+        self.scratch = scratch;
+        self
+    }
+}

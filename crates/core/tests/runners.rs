@@ -1,0 +1,401 @@
+//! Hygiene and runner selection, with real processes.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_core::*;
+use tokio::io::AsyncReadExt;
+
+fn trusted(program: &str, script: &str) -> ChildSpec {
+    ChildSpec::new(program)
+        .args(["-c", script])
+        .trust(TrustTier::Trusted)
+}
+
+async fn run_stdout(runner: &dyn Runner, spec: ChildSpec) -> (ExitOutcome, String) {
+    let mut child = runner.start(spec).await.expect("spawn");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    (child.wait().await.unwrap(), out)
+}
+
+#[tokio::test]
+async fn environment_is_built_not_inherited() {
+    // cargo sets CARGO_MANIFEST_DIR in the test process; it is not allowlisted.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let runner = TrustedProcessRunner::default();
+    let mut spec = trusted(
+        "/bin/sh",
+        "echo \"canary=${CARGO_MANIFEST_DIR-absent} explicit=$EXPLICIT passed=${CARGO_PKG_NAME-absent}\"",
+    )
+    .env("EXPLICIT", "yes");
+    spec.pass_env.push("CARGO_PKG_NAME".into());
+    let (outcome, out) = run_stdout(&runner, spec).await;
+    assert!(outcome.success());
+    assert_eq!(
+        out.trim(),
+        "canary=absent explicit=yes passed=cordon-core",
+        "child env: {out}"
+    );
+}
+
+#[tokio::test]
+async fn fds_without_cloexec_do_not_reach_the_child() {
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let fd = file.as_raw_fd();
+    // Clear CLOEXEC, as a careless host library would.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC), 0);
+    }
+    let runner = TrustedProcessRunner::default();
+    // fd 1 is the positive control: the check does see open fds.
+    let script = format!(
+        "for n in 1 {fd}; do if [ -e /proc/$$/fd/$n ]; then echo \"$n open\"; else echo \"$n closed\"; fi; done"
+    );
+    let (_, out) = run_stdout(&runner, trusted("/bin/sh", &script)).await;
+    assert_eq!(out, format!("1 open\n{fd} closed\n"));
+    drop(file);
+}
+
+#[tokio::test]
+async fn scratch_dir_is_private_cwd_and_removed_after_reap() {
+    use std::os::unix::fs::PermissionsExt;
+    let runner = TrustedProcessRunner::default();
+    let mut child = runner
+        .start(trusted("/bin/sh", "pwd; echo data > file"))
+        .await
+        .unwrap();
+    let scratch = child.scratch_dir().to_path_buf();
+    let mode = std::fs::metadata(&scratch).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    assert_eq!(Path::new(out.trim()), scratch);
+    assert!(child.wait().await.unwrap().success());
+    assert!(!scratch.exists(), "scratch dir should be removed");
+
+    // Kept on request.
+    let mut child = runner
+        .start(trusted("/bin/sh", "echo kept > file").scratch(Scratch::FreshKept))
+        .await
+        .unwrap();
+    let kept = child.scratch_dir().to_path_buf();
+    child.wait().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(kept.join("file")).unwrap(),
+        "kept\n"
+    );
+    std::fs::remove_dir_all(&kept).unwrap();
+
+    // A caller's dir is used and never removed.
+    let own = tempfile::tempdir().unwrap();
+    let mut child = runner
+        .start(trusted("/bin/sh", "echo mine > file").scratch(Scratch::Existing(own.path().into())))
+        .await
+        .unwrap();
+    child.wait().await.unwrap();
+    assert!(own.path().join("file").exists());
+}
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
+            state != Some("Z") && state != Some("X")
+        }
+        Err(_) => false,
+    }
+}
+
+async fn first_line(child: &mut RunningChild) -> String {
+    let mut stdout = child.stdout.take().unwrap();
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while stdout.read(&mut b).await.unwrap() == 1 && b[0] != b'\n' {
+        line.push(b[0]);
+    }
+    String::from_utf8(line).unwrap()
+}
+
+#[tokio::test]
+async fn kill_reaches_a_grandchild() {
+    let runner = TrustedProcessRunner::default();
+    let mut child = runner
+        .start(trusted("/bin/sh", "sleep 30 & echo $!; wait"))
+        .await
+        .unwrap();
+    let grandchild: i32 = first_line(&mut child).await.parse().unwrap();
+    assert!(alive(grandchild));
+    child.kill();
+    assert_eq!(
+        child.wait().await.unwrap(),
+        ExitOutcome::Signaled(libc::SIGKILL)
+    );
+    assert!(
+        !alive(grandchild),
+        "grandchild {grandchild} survived kill()"
+    );
+}
+
+#[tokio::test]
+async fn deadline_kills_the_group_and_background_children_die_at_exit() {
+    let runner = TrustedProcessRunner::default();
+    let spec = trusted("/bin/sh", "sleep 30 & echo $!; wait").limits(Limits {
+        deadline: Some(Duration::from_millis(300)),
+        ..Limits::default()
+    });
+    let mut child = runner.start(spec).await.unwrap();
+    let grandchild: i32 = first_line(&mut child).await.parse().unwrap();
+    assert_eq!(child.wait().await.unwrap(), ExitOutcome::DeadlineExceeded);
+    assert!(!alive(grandchild));
+    assert_eq!(live_process_group_members(child.pid()), 0);
+
+    // A background child of a program that exits normally dies too.
+    let mut child = runner
+        .start(trusted("/bin/sh", "sleep 30 & echo $!"))
+        .await
+        .unwrap();
+    let bg: i32 = first_line(&mut child).await.parse().unwrap();
+    assert!(child.wait().await.unwrap().success());
+    assert!(!alive(bg), "background child {bg} outlived its parent");
+}
+
+#[tokio::test]
+async fn sha256_pin_mismatch_refuses_and_match_runs() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    let good: [u8; 32] = sha2::Sha256::digest(std::fs::read(&prog).unwrap()).into();
+    let runner = TrustedProcessRunner::default();
+
+    let mut spec = ChildSpec::new(&prog).trust(TrustTier::Trusted);
+    spec.program_sha256 = Some(Sha256Pin([0u8; 32]));
+    let err = runner.start(spec.clone()).await.unwrap_err();
+    assert!(matches!(err, SpawnError::PinMismatch { .. }), "{err}");
+    assert!(err.to_string().contains(&hex::encode(good)));
+
+    spec.program_sha256 = Some(Sha256Pin(good));
+    let mut child = runner.start(spec).await.unwrap();
+    assert!(child.wait().await.unwrap().success());
+}
+
+struct FailingBackend {
+    panic: bool,
+}
+
+impl SandboxBackend for FailingBackend {
+    fn name(&self) -> &str {
+        if self.panic {
+            "panicking"
+        } else {
+            "failing"
+        }
+    }
+    fn availability(&self) -> Availability {
+        Availability::Available
+    }
+    fn wrap(&self, cmd: &mut Command, _: &SandboxPolicy) -> Result<(), WrapError> {
+        // Half-configure the command first: it must still never run.
+        cmd.env("HALF", "done");
+        if self.panic {
+            panic!("backend bug");
+        }
+        Err(WrapError::new(self.name(), "cannot set up"))
+    }
+}
+
+#[tokio::test]
+async fn a_backend_whose_wrap_errors_or_panics_never_spawns() {
+    for panic in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let spawner =
+            Spawner::confined(Arc::new(FailingBackend { panic }), RunnerConfig::default());
+        let spec = ChildSpec::new("/bin/sh").args(["-c", &format!("touch {}", marker.display())]);
+        let err = spawner.spawn(&spec).unwrap_err();
+        match (panic, &err) {
+            (false, SpawnError::Wrap(_)) | (true, SpawnError::WrapPanicked { .. }) => {}
+            _ => panic!("unexpected error: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!marker.exists(), "child ran despite wrap failure");
+    }
+}
+
+struct FixedSuite(ProbeStatus);
+
+#[async_trait::async_trait]
+impl ConformanceSuite for FixedSuite {
+    async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
+        let probes = ProbeId::ALL
+            .iter()
+            .map(|id| ProbeResult {
+                id: *id,
+                title: id.title().into(),
+                status: self.0,
+                detail: "fixed".into(),
+                checks: vec![],
+                duration_ms: 0.0,
+            })
+            .collect();
+        ConformanceReport::new(
+            backend.name(),
+            backend.availability(),
+            HostFacts::collect(backend.as_ref()),
+            probes,
+            0.0,
+        )
+    }
+}
+
+struct Unavailable;
+impl SandboxBackend for Unavailable {
+    fn name(&self) -> &str {
+        "gone"
+    }
+    fn availability(&self) -> Availability {
+        Availability::Unavailable {
+            reason: "kernel feature X missing: enable it".into(),
+        }
+    }
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([("x".into(), "0".into())])
+    }
+    fn wrap(&self, _: &mut Command, _: &SandboxPolicy) -> Result<(), WrapError> {
+        unreachable!("never wrapped: unavailable")
+    }
+}
+
+#[tokio::test]
+async fn untrusted_selection_fails_closed_with_the_report() {
+    let trusted_runner = TrustedProcessRunner::default();
+    let failing = SandboxRunner::new(
+        Arc::new(FailingBackend { panic: false }),
+        &FixedSuite(ProbeStatus::Fail),
+        RunnerConfig::default(),
+    )
+    .await;
+    let err = select_runner(TrustTier::Untrusted, &trusted_runner, &failing).unwrap_err();
+    assert_eq!(err.report.probes.len(), 7);
+    assert!(err.to_string().contains("NOT CONFORMING"));
+    assert!(select_runner(TrustTier::Trusted, &trusted_runner, &failing).is_ok());
+
+    let unavailable = SandboxRunner::new(
+        Arc::new(Unavailable),
+        &FixedSuite(ProbeStatus::Pass),
+        RunnerConfig::default(),
+    )
+    .await;
+    let err = select_runner(TrustTier::Untrusted, &trusted_runner, &unavailable).unwrap_err();
+    assert!(err.to_string().contains("kernel feature X missing"));
+    assert!(err.report.probes.is_empty());
+
+    // A report that passes for another backend's name is not accepted.
+    struct Liar;
+    #[async_trait::async_trait]
+    impl ConformanceSuite for Liar {
+        async fn run(&self, _: Arc<dyn SandboxBackend>) -> ConformanceReport {
+            FixedSuite(ProbeStatus::Pass)
+                .run(Arc::new(Unavailable))
+                .await
+        }
+    }
+    assert!(SandboxRunner::new(
+        Arc::new(FailingBackend { panic: false }),
+        &Liar,
+        RunnerConfig::default()
+    )
+    .await
+    .is_err());
+
+    // The default tier is untrusted and the trusted runner refuses it.
+    let err = trusted_runner
+        .start(ChildSpec::new("/bin/true"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SpawnError::UntrustedOnTrustedRunner));
+}
+
+#[tokio::test]
+async fn conforming_suite_admits_and_sandbox_runner_wraps() {
+    struct Marking;
+    impl SandboxBackend for Marking {
+        fn name(&self) -> &str {
+            "marking"
+        }
+        fn availability(&self) -> Availability {
+            Availability::Available
+        }
+        fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+            cmd.env("WRAPPED_SCRATCH", &policy.scratch_dir);
+            Ok(())
+        }
+    }
+    let sandbox = SandboxRunner::new(
+        Arc::new(Marking),
+        &FixedSuite(ProbeStatus::Pass),
+        RunnerConfig::default(),
+    )
+    .await;
+    let trusted_runner = TrustedProcessRunner::default();
+    let runner = select_runner(TrustTier::Untrusted, &trusted_runner, &sandbox).unwrap();
+    assert_eq!(runner.name(), "sandbox:marking");
+    let (outcome, out) = run_stdout(
+        runner,
+        ChildSpec::new("/bin/sh").args(["-c", "echo \"$WRAPPED_SCRATCH\"; pwd"]),
+    )
+    .await;
+    assert!(outcome.success());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], lines[1], "policy scratch dir is the child's cwd");
+}
+
+#[tokio::test]
+async fn a_limit_raise_is_rejected_not_clamped() {
+    let runner = TrustedProcessRunner::new(RunnerConfig {
+        ceilings: Limits {
+            max_processes: Some(10),
+            ..Limits::default_ceilings()
+        },
+        ..RunnerConfig::default()
+    });
+    let err = runner
+        .start(trusted("/bin/sh", "true").limits(Limits {
+            max_processes: Some(11),
+            ..Limits::default()
+        }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SpawnError::LimitRaise(ref e) if e.limit == "max_processes"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn missing_program_is_a_clear_error() {
+    let runner = TrustedProcessRunner::default();
+    let err = runner
+        .start(ChildSpec::new("definitely-not-a-program-xyz").trust(TrustTier::Trusted))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+}

@@ -1,0 +1,101 @@
+//! Error type of the crate.
+
+/// Which per-call limit stopped an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// Instruction budget (`Limits::max_ticks`).
+    Ticks,
+    /// Wall-clock deadline (`Limits::timeout`).
+    Time,
+    /// Starlark heap size (`Limits::max_heap_bytes`).
+    Heap,
+    /// Call-stack depth (`Limits::max_call_depth`).
+    CallStack,
+    /// Captured print output (`Limits::max_output_bytes`).
+    Output,
+    /// Source size (`Limits::max_source_bytes`).
+    SourceSize,
+    /// Bracket nesting in source (`Limits::max_nesting_depth`).
+    Nesting,
+    /// Depth or size of a value converted to JSON.
+    ValueSize,
+}
+
+/// Errors returned by the runner and package loading. Messages say what to
+/// change.
+#[derive(Debug, thiserror::Error)]
+pub enum StarlarkHostError {
+    /// Reading a package from disk failed.
+    #[error("cannot read package at {path}: {source}")]
+    PackageIo {
+        /// Path that failed.
+        path: String,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The package (manifest, layout, id) is invalid.
+    #[error("invalid package: {0}")]
+    InvalidPackage(String),
+    /// The package exists but may not run (not active, wrong tier).
+    #[error("package {id:?} cannot run: {reason}")]
+    NotRunnable {
+        /// Package id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// No package with that id in the [`crate::PackageStore`].
+    #[error("package {0:?} is not registered; register it in the package store first")]
+    UnknownPackage(String),
+    /// A store or service failed.
+    #[error("store error: {0}")]
+    Store(String),
+    /// Parsing or compiling the script failed.
+    #[error("package {package:?}: script error:\n{message}")]
+    Script {
+        /// Package id.
+        package: String,
+        /// Starlark's diagnostic (with file and line).
+        message: String,
+    },
+    /// A limit was hit; raise the limit in [`crate::Limits`] if the package is
+    /// trusted and legitimately needs more.
+    #[error("package {package:?}: {kind:?} limit exceeded: {message}")]
+    Limit {
+        /// Package id.
+        package: String,
+        /// Which limit.
+        kind: LimitKind,
+        /// Details.
+        message: String,
+    },
+    /// The invocation was cancelled by the caller.
+    #[error("package {package:?}: evaluation cancelled")]
+    Cancelled {
+        /// Package id.
+        package: String,
+    },
+    /// The entry point does not exist.
+    #[error("package {package:?} has no function {name:?} (defined functions: {available})")]
+    NoSuchEntryPoint {
+        /// Package id.
+        package: String,
+        /// Requested name.
+        name: String,
+        /// Comma separated public functions.
+        available: String,
+    },
+    /// A value could not be converted to or from JSON.
+    #[error("package {package:?}: value conversion failed: {message}")]
+    Conversion {
+        /// Package id.
+        package: String,
+        /// Details.
+        message: String,
+    },
+    /// The evaluation thread died unexpectedly (an interpreter bug).
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,431 @@
+//! Package model: registrations, manifests, permissions, and loading a
+//! package from disk.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::StarlarkHostError;
+
+/// A capability a package may request and a host may grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Permission {
+    /// `secrets.read`: the `secrets` module.
+    #[serde(rename = "secrets.read")]
+    SecretsRead,
+    /// `notifications.send`: the `notifications` module.
+    #[serde(rename = "notifications.send")]
+    NotificationsSend,
+    /// `api.http`: the `http` module.
+    #[serde(rename = "api.http")]
+    ApiHttp,
+    /// `provider.complete`: the `provider` module.
+    #[serde(rename = "provider.complete")]
+    ProviderComplete,
+    /// `db.read`: reserved, no module yet.
+    #[serde(rename = "db.read")]
+    DbRead,
+    /// `db.write`: reserved, no module yet.
+    #[serde(rename = "db.write")]
+    DbWrite,
+}
+
+impl Permission {
+    /// Every permission, in a stable order.
+    pub const ALL: [Permission; 6] = [
+        Permission::SecretsRead,
+        Permission::NotificationsSend,
+        Permission::ApiHttp,
+        Permission::ProviderComplete,
+        Permission::DbRead,
+        Permission::DbWrite,
+    ];
+
+    /// The permission's wire name, e.g. `api.http`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::SecretsRead => "secrets.read",
+            Permission::NotificationsSend => "notifications.send",
+            Permission::ApiHttp => "api.http",
+            Permission::ProviderComplete => "provider.complete",
+            Permission::DbRead => "db.read",
+            Permission::DbWrite => "db.write",
+        }
+    }
+
+    /// Parse a wire name.
+    pub fn parse(s: &str) -> Option<Permission> {
+        Permission::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Lifecycle state of a registration. Only [`PackageStatus::Active`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PackageStatus {
+    /// Installed and enabled.
+    #[default]
+    Active,
+    /// Installed but switched off by an operator.
+    Disabled,
+    /// Waiting for review.
+    Pending,
+}
+
+/// Execution tier of a package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PackageTier {
+    /// Runs in the Starlark interpreter (this crate).
+    #[default]
+    Starlark,
+    /// Runs as a sandboxed native process (not handled here).
+    Native,
+}
+
+/// What a package needs from an LLM provider (`requires_provider`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ProviderRequirement {
+    /// Provider kind, e.g. `openai` (any OpenAI-compatible API).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Preferred model.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// A package's manifest (`package.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Package id, e.g. `hello`.
+    pub id: String,
+    /// Package version.
+    #[serde(default = "default_version")]
+    pub version: String,
+    /// Entry script, relative to the package directory.
+    #[serde(default = "default_script")]
+    pub script: String,
+    /// Human description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Requested permissions (granted separately by a [`crate::PermissionStore`]).
+    #[serde(default)]
+    pub permissions: Vec<Permission>,
+    /// Allowed network destinations for `http`: `host`, `host:port`,
+    /// `*.example.com`, or `http://host[:port]` to also allow plain HTTP.
+    #[serde(default)]
+    pub network_access: Vec<String>,
+    /// Provider requirement; the `provider` module is absent without it.
+    #[serde(default)]
+    pub requires_provider: Option<ProviderRequirement>,
+}
+
+fn default_version() -> String {
+    "0.0.0".to_owned()
+}
+fn default_script() -> String {
+    "main.star".to_owned()
+}
+
+impl Manifest {
+    /// A manifest with no permissions for a single script.
+    pub fn minimal(id: impl Into<String>, script: impl Into<String>) -> Self {
+        Manifest {
+            id: id.into(),
+            version: default_version(),
+            script: script.into(),
+            description: None,
+            permissions: Vec::new(),
+            network_access: Vec::new(),
+            requires_provider: None,
+        }
+    }
+
+    /// Whether the manifest requests `p`.
+    pub fn requests(&self, p: Permission) -> bool {
+        self.permissions.contains(&p)
+    }
+}
+
+/// A package registration: identity, status, tier, manifest and sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Package {
+    /// Package id (the secrets namespace and the notification attribution).
+    pub id: String,
+    /// Version.
+    pub version: String,
+    /// Only `Active` packages run.
+    pub status: PackageStatus,
+    /// Only `Starlark` packages run here.
+    pub tier: PackageTier,
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Source files by path relative to the package root (`/` separated).
+    /// `load()` can only reach files in this map.
+    pub sources: BTreeMap<String, String>,
+}
+
+impl Package {
+    /// Build an active Starlark package from a manifest and its sources.
+    pub fn new(manifest: Manifest, sources: BTreeMap<String, String>) -> Self {
+        Package {
+            id: manifest.id.clone(),
+            version: manifest.version.clone(),
+            status: PackageStatus::Active,
+            tier: PackageTier::Starlark,
+            manifest,
+            sources,
+        }
+    }
+
+    /// A package made of one script with no permissions.
+    pub fn from_script(id: impl Into<String>, source: impl Into<String>) -> Self {
+        let manifest = Manifest::minimal(id, "main.star");
+        let mut sources = BTreeMap::new();
+        sources.insert("main.star".to_owned(), source.into());
+        Package::new(manifest, sources)
+    }
+
+    /// SHA-256 over every source path and content (the cache key's base).
+    pub fn script_hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.manifest.script.as_bytes());
+        h.update([0]);
+        for (path, src) in &self.sources {
+            h.update((path.len() as u64).to_le_bytes());
+            h.update(path.as_bytes());
+            h.update((src.len() as u64).to_le_bytes());
+            h.update(src.as_bytes());
+        }
+        hex::encode(h.finalize())
+    }
+}
+
+/// Caps applied while reading a package from disk.
+const MAX_PACKAGE_FILES: usize = 256;
+const MAX_PACKAGE_BYTES: u64 = 8 * 1024 * 1024;
+const MAX_DIR_DEPTH: usize = 8;
+
+/// Load a package from a directory (with `package.toml`) or from a single
+/// `.star` file (id = file stem, no permissions).
+///
+/// Every `.star` file under the directory is read into memory (symlinks are
+/// not followed), so `load()` later resolves only against those files.
+pub fn load_package_from_path(path: impl AsRef<Path>) -> Result<Package, StarlarkHostError> {
+    let path = path.as_ref();
+    let io = |e: std::io::Error| StarlarkHostError::PackageIo {
+        path: path.display().to_string(),
+        source: e,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if meta.is_file() {
+        if path.extension().and_then(|e| e.to_str()) != Some("star") {
+            return Err(StarlarkHostError::InvalidPackage(format!(
+                "{} is not a .star file; pass a .star script or a package directory with package.toml",
+                path.display()
+            )));
+        }
+        if meta.len() > MAX_PACKAGE_BYTES {
+            return Err(StarlarkHostError::InvalidPackage(format!(
+                "{} is larger than {MAX_PACKAGE_BYTES} bytes",
+                path.display()
+            )));
+        }
+        let src = std::fs::read_to_string(path).map_err(io)?;
+        let id = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("script")
+            .to_owned();
+        let file = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or("main.star")
+            .to_owned();
+        let manifest = Manifest::minimal(id, file.clone());
+        let mut sources = BTreeMap::new();
+        sources.insert(file, src);
+        return Ok(Package::new(manifest, sources));
+    }
+    let toml_path = path.join("package.toml");
+    let text = std::fs::read_to_string(&toml_path).map_err(|e| StarlarkHostError::PackageIo {
+        path: toml_path.display().to_string(),
+        source: e,
+    })?;
+    let manifest = parse_manifest(&text)?;
+    let mut sources = BTreeMap::new();
+    let mut total = 0u64;
+    collect_star_files(path, "", 0, &mut sources, &mut total)?;
+    if !sources.contains_key(&manifest.script) {
+        return Err(StarlarkHostError::InvalidPackage(format!(
+            "package {:?}: script {:?} named in package.toml was not found in {}",
+            manifest.id,
+            manifest.script,
+            path.display()
+        )));
+    }
+    Ok(Package::new(manifest, sources))
+}
+
+/// Parse `package.toml` text.
+pub fn parse_manifest(text: &str) -> Result<Manifest, StarlarkHostError> {
+    let m: Manifest = toml::from_str(text).map_err(|e| {
+        StarlarkHostError::InvalidPackage(format!(
+            "package.toml is invalid: {e}; known permissions are {}",
+            Permission::ALL.map(|p| p.as_str()).join(", ")
+        ))
+    })?;
+    if m.id.is_empty()
+        || !m
+            .id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(StarlarkHostError::InvalidPackage(format!(
+            "package id {:?} must be non-empty and use only letters, digits, '-', '_' or '.'",
+            m.id
+        )));
+    }
+    if normalize_load_path(&m.script).is_none() {
+        return Err(StarlarkHostError::InvalidPackage(format!(
+            "script {:?} must be a relative path inside the package",
+            m.script
+        )));
+    }
+    Ok(m)
+}
+
+fn collect_star_files(
+    dir: &Path,
+    prefix: &str,
+    depth: usize,
+    out: &mut BTreeMap<String, String>,
+    total: &mut u64,
+) -> Result<(), StarlarkHostError> {
+    if depth > MAX_DIR_DEPTH {
+        return Ok(());
+    }
+    let io = |e: std::io::Error| StarlarkHostError::PackageIo {
+        path: dir.display().to_string(),
+        source: e,
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let ft = entry.file_type().map_err(io)?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if ft.is_dir() {
+            collect_star_files(&entry.path(), &rel, depth + 1, out, total)?;
+        } else if ft.is_file() && name.ends_with(".star") {
+            if out.len() >= MAX_PACKAGE_FILES {
+                return Err(StarlarkHostError::InvalidPackage(format!(
+                    "package has more than {MAX_PACKAGE_FILES} .star files"
+                )));
+            }
+            let src = std::fs::read_to_string(entry.path()).map_err(io)?;
+            *total += src.len() as u64;
+            if *total > MAX_PACKAGE_BYTES {
+                return Err(StarlarkHostError::InvalidPackage(format!(
+                    "package sources exceed {MAX_PACKAGE_BYTES} bytes"
+                )));
+            }
+            out.insert(rel, src);
+        }
+        // Symlinks and other file types are skipped on purpose.
+    }
+    Ok(())
+}
+
+/// Normalise a `load()` path relative to the package root. Returns `None`
+/// for absolute paths, labels (`//x`, `@repo`, `:x`), backslashes, or any
+/// path whose `..` would leave the package.
+pub fn normalize_load_path(path: &str) -> Option<String> {
+    if path.is_empty()
+        || path.starts_with('/')
+        || path.starts_with('@')
+        || path.contains(':')
+        || path.contains('\\')
+        || path.contains('\0')
+    {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_paths_cannot_escape() {
+        assert_eq!(normalize_load_path("lib/a.star").as_deref(), Some("lib/a.star"));
+        assert_eq!(normalize_load_path("./lib/../a.star").as_deref(), Some("a.star"));
+        assert_eq!(normalize_load_path("../a.star"), None);
+        assert_eq!(normalize_load_path("lib/../../a.star"), None);
+        assert_eq!(normalize_load_path("/etc/passwd"), None);
+        assert_eq!(normalize_load_path("//pkg:a.star"), None);
+        assert_eq!(normalize_load_path("@repo//a.star"), None);
+    }
+
+    #[test]
+    fn manifest_parses_and_rejects_unknown_permissions() {
+        let m = parse_manifest(
+            r#"id = "hello"
+version = "1.2.0"
+script = "main.star"
+permissions = ["api.http", "secrets.read"]
+network_access = ["api.example.com", "http://127.0.0.1:8080"]
+[requires_provider]
+kind = "openai"
+model = "gpt-x"
+"#,
+        )
+        .unwrap();
+        assert_eq!(m.permissions, vec![Permission::ApiHttp, Permission::SecretsRead]);
+        assert_eq!(m.requires_provider.unwrap().model.as_deref(), Some("gpt-x"));
+        let err = parse_manifest("id = \"x\"\npermissions = [\"root.all\"]\n").unwrap_err();
+        assert!(err.to_string().contains("known permissions"), "{err}");
+        assert!(parse_manifest("id = \"../x\"\n").is_err());
+        assert!(parse_manifest("id = \"x\"\nscript = \"../evil.star\"\n").is_err());
+    }
+
+    #[test]
+    fn script_hash_changes_with_sources() {
+        let a = Package::from_script("a", "x = 1");
+        let b = Package::from_script("a", "x = 2");
+        assert_ne!(a.script_hash(), b.script_hash());
+        assert_eq!(a.script_hash(), Package::from_script("a", "x = 1").script_hash());
+    }
+}

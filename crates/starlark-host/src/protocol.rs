@@ -1,0 +1,236 @@
+//! Serializable module-call protocol.
+//!
+//! Every call a script makes into a host module (`secrets.get`, `http.get`,
+//! `provider.complete`, …) is expressed as a [`ModuleCall`] and answered by a
+//! [`ModuleReply`] or a [`ModuleError`]. The Starlark bindings only convert
+//! values to and from these types and hand them to a [`ModuleCalls`]
+//! implementation. In process that is the [`crate::ModuleBroker`]; in a
+//! sandboxed worker it will be a forwarder that sends the call to the host
+//! over a pipe. All types are `serde` (externally tagged enums only, so they
+//! survive serde_json's `arbitrary_precision`, which `starlark` turns on).
+
+use serde::{Deserialize, Serialize};
+
+/// One module call made by a script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleCall {
+    /// `secrets.get(name)`.
+    SecretGet(SecretGet),
+    /// `notifications.send(title, body, ...)`.
+    Notify(Notification),
+    /// `http.get/post/request(...)`.
+    Http(HttpRequest),
+    /// `provider.complete(...)`.
+    Complete(CompletionRequest),
+}
+
+impl ModuleCall {
+    /// Short name of the call, for logs and error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModuleCall::SecretGet(_) => "secrets.get",
+            ModuleCall::Notify(_) => "notifications.send",
+            ModuleCall::Http(_) => "http.request",
+            ModuleCall::Complete(_) => "provider.complete",
+        }
+    }
+}
+
+/// The successful answer to a [`ModuleCall`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleReply {
+    /// The package's own secret, or `None` when it is not set.
+    Secret(Option<String>),
+    /// The notification was accepted by the sender.
+    Notified,
+    /// The final HTTP response (after redirects).
+    Http(HttpResponse),
+    /// The provider's completion.
+    Completion(CompletionResponse),
+}
+
+/// `secrets.get(name)`: the package is implied by the broker, never chosen by
+/// the script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretGet {
+    /// Secret name inside the package's namespace.
+    pub name: String,
+}
+
+/// A notification sent by a package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    /// Package the notification is attributed to. Filled in by the broker;
+    /// whatever a forwarder sends here is overwritten.
+    #[serde(default)]
+    pub package_id: String,
+    /// Acting user, from the run context, if any (filled in by the broker).
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Channel, from the run context, if any (filled in by the broker).
+    #[serde(default)]
+    pub channel_id: Option<String>,
+    /// Short title.
+    pub title: String,
+    /// Body text.
+    pub body: String,
+    /// Severity: `info`, `warning` or `error`.
+    #[serde(default = "default_level")]
+    pub level: String,
+    /// Optional link.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+fn default_level() -> String {
+    "info".to_owned()
+}
+
+/// An HTTP request made by a script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpRequest {
+    /// Method, upper case (`GET`, `POST`, …).
+    pub method: String,
+    /// Absolute `http://` or `https://` URL.
+    pub url: String,
+    /// Request headers in order.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// Request body (UTF-8 text; `json=` is encoded by the binding).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Per-request timeout asked for by the script, in milliseconds. The
+    /// broker clamps it to its own cap and to the invocation deadline.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The response handed back to the script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Final URL after redirects.
+    pub url: String,
+    /// Response headers (names lower case).
+    pub headers: Vec<(String, String)>,
+    /// Body decoded as UTF-8 (lossy).
+    pub body: String,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// Message text.
+    pub content: String,
+}
+
+/// `provider.complete(...)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionRequest {
+    /// Conversation; a bare `prompt` becomes one `user` message.
+    pub messages: Vec<ChatMessage>,
+    /// Model override; defaults to the manifest's / provider's model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Upper bound on generated tokens.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+}
+
+/// Token accounting reported by the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Total tokens.
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// The completion handed back to the script. Never contains the key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionResponse {
+    /// Generated text.
+    pub content: String,
+    /// Model that answered.
+    pub model: String,
+    /// Why generation stopped, if reported.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// Token usage, if reported.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Where the key came from (`user`, `channel`, `package`, `host`).
+    pub key_source: String,
+}
+
+/// Why a module call failed. Carried across the process boundary and turned
+/// into a Starlark error with [`std::fmt::Display`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleError {
+    /// The package lacks the permission (not granted, or not requested).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// The URL or address is not allowed by the package's `network_access`
+    /// or by the private-address guard.
+    #[error("network access denied: {0}")]
+    NetworkDenied(String),
+    /// A per-invocation cap was reached (requests, bytes, …).
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
+    /// The call ran past its timeout or the invocation deadline.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The invocation was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+    /// The script passed bad arguments.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A required service is not configured or not available.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The remote side failed (connection refused, provider error, …).
+    #[error("upstream error: {0}")]
+    Upstream(String),
+}
+
+/// What the Starlark bindings call for every module call.
+///
+/// In-process runs plug in a [`crate::ModuleBroker`]; a sandboxed worker
+/// plugs in a forwarder that ships the call to the host. Implementations are
+/// called from the evaluation thread and may block, but must honour the
+/// invocation's deadline and cancellation themselves.
+pub trait ModuleCalls: Send + Sync {
+    /// Perform one module call.
+    fn call(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError>;
+}
+
+/// A [`ModuleCalls`] that refuses everything. Used while a package's top
+/// level runs (see the crate docs: module calls are only allowed inside
+/// functions, so cached frozen state never depends on an invoker).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DenyAllCalls;
+
+impl ModuleCalls for DenyAllCalls {
+    fn call(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
+        Err(ModuleError::PermissionDenied(format!(
+            "{} cannot be called while the package's top level is loading; \
+             call it from inside a function (an entry point)",
+            call.name()
+        )))
+    }
+}
