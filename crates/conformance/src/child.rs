@@ -1,0 +1,259 @@
+//! The probe child's side: it runs inside the sandbox, tries what it must
+//! not be able to do, and reports one line per check on stdout:
+//!
+//! ```text
+//! CHECK <tab> name <tab> pass|fail|unreachable <tab> detail
+//! INFO  <tab> key  <tab> value
+//! DONE
+//! ```
+//!
+//! The harness treats missing `DONE`, garbage or silence as `Unreachable`.
+
+use std::ffi::CString;
+use std::io::Write;
+
+use cordon_core::ProbeStatus;
+
+/// The first argument that switches a binary into probe-child mode.
+pub const PROBE_ARG: &str = "__cordon-probe";
+
+pub(crate) fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+pub(crate) fn errno_name(e: i32) -> String {
+    let name = match e {
+        libc::EPERM => "EPERM",
+        libc::EACCES => "EACCES",
+        libc::ENOENT => "ENOENT",
+        libc::ENOSYS => "ENOSYS",
+        libc::EINVAL => "EINVAL",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EAGAIN => "EAGAIN",
+        libc::EMFILE => "EMFILE",
+        libc::ENOMEM => "ENOMEM",
+        libc::ESRCH => "ESRCH",
+        libc::EXDEV => "EXDEV",
+        libc::EFAULT => "EFAULT",
+        libc::ENXIO => "ENXIO",
+        libc::EFBIG => "EFBIG",
+        libc::EBADF => "EBADF",
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ENETUNREACH => "ENETUNREACH",
+        _ => return format!("errno {e}"),
+    };
+    name.to_string()
+}
+
+/// Collects and prints check lines.
+pub(crate) struct Reporter {
+    out: std::io::Stdout,
+}
+
+impl Reporter {
+    pub(crate) fn new() -> Self {
+        Reporter {
+            out: std::io::stdout(),
+        }
+    }
+
+    pub(crate) fn check(&mut self, name: &str, status: ProbeStatus, detail: impl AsRef<str>) {
+        let s = match status {
+            ProbeStatus::Pass => "pass",
+            ProbeStatus::Fail => "fail",
+            ProbeStatus::Unreachable => "unreachable",
+        };
+        let detail = detail.as_ref().replace(['\t', '\n'], " ");
+        let _ = writeln!(self.out, "CHECK\t{name}\t{s}\t{detail}");
+        let _ = self.out.flush();
+    }
+
+    pub(crate) fn info(&mut self, key: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(self.out, "INFO\t{key}\t{value}");
+        let _ = self.out.flush();
+    }
+
+    pub(crate) fn done(&mut self) {
+        let _ = writeln!(self.out, "DONE");
+        let _ = self.out.flush();
+    }
+
+    /// A forbidden action: `Ok` is a breach; an errno in `denials` is a pass;
+    /// any other errno is inconclusive.
+    pub(crate) fn forbidden(&mut self, name: &str, result: Result<String, i32>, denials: &[i32]) {
+        match result {
+            Ok(what) => self.check(name, ProbeStatus::Fail, format!("succeeded: {what}")),
+            Err(e) if denials.contains(&e) => self.check(
+                name,
+                ProbeStatus::Pass,
+                format!("denied ({})", errno_name(e)),
+            ),
+            Err(e) => self.check(
+                name,
+                ProbeStatus::Unreachable,
+                format!(
+                    "inconclusive: failed with {} rather than a denial",
+                    errno_name(e)
+                ),
+            ),
+        }
+    }
+
+    /// A positive control: it must work, or the probe cannot decide.
+    pub(crate) fn control(&mut self, name: &str, result: Result<(), String>) {
+        match result {
+            Ok(()) => self.check(name, ProbeStatus::Pass, "works"),
+            Err(e) => self.check(
+                name,
+                ProbeStatus::Unreachable,
+                format!("positive control failed: {e}"),
+            ),
+        }
+    }
+}
+
+pub(crate) fn cstr(s: &str) -> CString {
+    CString::new(s).expect("probe paths have no NUL")
+}
+
+/// `open(path, flags)`; returns the fd or errno.
+pub(crate) fn open(path: &str, flags: i32) -> Result<i32, i32> {
+    let c = cstr(path);
+    // SAFETY: valid C string.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+pub(crate) fn close(fd: i32) {
+    // SAFETY: closing an fd we own.
+    unsafe {
+        libc::close(fd);
+    }
+}
+
+/// Reads a whole file through libc so the errno is kept.
+pub(crate) fn read_file(path: &str) -> Result<String, i32> {
+    let fd = open(path, libc::O_RDONLY)?;
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for 256 bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let e = errno();
+    close(fd);
+    if n < 0 {
+        return Err(e);
+    }
+    Ok(format!("read {n} bytes"))
+}
+
+/// Creates (or truncates) and writes a file.
+pub(crate) fn write_file(path: &str, flags: i32) -> Result<String, i32> {
+    let fd = open(path, libc::O_WRONLY | flags)?;
+    // SAFETY: writing 5 bytes from a static.
+    let n = unsafe { libc::write(fd, b"pwned".as_ptr().cast(), 5) };
+    let e = errno();
+    close(fd);
+    if n < 0 {
+        return Err(e);
+    }
+    Ok(format!("wrote {n} bytes to {path}"))
+}
+
+/// Positive controls every probe runs: the sandbox must still let a normal
+/// program work in its scratch dir and package dir.
+pub(crate) fn common_controls(r: &mut Reporter, package_file: &str) {
+    r.control("control-scratch-rw", scratch_rw());
+    r.control(
+        "control-package-read",
+        read_file(package_file).map(|_| ()).map_err(errno_name),
+    );
+    r.control("control-fork-wait", fork_wait());
+    r.control("control-pipe", pipe_roundtrip());
+    r.control("control-socketpair", socketpair_roundtrip());
+}
+
+fn scratch_rw() -> Result<(), String> {
+    std::fs::create_dir("ctl-dir").map_err(|e| format!("mkdir in scratch: {e}"))?;
+    std::fs::write("ctl-dir/f", b"x").map_err(|e| format!("write in scratch: {e}"))?;
+    let back = std::fs::read("ctl-dir/f").map_err(|e| format!("read in scratch: {e}"))?;
+    if back != b"x" {
+        return Err("read back wrong bytes".into());
+    }
+    std::fs::remove_file("ctl-dir/f").map_err(|e| format!("delete in scratch: {e}"))?;
+    std::fs::remove_dir("ctl-dir").map_err(|e| format!("rmdir in scratch: {e}"))?;
+    Ok(())
+}
+
+fn fork_wait() -> Result<(), String> {
+    // SAFETY: the child only calls _exit.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(format!("fork: {}", errno_name(errno())));
+        }
+        if pid == 0 {
+            libc::_exit(7);
+        }
+        let mut status = 0;
+        if libc::waitpid(pid, &mut status, 0) != pid {
+            return Err(format!("waitpid: {}", errno_name(errno())));
+        }
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 7 {
+            return Err(format!("child status {status}"));
+        }
+    }
+    Ok(())
+}
+
+fn pipe_roundtrip() -> Result<(), String> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for two fds.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(format!("pipe: {}", errno_name(errno())));
+        }
+        roundtrip(fds[1], fds[0])
+    }
+}
+
+fn socketpair_roundtrip() -> Result<(), String> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for two fds.
+    unsafe {
+        if libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        ) != 0
+        {
+            return Err(format!("socketpair(AF_UNIX): {}", errno_name(errno())));
+        }
+        roundtrip(fds[0], fds[1])
+    }
+}
+
+unsafe fn roundtrip(w: i32, r: i32) -> Result<(), String> {
+    let ok = libc::write(w, b"ok".as_ptr().cast(), 2) == 2;
+    let mut b = [0u8; 2];
+    let ok = ok && libc::read(r, b.as_mut_ptr().cast(), 2) == 2 && &b == b"ok";
+    libc::close(w);
+    libc::close(r);
+    if ok {
+        Ok(())
+    } else {
+        Err("data did not round-trip".into())
+    }
+}
+
+/// Parses `key=value` arguments.
+pub(crate) fn arg_map(args: &[String]) -> std::collections::BTreeMap<String, String> {
+    args.iter()
+        .filter_map(|a| a.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

@@ -1,0 +1,203 @@
+//! [`StandardSuite`]: runs P1–P7 against a backend and builds the report.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_core::{
+    ConformanceReport, ConformanceSuite, HostFacts, ProbeId, ProbeResult, ProbeStatus,
+    SandboxBackend,
+};
+
+use crate::harness::{fold, unreachable, Ctx};
+use crate::probes;
+
+/// Where the probe child executable comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeExecutable {
+    /// The running executable, re-invoked in probe mode. Its `main` must
+    /// call [`dispatch_probe_child`](crate::dispatch_probe_child) first.
+    CurrentExe,
+    /// An explicit probe binary, e.g. the `cordon-probe` this crate ships.
+    Path(PathBuf),
+}
+
+/// The standard P1–P7 conformance suite.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use cordon_conformance::StandardSuite;
+/// use cordon_core::ConformanceSuite;
+///
+/// # async fn f() {
+/// let backend = Arc::new(cordon_backend_noop::NoopBackend);
+/// let report = StandardSuite::new().run(backend).await;
+/// println!("{}", report.summary());
+/// assert!(!report.conforms()); // the no-op backend confines nothing
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct StandardSuite {
+    exe: ProbeExecutable,
+    only: Option<Vec<ProbeId>>,
+    timeout: Duration,
+    #[cfg(feature = "test-hooks")]
+    hygiene: Option<cordon_core::HygieneOverrides>,
+}
+
+impl Default for StandardSuite {
+    fn default() -> Self {
+        StandardSuite::new()
+    }
+}
+
+impl StandardSuite {
+    /// The full suite, re-invoking the current executable as probe child,
+    /// with a 5 s per-probe timeout.
+    pub fn new() -> Self {
+        StandardSuite {
+            exe: ProbeExecutable::CurrentExe,
+            only: None,
+            timeout: Duration::from_secs(5),
+            #[cfg(feature = "test-hooks")]
+            hygiene: None,
+        }
+    }
+
+    /// Uses an explicit probe binary.
+    pub fn with_probe_executable(mut self, exe: ProbeExecutable) -> Self {
+        self.exe = exe;
+        self
+    }
+
+    /// Runs only these probes. The report then cannot conform: a backend is
+    /// admitted only on a full run.
+    pub fn only(mut self, probes: Vec<ProbeId>) -> Self {
+        self.only = Some(probes);
+        self
+    }
+
+    /// Sets the per-probe timeout (default 5 s).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Switches parts of the runner's hygiene off, to show P2/P3 failing
+    /// without it. Tests only.
+    #[cfg(feature = "test-hooks")]
+    pub fn without_hygiene_for_tests(mut self, overrides: cordon_core::HygieneOverrides) -> Self {
+        self.hygiene = Some(overrides);
+        self
+    }
+
+    fn probe_exe(&self) -> std::io::Result<PathBuf> {
+        match &self.exe {
+            ProbeExecutable::CurrentExe => std::env::current_exe(),
+            ProbeExecutable::Path(p) => Ok(p.clone()),
+        }
+    }
+
+    async fn run_probe(ctx: &Ctx, id: ProbeId) -> ProbeResult {
+        let started = Instant::now();
+        let checks = match id {
+            ProbeId::P1 => probes::p1::host(ctx).await,
+            ProbeId::P2 => probes::p2::host(ctx).await,
+            ProbeId::P3 => probes::p3::host(ctx).await,
+            ProbeId::P4 => probes::p4::host(ctx).await,
+            ProbeId::P5 => probes::p5::host(ctx).await,
+            ProbeId::P6 => probes::p6::host(ctx).await,
+            ProbeId::P7 => probes::p7::host(ctx).await,
+        };
+        let result = fold(id, checks, started);
+        tracing::debug!(probe = %id, status = ?result.status, ms = result.duration_ms, "probe finished");
+        result
+    }
+}
+
+#[async_trait::async_trait]
+impl ConformanceSuite for StandardSuite {
+    async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
+        let started = Instant::now();
+        let availability = backend.availability();
+        let host = HostFacts::collect(backend.as_ref());
+        if !availability.is_available() {
+            return ConformanceReport::new(backend.name(), availability, host, Vec::new(), 0.0);
+        }
+        let ids = self.only.clone().unwrap_or_else(|| ProbeId::ALL.to_vec());
+        let name = backend.name().to_string();
+        let ctx = match self.probe_exe() {
+            Ok(exe) => {
+                Ctx::new(
+                    backend,
+                    &exe,
+                    self.timeout,
+                    #[cfg(feature = "test-hooks")]
+                    self.hygiene,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        let probes = match ctx {
+            // The probes are independent: run them concurrently.
+            Ok(ctx) => {
+                let futures = ids.iter().map(|id| Self::run_probe(&ctx, *id));
+                futures_join_all(futures).await
+            }
+            Err(e) => ids
+                .iter()
+                .map(|id| {
+                    fold(
+                        *id,
+                        vec![unreachable(
+                            "setup",
+                            format!("cannot prepare the probe environment: {e}"),
+                        )],
+                        Instant::now(),
+                    )
+                })
+                .collect(),
+        };
+        let report = ConformanceReport::new(
+            name,
+            availability,
+            host,
+            probes,
+            started.elapsed().as_secs_f64() * 1000.0,
+        );
+        debug_assert!(report
+            .probes
+            .iter()
+            .all(|p| p.status != ProbeStatus::Pass || !p.checks.is_empty()));
+        report
+    }
+}
+
+/// Polls futures concurrently on the current task and keeps their order.
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|o| o.expect("every future completed"))
+        .collect()
+}
