@@ -45,6 +45,7 @@ mod backend;
 mod child;
 mod error;
 mod policy;
+pub mod protocol;
 mod report;
 mod runner;
 mod spawn;
