@@ -16,18 +16,30 @@ use starlark::values::list::ListRef;
 use starlark::values::none::NoneType;
 use starlark::values::structs::AllocStruct;
 use starlark::values::{
-    Heap, NoSerialize, ProvidesStaticType, StarlarkPagable, StarlarkValue, UnpackValue, Value,
+    starlark_value, Heap, NoSerialize, ProvidesStaticType, StarlarkPagable, StarlarkValue,
+    UnpackValue, Value,
 };
-use starlark_derive::starlark_value;
 
 use crate::limits::{json_to_value, value_to_json};
 use crate::protocol::{
-    ChatMessage, CompletionRequest, HttpRequest, ModuleCall, ModuleCalls, ModuleReply, Notification,
-    SecretGet,
+    ChatMessage, CompletionRequest, HttpRequest, ModuleCall, ModuleCalls, ModuleReply,
+    Notification, SecretGet,
 };
 
 /// Which host modules are present in a script's globals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct ModuleSet {
     /// `secrets`
     pub secrets: bool,
@@ -169,7 +181,12 @@ fn secrets_module(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] name: &str,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
-        match dispatch(eval, ModuleCall::SecretGet(SecretGet { name: name.to_owned() }))? {
+        match dispatch(
+            eval,
+            ModuleCall::SecretGet(SecretGet {
+                name: name.to_owned(),
+            }),
+        )? {
             ModuleReply::Secret(Some(s)) => Ok(eval.heap().alloc(s)),
             ModuleReply::Secret(None) => Ok(Value::new_none()),
             _ => Err(unexpected("secrets.get")),
@@ -188,7 +205,9 @@ fn notifications_module(builder: &mut GlobalsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<NoneType> {
         if !matches!(level, "info" | "warning" | "error") {
-            return Err(err("notifications.send: level must be \"info\", \"warning\" or \"error\""));
+            return Err(err(
+                "notifications.send: level must be \"info\", \"warning\" or \"error\"",
+            ));
         }
         let n = Notification {
             package_id: String::new(),
@@ -206,16 +225,21 @@ fn notifications_module(builder: &mut GlobalsBuilder) {
     }
 }
 
+/// An int or float as f64.
+fn unpack_number(v: Value) -> Option<f64> {
+    match v.get_type() {
+        "int" => i64::unpack_value(v).ok().flatten().map(|i| i as f64),
+        "float" => StarlarkFloat::unpack_value(v).ok().flatten().map(|f| f.0),
+        _ => None,
+    }
+}
+
 fn timeout_ms(v: Option<Value>) -> starlark::Result<Option<u64>> {
     let Some(v) = v else { return Ok(None) };
     if v.is_none() {
         return Ok(None);
     }
-    let secs = match v.get_type() {
-        "int" | "float" => StarlarkFloat::unpack_value(v).ok().flatten().map(|f| f.0),
-        _ => None,
-    }
-    .ok_or_else(|| err("http: timeout must be a number of seconds"))?;
+    let secs = unpack_number(v).ok_or_else(|| err("http: timeout must be a number of seconds"))?;
     if !(secs > 0.0 && secs.is_finite()) {
         return Err(err("http: timeout must be a positive number of seconds"));
     }
@@ -233,7 +257,8 @@ fn build_http(
 ) -> starlark::Result<HttpRequest> {
     let mut hs = Vec::new();
     if let Some(h) = headers.filter(|h| !h.is_none()) {
-        let d = DictRef::from_value(h).ok_or_else(|| err("http: headers must be a dict of strings"))?;
+        let d =
+            DictRef::from_value(h).ok_or_else(|| err("http: headers must be a dict of strings"))?;
         for (k, v) in d.iter() {
             match (k.unpack_str(), v.unpack_str()) {
                 (Some(k), Some(v)) => hs.push((k.to_owned(), v.to_owned())),
@@ -252,7 +277,10 @@ fn build_http(
             let c = ctx(eval)?;
             let v = value_to_json(j, c.max_value_depth, c.max_value_bytes)
                 .map_err(|e| err(format!("http: json= {e}")))?;
-            if !hs.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+            if !hs
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            {
                 hs.push(("content-type".to_owned(), "application/json".to_owned()));
             }
             Some(v.to_string())
@@ -286,10 +314,12 @@ fn http_module(builder: &mut GlobalsBuilder) {
     fn get<'v>(
         #[starlark(require = pos)] url: &str,
         #[starlark(require = named)] headers: Option<Value<'v>>,
+        #[starlark(require = named)] body: Option<Value<'v>>,
+        #[starlark(require = named)] json: Option<Value<'v>>,
         #[starlark(require = named)] timeout: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
-        let req = build_http(eval, "GET", url, headers, None, None, timeout)?;
+        let req = build_http(eval, "GET", url, headers, body, json, timeout)?;
         do_http(eval, req)
     }
 
@@ -368,7 +398,9 @@ fn provider_module(builder: &mut GlobalsBuilder) {
             (Some(v), None, None) | (None, Some(v), None) => parse_messages(v)?,
             (None, None, Some(p)) => parse_messages(eval.heap().alloc(p))?,
             (None, None, None) => return Err(err("provider.complete: pass a prompt or messages=")),
-            _ => return Err(err("provider.complete: pass only one of the positional input, messages= or prompt=")),
+            _ => return Err(err(
+                "provider.complete: pass only one of the positional input, messages= or prompt=",
+            )),
         };
         let max_tokens = match max_tokens {
             Some(n) if n <= 0 => return Err(err("provider.complete: max_tokens must be positive")),
@@ -377,12 +409,11 @@ fn provider_module(builder: &mut GlobalsBuilder) {
         let temperature = match temperature.filter(|t| !t.is_none()) {
             None => None,
             Some(t) => Some(
-                StarlarkFloat::unpack_value(t)
-                    .ok()
-                    .flatten()
-                    .map(|f| f.0)
+                unpack_number(t)
                     .filter(|f| f.is_finite() && *f >= 0.0)
-                    .ok_or_else(|| err("provider.complete: temperature must be a non-negative number"))?,
+                    .ok_or_else(|| {
+                        err("provider.complete: temperature must be a non-negative number")
+                    })?,
             ),
         };
         let req = CompletionRequest {

@@ -16,7 +16,8 @@ pub enum LimitKind {
     Output,
     /// Source size (`Limits::max_source_bytes`).
     SourceSize,
-    /// Bracket nesting in source (`Limits::max_nesting_depth`).
+    /// Bracket nesting or operator-chain depth in source
+    /// (`Limits::max_nesting_depth`, `Limits::max_expression_depth`).
     Nesting,
     /// Depth or size of a value converted to JSON.
     ValueSize,

@@ -2,7 +2,7 @@
 //! caps, over reqwest (rustls, no proxy, no automatic redirects).
 
 use std::error::Error as StdError;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +100,9 @@ impl Allowlist {
             let host_ok = match (&e.host, ip) {
                 (HostPattern::Ip(a), Some(b)) => *a == b,
                 (HostPattern::Exact(h), None) => *h == name,
-                (HostPattern::Suffix(s), None) => name.ends_with(s.as_str()) && name.len() > s.len(),
+                (HostPattern::Suffix(s), None) => {
+                    name.ends_with(s.as_str()) && name.len() > s.len()
+                }
                 _ => false,
             };
             let port_ok = e.port.unwrap_or(default_port) == port;
@@ -249,9 +251,8 @@ impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if addrs.is_empty() {
                 return Err(Box::new(BlockedAddress(format!("{host} did not resolve")))
                     as Box<dyn StdError + Send + Sync>);
@@ -329,11 +330,16 @@ impl HttpClient {
         budget: &std::sync::atomic::AtomicU32,
     ) -> Result<HttpResponse, ModuleError> {
         let mut method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| ModuleError::InvalidArgument(format!("bad HTTP method {:?}", req.method)))?;
+            .map_err(|_| {
+                ModuleError::InvalidArgument(format!("bad HTTP method {:?}", req.method))
+            })?;
         let mut url = Url::parse(&req.url)
             .map_err(|e| ModuleError::InvalidArgument(format!("bad URL {:?}: {e}", req.url)))?;
         let mut body = req.body;
-        if body.as_ref().is_some_and(|b| b.len() > limits.max_request_bytes) {
+        if body
+            .as_ref()
+            .is_some_and(|b| b.len() > limits.max_request_bytes)
+        {
             return Err(ModuleError::LimitExceeded(format!(
                 "request body is larger than {} bytes",
                 limits.max_request_bytes
@@ -397,7 +403,9 @@ impl HttpClient {
                         headers.remove(reqwest::header::PROXY_AUTHORIZATION);
                     }
                     let code = status.as_u16();
-                    if code == 303 || ((code == 301 || code == 302) && method == reqwest::Method::POST) {
+                    if code == 303
+                        || ((code == 301 || code == 302) && method == reqwest::Method::POST)
+                    {
                         method = reqwest::Method::GET;
                         body = None;
                         headers.remove(reqwest::header::CONTENT_TYPE);
@@ -472,7 +480,12 @@ async fn read_response(
     let headers = resp
         .headers()
         .iter()
-        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     let mut buf = Vec::new();
     while let Some(chunk) = resp
@@ -505,14 +518,28 @@ mod tests {
 
     #[test]
     fn allowlist_matching() {
-        let a = al(&["api.example.com", "*.svc.example.org", "http://127.0.0.1:8080", "h.io:8443"]);
+        let a = al(&[
+            "api.example.com",
+            "*.svc.example.org",
+            "http://127.0.0.1:8080",
+            "h.io:8443",
+        ]);
         let ok = |u: &str| a.check(&Url::parse(u).unwrap()).is_ok();
         assert!(ok("https://api.example.com/x"));
         assert!(ok("https://API.example.com./x"));
-        assert!(!ok("http://api.example.com/x"), "http needs an http:// entry");
-        assert!(!ok("https://api.example.com:8443/x"), "non-default port needs a port entry");
+        assert!(
+            !ok("http://api.example.com/x"),
+            "http needs an http:// entry"
+        );
+        assert!(
+            !ok("https://api.example.com:8443/x"),
+            "non-default port needs a port entry"
+        );
         assert!(ok("https://a.b.svc.example.org/"));
-        assert!(!ok("https://svc.example.org/"), "wildcard does not match apex");
+        assert!(
+            !ok("https://svc.example.org/"),
+            "wildcard does not match apex"
+        );
         assert!(!ok("https://evilsvc.example.org/"));
         assert!(ok("http://127.0.0.1:8080/"));
         assert!(!ok("http://127.0.0.1:8081/"));
@@ -526,9 +553,20 @@ mod tests {
     #[test]
     fn private_addresses_are_not_public() {
         for s in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0",
-            "100.100.100.200", "::1", "fe80::1", "fd00:ec2::254", "::ffff:127.0.0.1",
-            "64:ff9b::a9fe:a9fe", "224.0.0.1", "255.255.255.255",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.100.100.200",
+            "::1",
+            "fe80::1",
+            "fd00:ec2::254",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "224.0.0.1",
+            "255.255.255.255",
         ] {
             assert!(!is_public_ip(s.parse().unwrap()), "{s} should be refused");
         }

@@ -17,10 +17,14 @@ use crate::http::HttpLimits;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Instruction budget: one tick is a function call or a loop iteration.
+    /// The default (10 M) is roughly 0.15–0.25 s of tight looping.
     pub max_ticks: u64,
     /// Wall-clock deadline per evaluation (including blocking module calls).
     pub timeout: Duration,
-    /// Starlark heap size, checked periodically by the interpreter.
+    /// Starlark heap size, checked periodically by the interpreter. The
+    /// interpreter does not collect garbage during a call, so this bounds
+    /// everything a call allocates (including temporaries), not just what
+    /// is live.
     pub max_heap_bytes: usize,
     /// Starlark call-stack depth.
     pub max_call_depth: usize,
@@ -30,6 +34,9 @@ pub struct Limits {
     pub max_source_bytes: usize,
     /// Bracket nesting depth of source, checked before parsing.
     pub max_nesting_depth: usize,
+    /// Estimated expression-tree depth of source (operator chains), checked
+    /// before parsing; see [`check_source_shape`].
+    pub max_expression_depth: usize,
     /// Nesting depth of values converted to/from JSON.
     pub max_value_depth: usize,
     /// Approximate JSON size of a converted value, in bytes.
@@ -45,13 +52,14 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_ticks: 5_000_000,
+            max_ticks: 10_000_000,
             timeout: Duration::from_secs(10),
             max_heap_bytes: 64 * 1024 * 1024,
             max_call_depth: 200,
             max_output_bytes: 64 * 1024,
             max_source_bytes: 512 * 1024,
             max_nesting_depth: 64,
+            max_expression_depth: 2000,
             max_value_depth: 64,
             max_value_bytes: 4 * 1024 * 1024,
             max_load_depth: 16,
@@ -61,24 +69,96 @@ impl Default for Limits {
     }
 }
 
+/// Why source was refused by [`check_source_shape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapeError {
+    /// Brackets nest deeper than allowed: (depth, line).
+    Nesting(usize, usize),
+    /// An operator chain would build a syntax tree deeper than allowed:
+    /// (estimated depth, line).
+    ExpressionDepth(usize, usize),
+}
+
+const LAMBDA_WEIGHT: usize = 10;
+
 /// Deepest bracket nesting of Starlark source, ignoring strings and
 /// comments. Returns `Err((depth, line))` as soon as `max` is exceeded.
 pub fn check_nesting(src: &str, max: usize) -> Result<usize, (usize, usize)> {
+    match check_source_shape(src, max, usize::MAX) {
+        Ok(d) => Ok(d),
+        Err(ShapeError::Nesting(d, l)) => Err((d, l)),
+        Err(ShapeError::ExpressionDepth(..)) => unreachable!("expression depth is unlimited here"),
+    }
+}
+
+/// Pre-parse scan that bounds how deep the parser and compiler will
+/// recurse. Skips strings and comments, and checks
+/// * bracket nesting (`max_nesting`), and
+/// * an estimate of expression-tree depth (`max_expr_depth`): operators,
+///   `not`/`and`/`or`/`if`/`else`/`in`/`is`, attribute access and postfix
+///   calls/subscripts each add one along the current bracket path
+///   (`lambda` adds ten); `,` starts a sibling, a closing bracket returns
+///   to the depth at its opening, a newline or `;` outside brackets ends
+///   the statement. Long chains such as `1 + 1 + ... + 1` or `- - - x`
+///   otherwise overflow the native stack in the interpreter.
+///
+/// Returns the deepest bracket nesting seen.
+pub fn check_source_shape(
+    src: &str,
+    max_nesting: usize,
+    max_expr_depth: usize,
+) -> Result<usize, ShapeError> {
     let b = src.as_bytes();
     let mut i = 0;
-    let mut depth = 0usize;
     let mut deepest = 0usize;
     let mut line = 1usize;
+    // Expression depth at each open bracket; `cur` is the running estimate.
+    let mut stack: Vec<usize> = Vec::new();
+    let mut cur = 0usize;
+    // Last significant byte, to tell postfix `(`/`[` from grouping ones.
+    let mut prev: u8 = b'\n';
+    let is_op = |c: u8| {
+        matches!(
+            c,
+            b'+' | b'-'
+                | b'*'
+                | b'/'
+                | b'%'
+                | b'&'
+                | b'|'
+                | b'^'
+                | b'~'
+                | b'<'
+                | b'>'
+                | b'='
+                | b'!'
+        )
+    };
+    let bump = |cur: &mut usize, n: usize, line: usize| -> Result<(), ShapeError> {
+        *cur += n;
+        if *cur > max_expr_depth {
+            Err(ShapeError::ExpressionDepth(*cur, line))
+        } else {
+            Ok(())
+        }
+    };
     while i < b.len() {
-        match b[i] {
-            b'\n' => line += 1,
+        let c = b[i];
+        match c {
+            b'\n' => {
+                line += 1;
+                if stack.is_empty() {
+                    cur = 0;
+                }
+            }
             b'#' => {
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
                 }
                 continue;
             }
-            q @ (b'\'' | b'"') => {
+            b'\'' | b'"' => {
+                let q = c;
                 let triple = i + 2 < b.len() && b[i + 1] == q && b[i + 2] == q;
                 i += if triple { 3 } else { 1 };
                 while i < b.len() {
@@ -96,7 +176,7 @@ pub fn check_nesting(src: &str, max: usize) -> Result<usize, (usize, usize)> {
                                 break; // unterminated; the parser reports it
                             }
                         }
-                        c if c == q => {
+                        x if x == q => {
                             if !triple {
                                 break;
                             }
@@ -109,16 +189,63 @@ pub fn check_nesting(src: &str, max: usize) -> Result<usize, (usize, usize)> {
                     }
                     i += 1;
                 }
+                prev = b'"';
+                i += 1;
+                continue;
             }
             b'(' | b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err((depth, line));
+                if c != b'{'
+                    && (prev.is_ascii_alphanumeric() || matches!(prev, b'_' | b')' | b']' | b'"'))
+                {
+                    bump(&mut cur, 1, line)?;
                 }
-                deepest = deepest.max(depth);
+                stack.push(cur);
+                if stack.len() > max_nesting {
+                    return Err(ShapeError::Nesting(stack.len(), line));
+                }
+                deepest = deepest.max(stack.len());
             }
-            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b')' | b']' | b'}' => {
+                if let Some(base) = stack.pop() {
+                    cur = base;
+                }
+            }
+            b',' => cur = stack.last().copied().unwrap_or(0),
+            b';' if stack.is_empty() => cur = 0,
+            b'.' if i + 1 < b.len() && (b[i + 1].is_ascii_alphabetic() || b[i + 1] == b'_') => {
+                bump(&mut cur, 1, line)?;
+            }
+            c if is_op(c) => {
+                // Second half of `<=`, `==`, `+=`, `//`, `**`, `<<`, `>>`
+                // is the same token; everything else (e.g. `- -`) counts.
+                let continues = (c == b'=' && is_op(prev) && i > 0 && is_op(b[i - 1]))
+                    || (c == prev
+                        && i > 0
+                        && b[i - 1] == c
+                        && matches!(c, b'/' | b'*' | b'<' | b'>'));
+                if !continues {
+                    bump(&mut cur, 1, line)?;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let start = i;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+                match &b[start..i] {
+                    b"not" | b"and" | b"or" | b"if" | b"else" | b"in" | b"is" => {
+                        bump(&mut cur, 1, line)?
+                    }
+                    b"lambda" => bump(&mut cur, LAMBDA_WEIGHT, line)?,
+                    _ => {}
+                }
+                prev = b'a';
+                continue;
+            }
             _ => {}
+        }
+        if !c.is_ascii_whitespace() {
+            prev = c;
         }
         i += 1;
     }
@@ -128,7 +255,11 @@ pub fn check_nesting(src: &str, max: usize) -> Result<usize, (usize, usize)> {
 /// Depth- and size-limited conversion of a Starlark value to JSON. Never
 /// recurses deeper than `max_depth` (self-referencing lists are caught by
 /// the depth limit). Functions and other opaque values are errors.
-pub fn value_to_json(v: Value, max_depth: usize, max_bytes: usize) -> Result<serde_json::Value, String> {
+pub fn value_to_json(
+    v: Value,
+    max_depth: usize,
+    max_bytes: usize,
+) -> Result<serde_json::Value, String> {
     let mut budget = max_bytes;
     to_json_inner(v, max_depth, &mut budget, max_bytes)
 }
@@ -210,11 +341,17 @@ fn to_json_inner(
         let mut m = serde_json::Map::new();
         for (k, x) in s.iter() {
             charge(budget, k.as_str().len(), max)?;
-            m.insert(k.as_str().to_owned(), to_json_inner(x, depth - 1, budget, max)?);
+            m.insert(
+                k.as_str().to_owned(),
+                to_json_inner(x, depth - 1, budget, max)?,
+            );
         }
         return Ok(J::Object(m));
     }
-    Err(format!("a value of type {} cannot be converted to JSON", v.get_type()))
+    Err(format!(
+        "a value of type {} cannot be converted to JSON",
+        v.get_type()
+    ))
 }
 
 /// Depth-limited conversion of JSON into a Starlark value on `heap`.
@@ -270,9 +407,38 @@ mod tests {
     #[test]
     fn nesting_scanner_skips_strings_and_comments() {
         assert_eq!(check_nesting("f([{}])", 10), Ok(3));
-        assert_eq!(check_nesting("x = '((((((' # ((((((\ny = \"\"\"[[[[\n[[[\"\"\"", 2), Ok(0));
+        assert_eq!(
+            check_nesting("x = '((((((' # ((((((\ny = \"\"\"[[[[\n[[[\"\"\"", 2),
+            Ok(0)
+        );
         assert_eq!(check_nesting("x = 'a\\'(' + (1)", 5), Ok(1));
         assert_eq!(check_nesting(&"(".repeat(100), 64), Err((65, 1)));
         assert_eq!(check_nesting("\n\n[[[", 2), Err((3, 3)));
+    }
+
+    #[test]
+    fn expression_depth_estimate() {
+        let chain = |n: usize, op: &str| format!("x = {}1\n", op.repeat(n));
+        assert!(check_source_shape(&chain(100, "1 + "), 64, 200).is_ok());
+        assert_eq!(
+            check_source_shape(&chain(300, "1 + "), 64, 200),
+            Err(ShapeError::ExpressionDepth(201, 1))
+        );
+        assert!(check_source_shape(&chain(300, "-"), 64, 200).is_err());
+        assert!(check_source_shape(&chain(300, "not "), 64, 200).is_err());
+        assert!(check_source_shape(&chain(30, "lambda: "), 64, 200).is_err());
+        assert!(
+            check_source_shape(&format!("x = 'a'{}\n", ".upper()".repeat(300)), 64, 200).is_err()
+        );
+        // Flat data is fine however long: commas start siblings, statements reset.
+        let list = format!("x = [{}]\n", "-1, ".repeat(10_000));
+        assert!(check_source_shape(&list, 64, 200).is_ok());
+        let many = "y = 1 + 2 + 3\n".repeat(10_000);
+        assert!(check_source_shape(&many, 64, 200).is_ok());
+        let tuples = format!("x = [{}]\n", "(1, 2), ".repeat(10_000));
+        assert!(check_source_shape(&tuples, 64, 200).is_ok());
+        // Operators inside strings and comments do not count.
+        let s = format!("x = '{}' # {}\n", "+".repeat(1000), "-".repeat(1000));
+        assert!(check_source_shape(&s, 64, 10).is_ok());
     }
 }

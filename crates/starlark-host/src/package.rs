@@ -390,8 +390,14 @@ mod tests {
 
     #[test]
     fn load_paths_cannot_escape() {
-        assert_eq!(normalize_load_path("lib/a.star").as_deref(), Some("lib/a.star"));
-        assert_eq!(normalize_load_path("./lib/../a.star").as_deref(), Some("a.star"));
+        assert_eq!(
+            normalize_load_path("lib/a.star").as_deref(),
+            Some("lib/a.star")
+        );
+        assert_eq!(
+            normalize_load_path("./lib/../a.star").as_deref(),
+            Some("a.star")
+        );
         assert_eq!(normalize_load_path("../a.star"), None);
         assert_eq!(normalize_load_path("lib/../../a.star"), None);
         assert_eq!(normalize_load_path("/etc/passwd"), None);
@@ -413,7 +419,10 @@ model = "gpt-x"
 "#,
         )
         .unwrap();
-        assert_eq!(m.permissions, vec![Permission::ApiHttp, Permission::SecretsRead]);
+        assert_eq!(
+            m.permissions,
+            vec![Permission::ApiHttp, Permission::SecretsRead]
+        );
         assert_eq!(m.requires_provider.unwrap().model.as_deref(), Some("gpt-x"));
         let err = parse_manifest("id = \"x\"\npermissions = [\"root.all\"]\n").unwrap_err();
         assert!(err.to_string().contains("known permissions"), "{err}");
@@ -426,6 +435,9 @@ model = "gpt-x"
         let a = Package::from_script("a", "x = 1");
         let b = Package::from_script("a", "x = 2");
         assert_ne!(a.script_hash(), b.script_hash());
-        assert_eq!(a.script_hash(), Package::from_script("a", "x = 1").script_hash());
+        assert_eq!(
+            a.script_hash(),
+            Package::from_script("a", "x = 1").script_hash()
+        );
     }
 }

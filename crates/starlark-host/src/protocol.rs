@@ -234,3 +234,94 @@ impl ModuleCalls for DenyAllCalls {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant survives a JSON round trip (what the worker protocol
+    /// will do), with `arbitrary_precision` on.
+    #[test]
+    fn all_variants_round_trip() {
+        let calls = vec![
+            ModuleCall::SecretGet(SecretGet { name: "k".into() }),
+            ModuleCall::Notify(Notification {
+                package_id: "p".into(),
+                user_id: Some("u".into()),
+                channel_id: None,
+                title: "t".into(),
+                body: "b".into(),
+                level: "info".into(),
+                url: None,
+            }),
+            ModuleCall::Http(HttpRequest {
+                method: "POST".into(),
+                url: "https://x.example/".into(),
+                headers: vec![("a".into(), "b".into())],
+                body: Some("{}".into()),
+                timeout_ms: Some(1500),
+            }),
+            ModuleCall::Complete(CompletionRequest {
+                messages: vec![ChatMessage {
+                    role: "user".into(),
+                    content: "hi".into(),
+                }],
+                model: Some("m".into()),
+                max_tokens: Some(10),
+                temperature: Some(0.1),
+            }),
+        ];
+        for c in calls {
+            let s = serde_json::to_string(&c).unwrap();
+            assert_eq!(serde_json::from_str::<ModuleCall>(&s).unwrap(), c, "{s}");
+        }
+        let replies = vec![
+            ModuleReply::Secret(None),
+            ModuleReply::Secret(Some("v".into())),
+            ModuleReply::Notified,
+            ModuleReply::Http(HttpResponse {
+                status: 200,
+                url: "https://x.example/".into(),
+                headers: vec![],
+                body: "ok".into(),
+            }),
+            ModuleReply::Completion(CompletionResponse {
+                content: "c".into(),
+                model: "m".into(),
+                finish_reason: None,
+                usage: Some(Usage {
+                    prompt_tokens: 1,
+                    completion_tokens: 2,
+                    total_tokens: 3,
+                }),
+                key_source: "host".into(),
+            }),
+        ];
+        for r in replies {
+            let s = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<ModuleReply>(&s).unwrap(), r, "{s}");
+        }
+        let errors = vec![
+            ModuleError::PermissionDenied("x".into()),
+            ModuleError::NetworkDenied("x".into()),
+            ModuleError::LimitExceeded("x".into()),
+            ModuleError::Timeout("x".into()),
+            ModuleError::Cancelled,
+            ModuleError::InvalidArgument("x".into()),
+            ModuleError::Unavailable("x".into()),
+            ModuleError::Upstream("x".into()),
+        ];
+        for e in errors {
+            let s = serde_json::to_string(&e).unwrap();
+            assert_eq!(serde_json::from_str::<ModuleError>(&s).unwrap(), e, "{s}");
+        }
+    }
+
+    #[test]
+    fn deny_all_explains_itself() {
+        let e = DenyAllCalls
+            .call(ModuleCall::SecretGet(SecretGet { name: "a".into() }))
+            .unwrap_err();
+        assert!(e.to_string().contains("secrets.get"), "{e}");
+    }
+}

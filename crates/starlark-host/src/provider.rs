@@ -84,23 +84,32 @@ impl OpenAiCompatibleProvider {
         };
         let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
         let key = cfg.api_key.expose();
-        let redact = |s: String| if key.is_empty() { s } else { s.replace(key, "<redacted>") };
+        let redact = |s: String| {
+            if key.is_empty() {
+                s
+            } else {
+                s.replace(key, "<redacted>")
+            }
+        };
         let fut = async {
             let mut resp = self
                 .client
                 .post(&url)
                 .bearer_auth(key)
-                .json(&body)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(serde_json::to_vec(&body).map_err(|e| {
+                    ModuleError::InvalidArgument(format!("cannot encode completion request: {e}"))
+                })?)
                 .send()
                 .await
-                .map_err(|e| ModuleError::Upstream(redact(format!("provider request failed: {e}"))))?;
+                .map_err(|e| {
+                    ModuleError::Upstream(redact(format!("provider request failed: {e}")))
+                })?;
             let status = resp.status();
             let mut buf = Vec::new();
-            while let Some(chunk) = resp
-                .chunk()
-                .await
-                .map_err(|e| ModuleError::Upstream(format!("reading provider answer failed: {e}")))?
-            {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| {
+                ModuleError::Upstream(format!("reading provider answer failed: {e}"))
+            })? {
                 if buf.len() + chunk.len() > MAX_ANSWER_BYTES {
                     return Err(ModuleError::LimitExceeded(format!(
                         "provider answer is larger than {MAX_ANSWER_BYTES} bytes"
@@ -123,7 +132,11 @@ impl OpenAiCompatibleProvider {
             })?;
             Ok(CompletionResponse {
                 content: choice.message.content,
-                model: if answer.model.is_empty() { body.model.clone() } else { answer.model },
+                model: if answer.model.is_empty() {
+                    body.model.clone()
+                } else {
+                    answer.model
+                },
                 finish_reason: choice.finish_reason,
                 usage: answer.usage,
                 key_source: provider.source.as_str().to_owned(),
@@ -150,7 +163,10 @@ mod tests {
     fn provider_types_round_trip_under_arbitrary_precision() {
         let body = ChatCompletionBody {
             model: "m".into(),
-            messages: vec![ChatMessage { role: "user".into(), content: "hi".into() }],
+            messages: vec![ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }],
             max_tokens: Some(7),
             temperature: Some(0.25),
         };
@@ -185,7 +201,8 @@ mod tests {
             usage: a.usage,
             key_source: "user".into(),
         });
-        let back: ModuleReply = serde_json::from_str(&serde_json::to_string(&reply).unwrap()).unwrap();
+        let back: ModuleReply =
+            serde_json::from_str(&serde_json::to_string(&reply).unwrap()).unwrap();
         assert_eq!(back, reply);
     }
 }

@@ -1,0 +1,361 @@
+//! Capability implementation: performs module calls with every check.
+//! Independent of Starlark, so a sandboxed worker's calls can be served by
+//! the same code on the host side.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::bindings::ModuleSet;
+use crate::error::StarlarkHostError;
+use crate::http::{Allowlist, HttpClient, HttpLimits};
+use crate::package::{Package, PackageStatus, PackageTier, Permission};
+use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
+use crate::provider::OpenAiCompatibleProvider;
+use crate::stores::{
+    NotificationSender, PackageStore, PermissionStore, ProviderResolver, RunContext, SecretStore,
+};
+
+/// Cooperative cancellation shared by the caller, the interpreter and
+/// blocking module calls.
+#[derive(Clone, Default, Debug)]
+pub struct CancelToken(Arc<CancelInner>);
+
+#[derive(Default, Debug)]
+struct CancelInner {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl CancelToken {
+    /// A fresh, not-cancelled token.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Cancel: the interpreter stops at its next check, and a blocking
+    /// module call returns `Cancelled` at once.
+    pub fn cancel(&self) {
+        self.0.flag.store(true, Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+    /// Whether `cancel` was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.flag.load(Ordering::SeqCst)
+    }
+    /// Resolves once cancelled.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Host services used by module calls. Missing optional services make the
+/// corresponding module absent.
+#[derive(Clone)]
+pub struct Services {
+    /// Package registrations (used by [`crate::Runner::call_by_id`]).
+    pub packages: Arc<dyn PackageStore>,
+    /// Grants.
+    pub permissions: Arc<dyn PermissionStore>,
+    /// Secrets; without it `secrets` is absent.
+    pub secrets: Option<Arc<dyn SecretStore>>,
+    /// Notifications; without it `notifications` is absent.
+    pub notifier: Option<Arc<dyn NotificationSender>>,
+    /// Provider keys; without it `provider` is absent.
+    pub providers: Option<Arc<dyn ProviderResolver>>,
+    /// Timeout of one `provider.complete` call.
+    pub provider_timeout: Duration,
+}
+
+impl Services {
+    /// Services with the given package and permission stores and nothing else.
+    pub fn new(packages: Arc<dyn PackageStore>, permissions: Arc<dyn PermissionStore>) -> Self {
+        Services {
+            packages,
+            permissions,
+            secrets: None,
+            notifier: None,
+            providers: None,
+            provider_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Long-lived capability state: services plus the shared HTTP clients.
+pub struct Capabilities {
+    services: Services,
+    http: HttpClient,
+    provider: OpenAiCompatibleProvider,
+}
+
+impl std::fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Capabilities")
+    }
+}
+
+impl Capabilities {
+    /// Build the clients. Fails only if the TLS stack cannot initialise.
+    pub fn new(services: Services) -> Result<Arc<Self>, StarlarkHostError> {
+        let http = HttpClient::new().map_err(StarlarkHostError::Internal)?;
+        let provider = OpenAiCompatibleProvider::new(services.provider_timeout)
+            .map_err(StarlarkHostError::Internal)?;
+        Ok(Arc::new(Capabilities {
+            services,
+            http,
+            provider,
+        }))
+    }
+
+    /// The services.
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    /// Which modules a package gets for this invocation: granted AND
+    /// requested AND backed by a configured service (and, for `provider`,
+    /// a user in the context and a `requires_provider` in the manifest).
+    pub async fn module_set(
+        &self,
+        pkg: &Package,
+        ctx: Option<&RunContext>,
+    ) -> Result<ModuleSet, StarlarkHostError> {
+        let granted = self
+            .services
+            .permissions
+            .granted_for_package(&pkg.id)
+            .await
+            .map_err(StarlarkHostError::Store)?;
+        let has = |p: Permission| granted.contains(&p) && pkg.manifest.requests(p);
+        let user = ctx
+            .and_then(|c| c.user_id.as_deref())
+            .is_some_and(|u| !u.is_empty());
+        Ok(ModuleSet {
+            secrets: has(Permission::SecretsRead) && self.services.secrets.is_some(),
+            notifications: has(Permission::NotificationsSend) && self.services.notifier.is_some(),
+            http: has(Permission::ApiHttp),
+            provider: has(Permission::ProviderComplete)
+                && self.services.providers.is_some()
+                && user
+                && pkg.manifest.requires_provider.is_some(),
+        })
+    }
+}
+
+/// Checks that a package may run at all.
+pub fn ensure_runnable(pkg: &Package) -> Result<(), StarlarkHostError> {
+    if pkg.status != PackageStatus::Active {
+        return Err(StarlarkHostError::NotRunnable {
+            id: pkg.id.clone(),
+            reason: format!("status is {:?}; activate it first", pkg.status),
+        });
+    }
+    if pkg.tier != PackageTier::Starlark {
+        return Err(StarlarkHostError::NotRunnable {
+            id: pkg.id.clone(),
+            reason: format!("tier is {:?}, not Starlark", pkg.tier),
+        });
+    }
+    Ok(())
+}
+
+/// Serves module calls for one invocation of one package, with permission
+/// gating, allowlist, address guard and caps. Implements [`ModuleCalls`]
+/// for in-process runs; a worker-facing host calls [`ModuleBroker::handle`].
+pub struct ModuleBroker {
+    caps: Arc<Capabilities>,
+    package: Package,
+    modules: ModuleSet,
+    allowlist: Allowlist,
+    ctx: RunContext,
+    http_limits: HttpLimits,
+    http_budget: AtomicU32,
+    deadline: Instant,
+    cancel: CancelToken,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for ModuleBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuleBroker")
+            .field("package", &self.package.id)
+            .field("modules", &self.modules)
+            .finish()
+    }
+}
+
+impl ModuleBroker {
+    /// A broker for one invocation. `modules` should come from
+    /// [`Capabilities::module_set`]; calls to modules outside it are refused.
+    /// Must be called inside a tokio runtime (its handle is kept for the
+    /// blocking [`ModuleCalls`] implementation, which must then be used from
+    /// a non-runtime thread such as the evaluation thread).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        caps: Arc<Capabilities>,
+        package: &Package,
+        modules: ModuleSet,
+        ctx: Option<&RunContext>,
+        http_limits: HttpLimits,
+        deadline: Instant,
+        cancel: CancelToken,
+    ) -> Result<Self, StarlarkHostError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            StarlarkHostError::Internal(
+                "ModuleBroker::new must be called from inside a tokio runtime".to_owned(),
+            )
+        })?;
+        let allowlist = Allowlist::parse(&package.manifest.network_access).map_err(|e| {
+            StarlarkHostError::InvalidPackage(format!("package {:?}: {e}", package.id))
+        })?;
+        Ok(ModuleBroker {
+            caps,
+            package: package.clone(),
+            modules,
+            allowlist,
+            ctx: ctx.cloned().unwrap_or_default(),
+            http_budget: AtomicU32::new(http_limits.max_requests_per_invocation),
+            http_limits,
+            deadline,
+            cancel,
+            runtime,
+        })
+    }
+
+    /// Modules this broker serves.
+    pub fn modules(&self) -> ModuleSet {
+        self.modules
+    }
+
+    /// Perform one call (async). Checks the module set again, so a
+    /// forwarder cannot call a module the package was not given.
+    pub async fn handle(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
+        let pkg = &self.package.id;
+        let denied = |m: &str, p: Permission| {
+            Err(ModuleError::PermissionDenied(format!(
+                "package {pkg:?} was not given the {m} module; it needs {p} requested in package.toml and granted by the host"
+            )))
+        };
+        tracing::debug!(package = %pkg, call = call.name(), "module call");
+        match call {
+            ModuleCall::SecretGet(g) => {
+                if !self.modules.secrets {
+                    return denied("secrets", Permission::SecretsRead);
+                }
+                let store =
+                    self.caps.services.secrets.as_ref().ok_or_else(|| {
+                        ModuleError::Unavailable("no secret store configured".into())
+                    })?;
+                // The namespace is always the broker's package, never the script's choice.
+                let v = store
+                    .get(pkg, &g.name)
+                    .await
+                    .map_err(ModuleError::Unavailable)?;
+                Ok(ModuleReply::Secret(v))
+            }
+            ModuleCall::Notify(mut n) => {
+                if !self.modules.notifications {
+                    return denied("notifications", Permission::NotificationsSend);
+                }
+                let sender = self.caps.services.notifier.as_ref().ok_or_else(|| {
+                    ModuleError::Unavailable("no notification sender configured".into())
+                })?;
+                n.package_id = pkg.clone();
+                n.user_id = self.ctx.user_id.clone();
+                n.channel_id = self.ctx.channel_id.clone();
+                sender.send(&n).await.map_err(ModuleError::Upstream)?;
+                Ok(ModuleReply::Notified)
+            }
+            ModuleCall::Http(req) => {
+                if !self.modules.http {
+                    return denied("http", Permission::ApiHttp);
+                }
+                let r = self
+                    .caps
+                    .http
+                    .execute(&self.allowlist, &self.http_limits, req, &self.http_budget)
+                    .await;
+                if let Err(e) = &r {
+                    tracing::info!(package = %pkg, error = %e, "http call refused or failed");
+                }
+                r.map(ModuleReply::Http)
+            }
+            ModuleCall::Complete(req) => {
+                if !self.modules.provider {
+                    return denied("provider", Permission::ProviderComplete);
+                }
+                let user = self
+                    .ctx
+                    .user_id
+                    .as_deref()
+                    .filter(|u| !u.is_empty())
+                    .ok_or_else(|| {
+                        ModuleError::PermissionDenied(
+                            "provider.complete needs a user in the run context".into(),
+                        )
+                    })?;
+                let resolver = self.caps.services.providers.as_ref().ok_or_else(|| {
+                    ModuleError::Unavailable("no provider resolver configured".into())
+                })?;
+                let requirement = self
+                    .package
+                    .manifest
+                    .requires_provider
+                    .clone()
+                    .unwrap_or_default();
+                let resolved = resolver
+                    .resolve(user, self.ctx.channel_id.as_deref(), pkg, &requirement)
+                    .await
+                    .map_err(ModuleError::Unavailable)?
+                    .ok_or_else(|| {
+                        ModuleError::Unavailable(
+                            "no provider key is configured for this user, channel, package or host"
+                                .into(),
+                        )
+                    })?;
+                tracing::debug!(package = %pkg, key_source = resolved.source.as_str(), "provider resolved");
+                self.caps
+                    .provider
+                    .complete(&resolved, req)
+                    .await
+                    .map(ModuleReply::Completion)
+            }
+        }
+    }
+}
+
+impl ModuleCalls for ModuleBroker {
+    fn call(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
+        if self.cancel.is_cancelled() {
+            return Err(ModuleError::Cancelled);
+        }
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(ModuleError::Timeout(
+                "the invocation deadline has passed".into(),
+            ));
+        }
+        let remaining = self.deadline - now;
+        // Called on the evaluation thread (never a runtime worker), so
+        // blocking on the runtime handle is allowed.
+        self.runtime.block_on(async {
+            tokio::select! {
+                r = self.handle(call) => r,
+                _ = tokio::time::sleep(remaining) => Err(ModuleError::Timeout(format!(
+                    "the invocation deadline was reached during the call ({} ms left when it started)",
+                    remaining.as_millis()
+                ))),
+                _ = self.cancel.cancelled() => Err(ModuleError::Cancelled),
+            }
+        })
+    }
+}

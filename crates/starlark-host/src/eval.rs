@@ -1,0 +1,421 @@
+//! Compiling (parse + top-level run + freeze) and calling packages. These
+//! functions are synchronous and recurse: run them on a thread with a large
+//! stack ([`run_on_eval_thread`] does this).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use starlark::environment::{FrozenModule, Globals, Module};
+use starlark::eval::{Evaluator, FileLoader};
+use starlark::syntax::{AstModule, Dialect};
+use starlark::values::Value;
+
+use crate::bindings::{globals_for, CapturedOutput, EvalContext, ModuleSet};
+use crate::broker::CancelToken;
+use crate::error::{LimitKind, StarlarkHostError};
+use crate::limits::{check_source_shape, json_to_value, value_to_json, Limits, ShapeError};
+use crate::package::{normalize_load_path, Package};
+use crate::protocol::{DenyAllCalls, ModuleCalls};
+
+/// A package parsed, its top level executed and frozen. Immutable and
+/// shareable between threads; every call evaluates on a fresh heap.
+pub struct CompiledPackage {
+    package_id: String,
+    modules: ModuleSet,
+    frozen: FrozenModule,
+    load_output: String,
+    globals: serde_json::Map<String, serde_json::Value>,
+    functions: Vec<String>,
+}
+
+impl std::fmt::Debug for CompiledPackage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPackage")
+            .field("package_id", &self.package_id)
+            .field("modules", &self.modules)
+            .field("functions", &self.functions)
+            .finish()
+    }
+}
+
+/// Result of calling an entry point.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CallOutcome {
+    /// Return value as JSON.
+    pub value: serde_json::Value,
+    /// Output printed during the call.
+    pub output: String,
+    /// Whether the compiled package came from the cache.
+    pub cached: bool,
+}
+
+fn dialect() -> Dialect {
+    Dialect {
+        enable_top_level_stmt: true,
+        enable_keyword_only_arguments: true,
+        enable_f_strings: true,
+        ..Dialect::Standard
+    }
+}
+
+struct Guard<'a> {
+    limits: &'a Limits,
+    deadline: Instant,
+    cancel: &'a CancelToken,
+    output: &'a CapturedOutput,
+}
+
+impl Guard<'_> {
+    fn configure<'v, 'a, 'e>(
+        &'a self,
+        eval: &mut Evaluator<'v, 'a, 'e>,
+        ctx: &'a EvalContext,
+    ) -> Result<(), starlark::Error> {
+        let other = |e: anyhow::Error| starlark::Error::new_other(e);
+        eval.set_max_tick_count(self.limits.max_ticks.max(1))
+            .map_err(other)?;
+        eval.set_max_heap_size(self.limits.max_heap_bytes.max(1))
+            .map_err(other)?;
+        eval.set_max_callstack_size(self.limits.max_call_depth.max(1))
+            .map_err(other)?;
+        let deadline = self.deadline;
+        let cancel = self.cancel.clone();
+        eval.set_check_cancelled(Box::new(move || {
+            cancel.is_cancelled() || Instant::now() >= deadline
+        }));
+        eval.set_print_handler(self.output);
+        eval.extra = Some(ctx);
+        Ok(())
+    }
+
+    fn classify(&self, package: &str, e: impl std::fmt::Display) -> StarlarkHostError {
+        let message = e.to_string();
+        let limit = |kind| StarlarkHostError::Limit {
+            package: package.to_owned(),
+            kind,
+            message: message.clone(),
+        };
+        if self.output.overflowed.get() {
+            return limit(LimitKind::Output);
+        }
+        if message.contains("Evaluation cancelled") || message.contains(": cancelled") {
+            if self.cancel.is_cancelled() {
+                return StarlarkHostError::Cancelled {
+                    package: package.to_owned(),
+                };
+            }
+            return StarlarkHostError::Limit {
+                package: package.to_owned(),
+                kind: LimitKind::Time,
+                message: format!(
+                    "evaluation ran past its {} ms deadline: {message}",
+                    self.limits.timeout.as_millis()
+                ),
+            };
+        }
+        if message.contains("deadline") && Instant::now() >= self.deadline {
+            return limit(LimitKind::Time);
+        }
+        if message.contains("nesting limit:") {
+            return limit(LimitKind::Nesting);
+        }
+        if message.contains("source size limit:") {
+            return limit(LimitKind::SourceSize);
+        }
+        if message.contains("ticks has been exceeded") {
+            return limit(LimitKind::Ticks);
+        }
+        if message.contains("Heap memory limit") {
+            return limit(LimitKind::Heap);
+        }
+        if message.contains("call stack overflow") {
+            return limit(LimitKind::CallStack);
+        }
+        StarlarkHostError::Script {
+            package: package.to_owned(),
+            message,
+        }
+    }
+}
+
+struct PackageLoader<'p> {
+    pkg: &'p Package,
+    globals: &'static Globals,
+    guard: &'p Guard<'p>,
+    ctx: &'p EvalContext,
+    stack: RefCell<Vec<String>>,
+    done: RefCell<HashMap<String, FrozenModule>>,
+}
+
+impl PackageLoader<'_> {
+    fn eval_file(&self, path: &str) -> Result<FrozenModule, starlark::Error> {
+        let err = |m: String| starlark::Error::new_other(anyhow::anyhow!(m));
+        let src = self.pkg.sources.get(path).ok_or_else(|| {
+            err(format!(
+                "load: {path:?} is not a file of package {:?}",
+                self.pkg.id
+            ))
+        })?;
+        let limits = self.guard.limits;
+        if src.len() > limits.max_source_bytes {
+            return Err(err(format!(
+                "source size limit: {path} is {} bytes, more than the {} byte limit",
+                src.len(),
+                limits.max_source_bytes
+            )));
+        }
+        match check_source_shape(src, limits.max_nesting_depth, limits.max_expression_depth) {
+            Ok(_) => {}
+            Err(ShapeError::Nesting(depth, line)) => {
+                return Err(err(format!(
+                    "nesting limit: {path}:{line} nests brackets {depth} deep, more than the limit of {}",
+                    limits.max_nesting_depth
+                )))
+            }
+            Err(ShapeError::ExpressionDepth(depth, line)) => {
+                return Err(err(format!(
+                    "nesting limit: {path}:{line} has an operator chain about {depth} deep, more than the limit of {}; split the expression",
+                    limits.max_expression_depth
+                )))
+            }
+        }
+        let ast = AstModule::parse(path, src.clone(), &dialect())?;
+        Module::with_temp_heap(|module| {
+            let mut eval = Evaluator::new(&module);
+            eval.set_loader(self);
+            self.guard.configure(&mut eval, self.ctx)?;
+            eval.eval_module(ast, self.globals)?;
+            drop(eval);
+            module
+                .freeze()
+                .map_err(|e| err(format!("freezing {path} failed: {e:?}")))
+        })
+    }
+}
+
+impl FileLoader for PackageLoader<'_> {
+    fn load(&self, path: &str) -> starlark::Result<FrozenModule> {
+        let err = |m: String| starlark::Error::new_other(anyhow::anyhow!(m));
+        let norm = normalize_load_path(path).ok_or_else(|| {
+            err(format!(
+                "load({path:?}): only relative paths inside the package are allowed"
+            ))
+        })?;
+        if let Some(m) = self.done.borrow().get(&norm) {
+            return Ok(m.clone());
+        }
+        if self.stack.borrow().contains(&norm) {
+            return Err(err(format!("load({path:?}): cyclic load")));
+        }
+        if self.stack.borrow().len() >= self.guard.limits.max_load_depth {
+            return Err(err(format!(
+                "load({path:?}): loads nested more than {} deep",
+                self.guard.limits.max_load_depth
+            )));
+        }
+        self.stack.borrow_mut().push(norm.clone());
+        let r = self.eval_file(&norm);
+        self.stack.borrow_mut().pop();
+        let m = r?;
+        self.done.borrow_mut().insert(norm, m.clone());
+        Ok(m)
+    }
+}
+
+/// Parse, run the top level and freeze a package. Module calls are refused
+/// while the top level runs (see crate docs), so the result does not depend
+/// on any invoker. Recurses: call on a large-stack thread.
+pub fn compile_package(
+    pkg: &Package,
+    modules: ModuleSet,
+    limits: &Limits,
+    cancel: &CancelToken,
+) -> Result<CompiledPackage, StarlarkHostError> {
+    let output = CapturedOutput::new(limits.max_output_bytes);
+    let guard = Guard {
+        limits,
+        deadline: Instant::now() + limits.timeout,
+        cancel,
+        output: &output,
+    };
+    let ctx = EvalContext {
+        calls: Arc::new(DenyAllCalls),
+        max_value_depth: limits.max_value_depth,
+        max_value_bytes: limits.max_value_bytes,
+    };
+    let loader = PackageLoader {
+        pkg,
+        globals: globals_for(modules),
+        guard: &guard,
+        ctx: &ctx,
+        stack: RefCell::new(vec![pkg.manifest.script.clone()]),
+        done: RefCell::new(HashMap::new()),
+    };
+    let frozen = loader
+        .eval_file(&pkg.manifest.script)
+        .map_err(|e| guard.classify(&pkg.id, e))?;
+    let mut globals = serde_json::Map::new();
+    let mut functions = Vec::new();
+    let names: Vec<String> = frozen.names().map(|n| n.as_str().to_owned()).collect();
+    for name in names {
+        let Ok(Some(v)) = frozen.get_option(&name) else {
+            continue;
+        };
+        let value = v.value();
+        if value.get_type() == "function" {
+            functions.push(name);
+        } else if let Ok(j) = value_to_json(value, limits.max_value_depth, limits.max_value_bytes) {
+            globals.insert(name, j);
+        }
+    }
+    functions.sort();
+    let load_output = output.buf.borrow().clone();
+    Ok(CompiledPackage {
+        package_id: pkg.id.clone(),
+        modules,
+        frozen,
+        load_output,
+        globals,
+        functions,
+    })
+}
+
+impl CompiledPackage {
+    /// Package id.
+    pub fn package_id(&self) -> &str {
+        &self.package_id
+    }
+    /// Modules that were present when compiling.
+    pub fn modules(&self) -> ModuleSet {
+        self.modules
+    }
+    /// Output printed by the top level.
+    pub fn load_output(&self) -> &str {
+        &self.load_output
+    }
+    /// Public globals that convert to JSON (functions excluded).
+    pub fn globals(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.globals
+    }
+    /// Public functions (possible entry points), sorted.
+    pub fn functions(&self) -> &[String] {
+        &self.functions
+    }
+
+    /// Call a public function on a fresh heap with JSON arguments; module
+    /// calls go to `calls`. Returns the value and the printed output (the
+    /// output is also returned with an error). Recurses: call on a
+    /// large-stack thread.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        name: &str,
+        args: &[serde_json::Value],
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+        calls: Arc<dyn ModuleCalls>,
+        limits: &Limits,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<(serde_json::Value, String), (StarlarkHostError, String)> {
+        let no_fn = || StarlarkHostError::NoSuchEntryPoint {
+            package: self.package_id.clone(),
+            name: name.to_owned(),
+            available: self.functions.join(", "),
+        };
+        let f = match self.frozen.get_option(name) {
+            Ok(Some(f)) if f.value().get_type() == "function" => f,
+            _ => return Err((no_fn(), String::new())),
+        };
+        let output = CapturedOutput::new(limits.max_output_bytes);
+        let guard = Guard {
+            limits,
+            deadline,
+            cancel,
+            output: &output,
+        };
+        let ctx = EvalContext {
+            calls,
+            max_value_depth: limits.max_value_depth,
+            max_value_bytes: limits.max_value_bytes,
+        };
+        let conv = |m: String| StarlarkHostError::Conversion {
+            package: self.package_id.clone(),
+            message: m,
+        };
+        let result =
+            Module::with_temp_heap(|module| {
+                let heap = module.heap();
+                let mut pos: Vec<Value> = Vec::with_capacity(args.len());
+                for a in args {
+                    pos.push(json_to_value(heap, a, limits.max_value_depth).map_err(conv)?);
+                }
+                let mut named: Vec<(&str, Value)> = Vec::with_capacity(kwargs.len());
+                for (k, v) in kwargs {
+                    named.push((
+                        k.as_str(),
+                        json_to_value(heap, v, limits.max_value_depth).map_err(conv)?,
+                    ));
+                }
+                let mut eval = Evaluator::new(&module);
+                guard
+                    .configure(&mut eval, &ctx)
+                    .map_err(|e| guard.classify(&self.package_id, e))?;
+                // SAFETY: `owned_frozen_value` adds a reference from this module's
+                // frozen heap to the function's heap, so the value stays alive as
+                // long as `module` (and `self.frozen` outlives the call anyway).
+                let fv = unsafe { f.owned_frozen_value(module.frozen_heap()) }.to_value();
+                let r = eval.eval_function(fv, &pos, &named);
+                drop(eval);
+                match r {
+                    Ok(v) => value_to_json(v, limits.max_value_depth, limits.max_value_bytes)
+                        .map_err(|m| StarlarkHostError::Limit {
+                            package: self.package_id.clone(),
+                            kind: LimitKind::ValueSize,
+                            message: format!("return value of {name}: {m}"),
+                        }),
+                    Err(e) => Err(guard.classify(&self.package_id, e)),
+                }
+            });
+        let out = output.buf.borrow().clone();
+        match result {
+            Ok(v) => Ok((v, out)),
+            Err(e) => Err((e, out)),
+        }
+    }
+}
+
+/// Run `f` on a fresh thread with `stack_bytes` of native stack and await
+/// its result. A panic in `f` becomes [`StarlarkHostError::Internal`].
+pub async fn run_on_eval_thread<F, R>(stack_bytes: usize, f: F) -> Result<R, StarlarkHostError>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("starlark-eval".to_owned())
+        .stack_size(stack_bytes)
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = tx.send(r);
+        })
+        .map_err(|e| StarlarkHostError::Internal(format!("cannot spawn evaluation thread: {e}")))?;
+    match rx.await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(p)) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            Err(StarlarkHostError::Internal(format!(
+                "the interpreter panicked: {msg}"
+            )))
+        }
+        Err(_) => Err(StarlarkHostError::Internal(
+            "evaluation thread vanished".to_owned(),
+        )),
+    }
+}

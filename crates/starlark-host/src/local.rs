@@ -1,0 +1,95 @@
+//! One-off local runs, as `cordon star run` does them: load a package from
+//! disk, grant it permissions explicitly, run it in process with in-memory
+//! stores.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::broker::Services;
+use crate::error::StarlarkHostError;
+use crate::eval::CallOutcome;
+use crate::limits::Limits;
+use crate::package::{load_package_from_path, Package, Permission};
+use crate::protocol::Notification;
+use crate::runner::{ExecOutcome, Runner};
+use crate::stores::{
+    InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver, InMemorySecretStore,
+    ProviderConfig, RecordingNotifier, RunContext,
+};
+
+/// Options of a local run. Nothing is granted unless listed in `grant`
+/// (and a grant only takes effect if the manifest also requests it).
+#[derive(Debug, Clone, Default)]
+pub struct LocalRun {
+    /// Permissions to grant the package.
+    pub grant: Vec<Permission>,
+    /// Secrets `(name, value)` in the package's namespace.
+    pub secrets: Vec<(String, String)>,
+    /// Per-invocation context (a user is needed for `provider`).
+    pub context: Option<RunContext>,
+    /// Host-default provider for `provider.complete`.
+    pub provider: Option<ProviderConfig>,
+    /// Limits; `None` means [`Limits::default`].
+    pub limits: Option<Limits>,
+}
+
+/// What a local run produced.
+#[derive(Debug, Clone)]
+pub struct LocalOutcome {
+    /// The package that ran.
+    pub package: Package,
+    /// Globals and top-level output (always present).
+    pub exec: ExecOutcome,
+    /// The entry point's result, when one was named.
+    pub call: Option<CallOutcome>,
+    /// Notifications the package sent (recorded, not delivered).
+    pub notifications: Vec<Notification>,
+}
+
+/// Load the package at `path` (directory with `package.toml`, or a single
+/// `.star` file), execute it, and call `entry` with JSON `args` if given.
+/// Must be called inside a tokio runtime.
+pub async fn run_local(
+    path: impl AsRef<Path>,
+    entry: Option<&str>,
+    args: Vec<serde_json::Value>,
+    options: LocalRun,
+) -> Result<LocalOutcome, StarlarkHostError> {
+    let package = load_package_from_path(path)?;
+    let perms = Arc::new(InMemoryPermissionStore::new());
+    for p in &options.grant {
+        perms.grant(&package.id, *p);
+    }
+    let secrets = Arc::new(InMemorySecretStore::new());
+    for (k, v) in &options.secrets {
+        secrets.set(&package.id, k, v);
+    }
+    let notifier = RecordingNotifier::new();
+    let packages = Arc::new(InMemoryPackageStore::new());
+    packages.insert(package.clone());
+    let mut services = Services::new(packages, perms);
+    services.secrets = Some(secrets);
+    services.notifier = Some(Arc::new(notifier.clone()));
+    if let Some(cfg) = options.provider {
+        let resolver = InMemoryProviderResolver::new();
+        resolver.set_host_default(cfg);
+        services.providers = Some(Arc::new(resolver));
+    }
+    let runner = Runner::new(services)?.with_limits(options.limits.unwrap_or_default());
+    let ctx = options.context.as_ref();
+    let exec = runner.exec_package(&package, ctx).await?;
+    let call = match entry {
+        Some(name) => Some(
+            runner
+                .call_entry_point(&package, name, args, Default::default(), ctx)
+                .await?,
+        ),
+        None => None,
+    };
+    Ok(LocalOutcome {
+        package,
+        exec,
+        call,
+        notifications: notifier.sent(),
+    })
+}

@@ -1,0 +1,296 @@
+//! The async runner: permission gating, caching of compiled packages, and
+//! evaluation on a dedicated large-stack thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::bindings::ModuleSet;
+use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
+use crate::error::StarlarkHostError;
+use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
+use crate::limits::Limits;
+use crate::package::Package;
+use crate::stores::RunContext;
+
+/// Result of [`Runner::exec_package`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ExecOutcome {
+    /// Public globals that convert to JSON (functions are in `functions`).
+    pub globals: serde_json::Map<String, serde_json::Value>,
+    /// Public functions (entry points).
+    pub functions: Vec<String>,
+    /// Output printed by the top level (when it was first compiled).
+    pub output: String,
+    /// Host modules present for this package and context.
+    pub modules: Vec<String>,
+    /// Whether the compiled package came from the cache.
+    pub cached: bool,
+}
+
+/// Cache counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CacheStats {
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Lookups that compiled.
+    pub misses: u64,
+    /// Compiled packages currently cached.
+    pub entries: usize,
+}
+
+type CacheKey = (String, ModuleSet);
+
+#[derive(Default)]
+struct Cache {
+    map: HashMap<CacheKey, Arc<CompiledPackage>>,
+    order: VecDeque<CacheKey>,
+}
+
+/// Runs Starlark packages in process. Cheap to share behind an `Arc`.
+///
+/// In-process evaluation is for **trusted** packages: see the crate docs.
+pub struct Runner {
+    caps: Arc<Capabilities>,
+    limits: Limits,
+    max_cache_entries: usize,
+    cache: Mutex<Cache>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("limits", &self.limits)
+            .field("cache", &self.cache_stats())
+            .finish()
+    }
+}
+
+/// Cancels the token if dropped while armed, so dropping a call's future
+/// stops its evaluation thread at the next check.
+struct CancelOnDrop(Option<CancelToken>);
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.cancel();
+        }
+    }
+}
+
+impl Runner {
+    /// A runner with default [`Limits`].
+    pub fn new(services: Services) -> Result<Self, StarlarkHostError> {
+        Ok(Self::with_capabilities(
+            Capabilities::new(services)?,
+            Limits::default(),
+        ))
+    }
+
+    /// A runner over existing capabilities with the given limits.
+    pub fn with_capabilities(caps: Arc<Capabilities>, limits: Limits) -> Self {
+        Runner {
+            caps,
+            limits,
+            max_cache_entries: 256,
+            cache: Mutex::new(Cache::default()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// Replace the limits (builder style).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The capabilities (for building a [`ModuleBroker`] to serve a worker).
+    pub fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.caps
+    }
+
+    /// Cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            entries: self
+                .cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .map
+                .len(),
+        }
+    }
+
+    fn cache_get(&self, key: &CacheKey) -> Option<Arc<CompiledPackage>> {
+        let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let r = c.map.get(key).cloned();
+        if r.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn cache_put(&self, key: CacheKey, v: Arc<CompiledPackage>) {
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if c.map.insert(key.clone(), v).is_none() {
+            c.order.push_back(key);
+        }
+        while c.map.len() > self.max_cache_entries {
+            match c.order.pop_front() {
+                Some(old) => {
+                    c.map.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Compile (or fetch from cache) and return the package's globals and
+    /// the output of its top level.
+    pub async fn exec_package(
+        &self,
+        pkg: &Package,
+        ctx: Option<&RunContext>,
+    ) -> Result<ExecOutcome, StarlarkHostError> {
+        ensure_runnable(pkg)?;
+        let modules = self.caps.module_set(pkg, ctx).await?;
+        let (compiled, cached) = self.compiled(pkg, modules, &CancelToken::new()).await?;
+        tracing::info!(package = %pkg.id, cached, modules = ?modules.names(), "package executed");
+        Ok(ExecOutcome {
+            globals: compiled.globals().clone(),
+            functions: compiled.functions().to_vec(),
+            output: compiled.load_output().to_owned(),
+            modules: modules.names().into_iter().map(str::to_owned).collect(),
+            cached,
+        })
+    }
+
+    async fn compiled(
+        &self,
+        pkg: &Package,
+        modules: ModuleSet,
+        cancel: &CancelToken,
+    ) -> Result<(Arc<CompiledPackage>, bool), StarlarkHostError> {
+        let key = (pkg.script_hash(), modules);
+        if let Some(c) = self.cache_get(&key) {
+            return Ok((c, true));
+        }
+        let p = pkg.clone();
+        let limits = self.limits.clone();
+        let cancel2 = cancel.clone();
+        let guard = CancelOnDrop(Some(cancel.clone()));
+        let compiled = run_on_eval_thread(self.limits.eval_stack_bytes, move || {
+            compile_package(&p, modules, &limits, &cancel2)
+        })
+        .await;
+        guard.disarm();
+        let compiled = compiled??;
+        let compiled = Arc::new(compiled);
+        self.cache_put(key, compiled.clone());
+        Ok((compiled, false))
+    }
+
+    /// Call a function of the package with JSON arguments. The package is
+    /// compiled once and cached by (source hash, module set); the call runs
+    /// on a fresh heap. `output` holds only what the call printed.
+    pub async fn call_entry_point(
+        &self,
+        pkg: &Package,
+        name: &str,
+        args: Vec<serde_json::Value>,
+        kwargs: serde_json::Map<String, serde_json::Value>,
+        ctx: Option<&RunContext>,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        self.call_entry_point_with_cancel(pkg, name, args, kwargs, ctx, CancelToken::new())
+            .await
+    }
+
+    /// [`Runner::call_entry_point`] with a caller-held [`CancelToken`].
+    /// Dropping the returned future cancels as well.
+    pub async fn call_entry_point_with_cancel(
+        &self,
+        pkg: &Package,
+        name: &str,
+        args: Vec<serde_json::Value>,
+        kwargs: serde_json::Map<String, serde_json::Value>,
+        ctx: Option<&RunContext>,
+        cancel: CancelToken,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        let start = Instant::now();
+        ensure_runnable(pkg)?;
+        let modules = self.caps.module_set(pkg, ctx).await?;
+        let (compiled, cached) = self.compiled(pkg, modules, &cancel).await?;
+        let deadline = Instant::now() + self.limits.timeout;
+        let broker = Arc::new(ModuleBroker::new(
+            self.caps.clone(),
+            pkg,
+            modules,
+            ctx,
+            self.limits.http.clone(),
+            deadline,
+            cancel.clone(),
+        )?);
+        let guard = CancelOnDrop(Some(cancel.clone()));
+        let limits = self.limits.clone();
+        let entry = name.to_owned();
+        let c2 = compiled.clone();
+        let result = run_on_eval_thread(self.limits.eval_stack_bytes, move || {
+            c2.call(&entry, &args, &kwargs, broker, &limits, deadline, &cancel)
+        })
+        .await;
+        guard.disarm();
+        let result = result?;
+        let elapsed_us = start.elapsed().as_micros() as u64;
+        match result {
+            Ok((value, output)) => {
+                tracing::debug!(package = %pkg.id, entry = name, cached, elapsed_us, "entry point returned");
+                Ok(CallOutcome {
+                    value,
+                    output,
+                    cached,
+                })
+            }
+            Err((e, output)) => {
+                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, output_bytes = output.len(), error = %e, "entry point failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// Look a package up in the [`crate::PackageStore`] and call it.
+    pub async fn call_by_id(
+        &self,
+        package_id: &str,
+        name: &str,
+        args: Vec<serde_json::Value>,
+        kwargs: serde_json::Map<String, serde_json::Value>,
+        ctx: Option<&RunContext>,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        let pkg = self
+            .caps
+            .services()
+            .packages
+            .get(package_id)
+            .await
+            .map_err(StarlarkHostError::Store)?
+            .ok_or_else(|| StarlarkHostError::UnknownPackage(package_id.to_owned()))?;
+        self.call_entry_point(&pkg, name, args, kwargs, ctx).await
+    }
+}
