@@ -1,1 +1,146 @@
-//! Placeholder: built in a later issue.
+//! # cordon-backend-linux
+//!
+//! Cordon's Linux [`SandboxBackend`]: it confines a child itself, between
+//! `fork` and `exec`, with no setuid helper and no external program
+//! (no bubblewrap). Everything that can fail is prepared in the parent, in
+//! [`SandboxBackend::wrap`]; the child then only issues raw,
+//! async-signal-safe syscalls. If any step fails the child does not exec
+//! and the spawn fails: nothing ever runs unconfined.
+//!
+//! In the child, in this order:
+//!
+//! 1. if the host runs as root: `setgroups(0)`, `setresgid(65534)`,
+//!    `setresuid(65534)` (the scratch dir is chowned to 65534 in `wrap`);
+//! 2. `unshare(CLONE_NEWUSER)`, so `RLIMIT_NPROC` counts only the sandbox's
+//!    own processes;
+//! 3. `PR_SET_PDEATHSIG(SIGKILL)` again (credential changes clear it) and a
+//!    `getppid` check;
+//! 4. `setrlimit` for NPROC, AS, NOFILE, CPU, FSIZE and CORE=0;
+//! 5. all capabilities dropped (ambient, bounding set, then `capset` to 0);
+//! 6. `PR_SET_NO_NEW_PRIVS`;
+//! 7. `landlock_restrict_self` with a ruleset built in the parent that
+//!    handles every access right of the running kernel's ABI;
+//! 8. two seccomp filters (a deny-list returning `EPERM`, and `clone3` →
+//!    `ENOSYS`).
+//!
+//! The child's `HOME` and `TMPDIR` are its scratch dir (core's spawner sets
+//! them for every sandboxed child): `git` and `gcc` need both writable.
+//! When the host is root, a fresh scratch dir is handed to uid 65534; a
+//! caller's own scratch dir (`Scratch::Existing`) is never chowned and must
+//! already be writable by that uid.
+//!
+//! See [`docs`] (the crate's `README.md`) for every seccomp rule and every
+//! Landlock right with the reason it exists, the minimal system set, the
+//! uid / user-namespace / `RLIMIT_NPROC` decision, what each Landlock ABI
+//! level gives, the known limits, and why each dependency is there.
+//!
+//! ## Example
+//! ```
+//! use std::sync::Arc;
+//! use cordon_backend_linux::LinuxBackend;
+//! use cordon_core::{ChildSpec, ExitOutcome, RunnerConfig, SandboxBackend, Spawner};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let backend = LinuxBackend::new();
+//! if let Some(reason) = backend.availability().reason() {
+//!     eprintln!("no Linux sandbox here: {reason}");
+//!     return Ok(());
+//! }
+//! // Untrusted code should go through `SandboxRunner`, which first runs the
+//! // conformance probes; a confined `Spawner` is the same spawn path.
+//! let spawner = Spawner::confined(Arc::new(backend), RunnerConfig::default());
+//! let spec = ChildSpec::new("/bin/sh")
+//!     .args(["-c", "echo hi > out && cat out && ! cat /etc/shadow"]);
+//! let mut child = spawner.spawn(&spec)?;
+//! assert_eq!(child.wait().await?, ExitOutcome::Exited(0));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! On targets other than Linux the crate compiles, but the backend is
+//! always unavailable ("Landlock and seccomp exist only on Linux") and
+//! `wrap` refuses.
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
+
+#[cfg(target_os = "linux")]
+mod linux;
+
+/// The design notes: every seccomp rule and Landlock right with its
+/// reason (the crate's `README.md`).
+#[doc = include_str!("../README.md")]
+pub mod docs {}
+
+/// The uid and gid a root host drops the child to (`nobody`/`nogroup`).
+pub const SANDBOX_UID: u32 = 65534;
+/// See [`SANDBOX_UID`].
+pub const SANDBOX_GID: u32 = 65534;
+
+/// The Linux sandbox backend (Landlock + seccomp + user namespace +
+/// rlimits + capability drop). See the crate docs.
+///
+/// It holds no state: every call re-checks the host, so a backend created
+/// before the host lost a feature still reports it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LinuxBackend {
+    _private: (),
+}
+
+impl LinuxBackend {
+    /// The backend. Cheap: nothing is probed until asked.
+    pub fn new() -> Self {
+        LinuxBackend { _private: () }
+    }
+}
+
+impl SandboxBackend for LinuxBackend {
+    fn name(&self) -> &str {
+        "linux"
+    }
+
+    fn availability(&self) -> Availability {
+        #[cfg(target_os = "linux")]
+        {
+            linux::availability()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Availability::Unavailable {
+                reason: "Landlock and seccomp exist only on Linux: use the backend for this OS"
+                    .into(),
+            }
+        }
+    }
+
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::host_facts()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            BTreeMap::new()
+        }
+    }
+
+    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::wrap(cmd, policy)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (cmd, policy);
+            Err(WrapError::new(
+                "linux",
+                "Landlock and seccomp exist only on Linux: use the backend for this OS",
+            ))
+        }
+    }
+}

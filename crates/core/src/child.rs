@@ -31,11 +31,16 @@ impl ExitOutcome {
 pub(crate) struct ScratchGuard {
     path: PathBuf,
     owned: Option<tempfile::TempDir>,
+    fresh: bool,
 }
 
 impl ScratchGuard {
     pub(crate) fn borrowed(path: PathBuf) -> Self {
-        ScratchGuard { path, owned: None }
+        ScratchGuard {
+            path,
+            owned: None,
+            fresh: false,
+        }
     }
 
     pub(crate) fn owned(dir: tempfile::TempDir, canonical: PathBuf, keep: bool) -> Self {
@@ -44,17 +49,24 @@ impl ScratchGuard {
             ScratchGuard {
                 path: canonical,
                 owned: None,
+                fresh: true,
             }
         } else {
             ScratchGuard {
                 path: canonical,
                 owned: Some(dir),
+                fresh: true,
             }
         }
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// True when the runner created the directory for this child.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh
     }
 
     fn remove(&mut self) {
@@ -265,8 +277,13 @@ async fn wait_group_gone(pid: u32) {
     }
 }
 
-/// Counts processes in process group `pgid` that are not zombies.
+/// Counts processes in process group `pgid` that are not zombies (Linux:
+/// from `/proc`; elsewhere: 0 or 1 from `killpg(pgid, 0)`, zombies included).
 pub(crate) fn live_group_members(pgid: u32) -> usize {
+    if !cfg!(target_os = "linux") {
+        // SAFETY: signal 0 only checks existence.
+        return usize::from(unsafe { libc::killpg(pgid as libc::pid_t, 0) } == 0);
+    }
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
     };

@@ -137,6 +137,10 @@ impl Limits {
 pub struct SandboxPolicy {
     /// Per-instance read-write directory; the child's working directory.
     pub scratch_dir: PathBuf,
+    /// True when the runner created `scratch_dir` for this child (a backend
+    /// may change its owner, e.g. to the sandbox uid); false when it is the
+    /// caller's own directory, which a backend must not modify.
+    pub scratch_is_fresh: bool,
     /// The package or program directory: read and execute.
     pub package_dir: Option<PathBuf>,
     /// Extra read-only paths.
@@ -154,6 +158,7 @@ impl SandboxPolicy {
     pub fn new(scratch_dir: impl Into<PathBuf>, limits: Limits) -> Self {
         SandboxPolicy {
             scratch_dir: scratch_dir.into(),
+            scratch_is_fresh: false,
             package_dir: None,
             read_only: Vec::new(),
             read_write: Vec::new(),

@@ -11,8 +11,10 @@
 //!   per-fd fallback for kernels before 5.11);
 //! - a per-instance scratch dir (0700) is the cwd;
 //! - the child starts a new session (so it leads a new process group that
-//!   `kill()` reaches, and has no controlling terminal) and gets
+//!   `kill()` reaches, and has no controlling terminal) and, on Linux, gets
 //!   `PR_SET_PDEATHSIG(SIGKILL)`;
+//! - a sandboxed child's `HOME` and `TMPDIR` point at its scratch dir, the
+//!   only place it may write;
 //! - a pinned program is hashed from an open fd and executed from that fd
 //!   through `/proc/self/fd/N`, so no one can swap the path in between.
 //!
@@ -201,8 +203,12 @@ impl Spawner {
         install_hygiene(&mut cmd, self.hygiene);
 
         if let Some(backend) = &self.backend {
+            // Programs expect a writable home and temp dir (git, gcc, pip):
+            // inside a sandbox the only writable place is scratch.
+            cmd.env("HOME", scratch.path()).env("TMPDIR", scratch.path());
             let policy = SandboxPolicy {
                 scratch_dir: scratch.path().to_path_buf(),
+                scratch_is_fresh: scratch.is_fresh(),
                 package_dir,
                 read_only: self.config.read_only.clone(),
                 read_write: self.config.read_write.clone(),
@@ -326,11 +332,14 @@ fn install_hygiene(cmd: &mut std::process::Command, hygiene: Hygiene) {
 
 /// Marks every fd >= 3 close-on-exec. Async-signal-safe.
 fn mark_fds_cloexec(fd_limit: libc::c_int) -> std::io::Result<()> {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
     // SAFETY: raw syscalls on integers.
     unsafe {
-        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
-            return Ok(());
+        #[cfg(target_os = "linux")]
+        {
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+                return Ok(());
+            }
         }
         // Kernels before 5.11: walk every possible fd.
         for fd in 3..fd_limit {
@@ -432,7 +441,12 @@ fn open_program(program: &Path, spec: &ChildSpec) -> Result<(Option<File>, PathB
     // The fd is O_CLOEXEC: it stays open through pre_exec and the kernel
     // opens it for execve before closing it, so ELF programs run from the
     // hashed file. (`#!` scripts cannot run this way: pin their interpreter.)
-    let exec_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let fd_dir = if cfg!(target_os = "linux") {
+        "/proc/self/fd"
+    } else {
+        "/dev/fd"
+    };
+    let exec_path = PathBuf::from(format!("{fd_dir}/{}", file.as_raw_fd()));
     Ok((Some(file), exec_path))
 }
 

@@ -1,0 +1,164 @@
+//! Real checks of what the host offers: each one issues the syscall the
+//! backend will depend on, never a guess from the kernel version.
+
+use std::io;
+
+use crate::{SANDBOX_GID, SANDBOX_UID};
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
+/// `SECCOMP_GET_ACTION_AVAIL`.
+const SECCOMP_GET_ACTION_AVAIL: libc::c_ulong = 2;
+
+/// The lowest Landlock ABI with signal and abstract-socket scoping.
+pub(crate) const SCOPING_ABI: i32 = 6;
+
+/// The Landlock ABI version of the running kernel, or why there is none.
+pub(crate) fn landlock_abi() -> Result<i32, String> {
+    // SAFETY: with a NULL attr and size 0 the kernel only reads `flags`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r >= 1 {
+        return Ok(r as i32);
+    }
+    let err = io::Error::last_os_error();
+    Err(match err.raw_os_error() {
+        Some(libc::ENOSYS) => "Landlock is not built into this kernel (landlock_create_ruleset \
+             returned ENOSYS): run Linux >= 5.13 built with CONFIG_SECURITY_LANDLOCK=y"
+            .to_string(),
+        Some(libc::EOPNOTSUPP) => "Landlock is built into this kernel but not enabled: boot with \
+             `lsm=landlock,...` (add landlock to the lsm= kernel parameter or to CONFIG_LSM)"
+            .to_string(),
+        _ => format!("cannot query the Landlock ABI version: {err}"),
+    })
+}
+
+/// Whether seccomp filters (with the `ERRNO` and `KILL_PROCESS` actions we
+/// use) can be installed.
+pub(crate) fn seccomp() -> Result<(), String> {
+    for (action, name) in [
+        (libc::SECCOMP_RET_ERRNO, "SECCOMP_RET_ERRNO"),
+        (libc::SECCOMP_RET_KILL_PROCESS, "SECCOMP_RET_KILL_PROCESS"),
+    ] {
+        let action: u32 = action;
+        // SAFETY: the kernel reads one u32 from the pointer.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                SECCOMP_GET_ACTION_AVAIL,
+                0 as libc::c_ulong,
+                &action as *const u32,
+            )
+        };
+        if r != 0 {
+            let err = io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::ENOSYS) | Some(libc::EINVAL) => format!(
+                    "seccomp filters are not available ({err}): run a kernel built with \
+                     CONFIG_SECCOMP=y and CONFIG_SECCOMP_FILTER=y"
+                ),
+                Some(libc::EOPNOTSUPP) => format!(
+                    "the seccomp action {name} is not supported by this kernel: run Linux >= 4.14"
+                ),
+                _ => format!("cannot query seccomp support: {err}"),
+            });
+        }
+    }
+    // PR_GET_SECCOMP fails with EINVAL on kernels without seccomp.
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } < 0 {
+        let err = io::Error::last_os_error();
+        return Err(format!(
+            "seccomp is not available (prctl(PR_GET_SECCOMP): {err}): run a kernel built with \
+             CONFIG_SECCOMP=y and CONFIG_SECCOMP_FILTER=y"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the child can create a user namespace, tried for real: a forked
+/// child takes the same credential path as a sandboxed child (drop to
+/// 65534 when root) and calls `unshare(CLONE_NEWUSER)`.
+pub(crate) fn user_namespaces() -> Result<(), String> {
+    // SAFETY: getpid/geteuid have no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    // SAFETY: the child only issues raw syscalls and `_exit`s; it never
+    // returns into Rust code, allocates or takes a lock.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!(
+            "cannot fork to test user namespaces: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    if pid == 0 {
+        // Child.
+        unsafe {
+            if is_root
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) != 0
+                    || libc::setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) != 0)
+            {
+                libc::_exit(200);
+            }
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                let e = *libc::__errno_location();
+                libc::_exit(e.clamp(1, 199));
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(format!(
+                "cannot wait for the user-namespace test child: {err}"
+            ));
+        }
+    }
+    if !libc::WIFEXITED(status) {
+        return Err("the user-namespace test child was killed".into());
+    }
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        200 => Err(format!(
+            "cannot drop from root to uid/gid {SANDBOX_UID}: the process lacks CAP_SETUID/CAP_SETGID"
+        )),
+        e => Err(format!(
+            "unprivileged user namespaces are not available (unshare(CLONE_NEWUSER): {}): \
+             allow them (sysctl user.max_user_namespaces > 0, \
+             kernel.unprivileged_userns_clone=1 on Debian-patched kernels, \
+             kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu) and make sure no \
+             seccomp policy of a container runtime blocks unshare",
+            io::Error::from_raw_os_error(e)
+        )),
+    }
+}
+
+/// The highest capability number of the running kernel.
+pub(crate) fn last_cap() -> libc::c_ulong {
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap") {
+        if let Ok(n) = s.trim().parse::<libc::c_ulong>() {
+            return n;
+        }
+    }
+    // Probe: PR_CAPBSET_READ fails with EINVAL past the last capability.
+    let mut cap: libc::c_ulong = 0;
+    // SAFETY: prctl with integer arguments.
+    while cap < 256 && unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap + 1, 0, 0, 0) } >= 0 {
+        cap += 1;
+    }
+    cap
+}

@@ -1,0 +1,326 @@
+//! The Landlock ruleset: which paths get which rights.
+//!
+//! Built in the parent with the `landlock` crate, handling every access
+//! right of the running kernel's ABI with `CompatLevel::HardRequirement`
+//! (nothing the ABI offers is silently dropped). The child only calls
+//! `landlock_restrict_self` on the resulting fd.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    make_bitflags, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+};
+
+/// System directories granted read + execute so that dynamically linked
+/// programs start. Missing ones are skipped; symlinked ones (merged /usr)
+/// are canonicalised and deduplicated.
+pub(crate) const SYSTEM_EXEC_DIRS: &[&str] = &[
+    "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// Single files under /etc granted read-only. Not /etc wholesale.
+pub(crate) const SYSTEM_READ_FILES: &[&str] = &[
+    // The dynamic loader's cache of library locations.
+    "/etc/ld.so.cache",
+    // Time zone for localtime(3).
+    "/etc/localtime",
+    // getpwuid/getgrgid (id, whoami, python's pwd, git's ident lookup) and
+    // how to resolve them.
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    // git dies when the system config exists but cannot be read.
+    "/etc/gitconfig",
+];
+
+/// Devices granted read + write (+ truncate for `> /dev/null`, + ioctl so
+/// `isatty()` gets its usual ENOTTY).
+pub(crate) const SYSTEM_RW_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+
+/// Devices granted read-only.
+pub(crate) const SYSTEM_READ_DEVICES: &[&str] = &["/dev/urandom", "/dev/random"];
+
+/// What a grant is for; decides the rights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// The scratch dir: everything but device nodes.
+    Scratch,
+    /// Package dir and system dirs: read + execute.
+    ReadExec,
+    /// Extra read-only grants: read (+ execute for directories).
+    ReadOnly,
+    /// Extra read-write grants: read + write, no execute, no devices.
+    ReadWrite,
+    /// Device files read + write.
+    RwDevice,
+    /// Read-only files and devices.
+    ReadFileOnly,
+}
+
+/// One path rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PathRule {
+    /// Canonical path.
+    pub path: PathBuf,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// What it is for.
+    pub grant: Grant,
+}
+
+/// The rights for `grant` on a directory or a file, within `abi`.
+pub(crate) fn rights(abi: ABI, grant: Grant, is_dir: bool) -> BitFlags<AccessFs> {
+    let all = AccessFs::from_all(abi);
+    let read_dir = make_bitflags!(AccessFs::{ReadFile | ReadDir});
+    let devices = make_bitflags!(AccessFs::{MakeChar | MakeBlock});
+    let wanted = match grant {
+        Grant::Scratch => all & !devices,
+        Grant::ReadExec => read_dir | AccessFs::Execute,
+        Grant::ReadOnly if is_dir => read_dir | AccessFs::Execute,
+        Grant::ReadOnly => BitFlags::from(AccessFs::ReadFile),
+        Grant::ReadWrite => read_dir | (AccessFs::from_write(abi) & !devices),
+        Grant::RwDevice => make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | IoctlDev}),
+        Grant::ReadFileOnly => BitFlags::from(AccessFs::ReadFile),
+    };
+    let wanted = wanted & all;
+    if is_dir {
+        wanted
+    } else {
+        // Directory-only rights on a file rule are an error for the kernel.
+        wanted & AccessFs::from_file(abi)
+    }
+}
+
+/// Canonicalises a grant path: it must be absolute and exist (a dangling
+/// symlink is an error naming the link).
+pub(crate) fn canonical_grant(kind: &str, path: &Path) -> Result<(PathBuf, bool), String> {
+    if !path.is_absolute() {
+        return Err(format!(
+            "{kind} path `{}` is not absolute: give an absolute path",
+            path.display()
+        ));
+    }
+    match path.canonicalize() {
+        Ok(p) => {
+            let is_dir = p
+                .metadata()
+                .map_err(|e| format!("{kind} path `{}` is not usable: {e}", path.display()))?
+                .is_dir();
+            Ok((p, is_dir))
+        }
+        Err(e) => {
+            let dangling = path
+                .symlink_metadata()
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
+            if dangling {
+                Err(format!(
+                    "{kind} path `{}` is a dangling symlink ({e}): point it at an existing path \
+                     or remove it from the policy",
+                    path.display()
+                ))
+            } else {
+                Err(format!(
+                    "{kind} path `{}` does not exist or cannot be resolved ({e}): create it or \
+                     remove it from the policy",
+                    path.display()
+                ))
+            }
+        }
+    }
+}
+
+/// Landlock rights are inherited down the tree and only ever added: a
+/// read-only grant inside the scratch dir or a read-write grant would be
+/// writable anyway. Refuse such a policy instead of weakening it silently.
+pub(crate) fn check_no_read_only_under_writable(rules: &[PathRule]) -> Result<(), String> {
+    for ro in rules.iter().filter(|r| r.grant == Grant::ReadOnly) {
+        for w in rules
+            .iter()
+            .filter(|r| matches!(r.grant, Grant::Scratch | Grant::ReadWrite) && r.is_dir)
+        {
+            if ro.path.starts_with(&w.path) {
+                return Err(format!(
+                    "read-only grant `{}` lies inside the writable {} `{}`: Landlock rights are \
+                     inherited down the tree, so it would be writable. Move it out of `{}` or \
+                     drop the grant",
+                    ro.path.display(),
+                    if w.grant == Grant::Scratch {
+                        "scratch dir"
+                    } else {
+                        "read-write grant"
+                    },
+                    w.path.display(),
+                    w.path.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The minimal system set that exists on this host.
+pub(crate) fn system_rules() -> Vec<PathRule> {
+    let mut out = Vec::new();
+    let mut push = |paths: &[&str], grant: Grant| {
+        for p in paths {
+            if let Ok(c) = Path::new(p).canonicalize() {
+                let is_dir = c.is_dir();
+                if !out
+                    .iter()
+                    .any(|r: &PathRule| r.path == c && r.grant == grant)
+                {
+                    out.push(PathRule {
+                        path: c,
+                        is_dir,
+                        grant,
+                    });
+                }
+            }
+        }
+    };
+    push(SYSTEM_EXEC_DIRS, Grant::ReadExec);
+    push(SYSTEM_READ_FILES, Grant::ReadFileOnly);
+    push(SYSTEM_RW_DEVICES, Grant::RwDevice);
+    push(SYSTEM_READ_DEVICES, Grant::ReadFileOnly);
+    out
+}
+
+/// Builds the ruleset for `abi` and returns its fd (`O_CLOEXEC`).
+pub(crate) fn build(abi_version: i32, rules: &[PathRule]) -> Result<OwnedFd, String> {
+    let abi = ABI::from(abi_version);
+    if abi == ABI::Unsupported {
+        return Err("Landlock is not supported by this kernel".into());
+    }
+    let ll = |e: landlock::RulesetError| format!("cannot build the Landlock ruleset: {e}");
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(ll)?;
+    if abi >= ABI::V4 {
+        // No port rule is ever added: every TCP bind and connect is denied.
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(ll)?;
+    }
+    if abi >= ABI::V6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(ll)?;
+    }
+    let mut created = ruleset.create().map_err(ll)?;
+    for r in rules {
+        let access = rights(abi, r.grant, r.is_dir);
+        if access.is_empty() {
+            continue;
+        }
+        let fd = PathFd::new(&r.path).map_err(|e| {
+            format!(
+                "cannot open `{}` for a Landlock rule: {e}",
+                r.path.display()
+            )
+        })?;
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| {
+                format!(
+                    "cannot add the Landlock rule for `{}`: {e}",
+                    r.path.display()
+                )
+            })?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| "the Landlock ruleset has no file descriptor (Landlock unsupported)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_rules_only_get_file_rights() {
+        for grant in [
+            Grant::Scratch,
+            Grant::ReadExec,
+            Grant::ReadOnly,
+            Grant::ReadWrite,
+            Grant::RwDevice,
+            Grant::ReadFileOnly,
+        ] {
+            let r = rights(ABI::V7, grant, false);
+            assert!(AccessFs::from_file(ABI::V7).contains(r), "{grant:?}");
+        }
+    }
+
+    #[test]
+    fn grants_match_the_policy() {
+        let ro = rights(ABI::V7, Grant::ReadOnly, true);
+        assert!(ro.contains(AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute));
+        assert!(!ro.intersects(AccessFs::from_write(ABI::V7)));
+        assert_eq!(
+            rights(ABI::V7, Grant::ReadOnly, false),
+            BitFlags::from(AccessFs::ReadFile)
+        );
+        let rw = rights(ABI::V7, Grant::ReadWrite, true);
+        assert!(rw.contains(AccessFs::WriteFile | AccessFs::MakeReg | AccessFs::Truncate));
+        assert!(!rw.contains(AccessFs::Execute));
+        assert!(!rw.contains(AccessFs::MakeChar));
+        let scratch = rights(ABI::V7, Grant::Scratch, true);
+        assert!(scratch.contains(AccessFs::Execute | AccessFs::Refer | AccessFs::RemoveDir));
+        assert!(!scratch.intersects(AccessFs::MakeChar | AccessFs::MakeBlock));
+        // ABI 1 has no Truncate/Refer: never request what it lacks.
+        assert!(AccessFs::from_all(ABI::V1).contains(rights(ABI::V1, Grant::RwDevice, false)));
+    }
+
+    #[test]
+    fn dangling_and_missing_grants_are_named() {
+        let dir = tempfile_dir();
+        let link = dir.join("dangling");
+        std::os::unix::fs::symlink(dir.join("nowhere"), &link).unwrap();
+        let e = canonical_grant("read-only", &link).unwrap_err();
+        assert!(
+            e.contains("dangling") && e.contains(link.to_str().unwrap()),
+            "{e}"
+        );
+        let missing = dir.join("missing");
+        let e = canonical_grant("read-write", &missing).unwrap_err();
+        assert!(e.contains("does not exist") && e.contains("missing"), "{e}");
+        let e = canonical_grant("read-only", Path::new("relative/x")).unwrap_err();
+        assert!(e.contains("not absolute"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn read_only_inside_writable_is_refused() {
+        let rule = |p: &str, grant| PathRule {
+            path: PathBuf::from(p),
+            is_dir: true,
+            grant,
+        };
+        let ok = [
+            rule("/s", Grant::Scratch),
+            rule("/data", Grant::ReadOnly),
+            rule("/data/out", Grant::ReadWrite),
+        ];
+        assert!(check_no_read_only_under_writable(&ok).is_ok());
+        let bad = [
+            rule("/rw", Grant::ReadWrite),
+            rule("/rw/ro", Grant::ReadOnly),
+        ];
+        let e = check_no_read_only_under_writable(&bad).unwrap_err();
+        assert!(
+            e.contains("/rw/ro") && e.contains("read-write grant"),
+            "{e}"
+        );
+        let bad = [rule("/s", Grant::Scratch), rule("/s/ro", Grant::ReadOnly)];
+        assert!(check_no_read_only_under_writable(&bad)
+            .unwrap_err()
+            .contains("scratch dir"));
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cordon-ll-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

@@ -1,0 +1,23 @@
+//! Confinement tests for the Linux backend, through `Spawner::confined`.
+//!
+//! `harness = false`: every scenario runs in its own process (this binary
+//! re-executed with `CORDON_LINUX_SCENARIO=<name>`), so the fail-closed
+//! scenarios can install a seccomp filter on themselves. When run as root,
+//! every scenario runs twice: as root and as uid 65534 (a copy of this
+//! binary in a 0755 temp dir, started with uid/gid 65534).
+//!
+//! Prints `N passed, M failed` and exits non-zero on any failure.
+
+#[cfg(target_os = "linux")]
+#[path = "confinement/linux.rs"]
+mod linux;
+
+#[cfg(target_os = "linux")]
+fn main() {
+    linux::main();
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    println!("0 passed, 0 failed (the Linux backend is tested on Linux only)");
+}

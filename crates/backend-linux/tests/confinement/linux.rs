@@ -1,0 +1,1125 @@
+//! The Linux scenarios; see `tests/confinement.rs`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_backend_linux::LinuxBackend;
+use cordon_core::{
+    Availability, ChildSpec, ConformanceReport, ConformanceSuite, ExitOutcome, HostFacts, Limits,
+    ProbeId, ProbeResult, ProbeStatus, RunnerConfig, SandboxBackend, SandboxRunner, Scratch,
+    SpawnError, Spawner,
+};
+use tokio::io::AsyncReadExt;
+
+const SCENARIO_ENV: &str = "CORDON_LINUX_SCENARIO";
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+const PYTHON: &str = "/usr/bin/python3";
+
+type Outcome = Result<(), String>;
+
+struct Scenario {
+    name: &'static str,
+    run: fn() -> Outcome,
+    /// Also run as uid 65534 when the harness is root.
+    as_nobody: bool,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    macro_rules! s {
+        ($name:ident, $nobody:expr) => {
+            Scenario {
+                name: stringify!($name),
+                run: $name,
+                as_nobody: $nobody,
+            }
+        };
+    }
+    vec![
+        s!(available_with_facts, true),
+        s!(sh_pipeline, true),
+        s!(python_runs_in_scratch, true),
+        s!(gcc_compiles_and_runs, true),
+        s!(git_init, true),
+        s!(write_outside_scratch_denied, true),
+        s!(read_canary_denied, true),
+        s!(grants_read_only_and_read_write, true),
+        s!(dev_null_and_urandom_work, true),
+        s!(symlink_escape_denied, true),
+        s!(hardlink_denied, true),
+        s!(mknod_denied_fifo_allowed, true),
+        s!(proc_of_host_denied, true),
+        s!(tcp_connect_denied, true),
+        s!(sockets_denied_socketpair_allowed, true),
+        s!(kill_host_process_denied, true),
+        s!(fork_bomb_stops_at_max_processes, true),
+        s!(privileges_dropped, true),
+        s!(setsid_and_namespaces_denied, true),
+        s!(background_children_die, true),
+        s!(parent_death_kills_child, true),
+        s!(pinned_program_runs, true),
+        s!(exec_outside_grants_denied, true),
+        s!(rename_tricks_denied, true),
+        s!(read_only_inside_writable_refused, true),
+        s!(bad_grant_is_a_clear_error, true),
+        s!(gate_opens_when_available, true),
+        s!(fail_closed_without_landlock, true),
+        s!(fail_closed_without_seccomp, true),
+        s!(child_fails_closed_without_restrict_self, true),
+        s!(child_fails_closed_without_seccomp, true),
+        s!(child_fails_closed_without_userns, true),
+    ]
+}
+
+pub fn main() {
+    if let Ok(name) = std::env::var(SCENARIO_ENV) {
+        if name == ORPHAN_HELPER {
+            orphan_helper();
+        }
+        let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
+            eprintln!("unknown scenario {name}");
+            std::process::exit(2);
+        };
+        match (s.run)() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    // Driver. `cargo test` passes harness flags; a bare word filters.
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let exe = std::env::current_exe().expect("current_exe");
+    // SAFETY: geteuid cannot fail.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let nobody_copy = if is_root {
+        Some(copy_for_nobody(&exe))
+    } else {
+        None
+    };
+
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    for s in scenarios() {
+        if let Some(f) = &filter {
+            if !s.name.contains(f.as_str()) {
+                continue;
+            }
+        }
+        let mut runs = vec![("host", exe.clone(), false)];
+        if let (true, Some((_, copy))) = (s.as_nobody, &nobody_copy) {
+            runs.push(("uid65534", copy.clone(), true));
+        }
+        for (label, bin, nobody) in runs {
+            let started = Instant::now();
+            let (ok, output) = run_scenario(&bin, s.name, nobody);
+            let ms = started.elapsed().as_millis();
+            if ok {
+                passed += 1;
+                println!("test {} [{label}] ... ok ({ms} ms)", s.name);
+            } else {
+                println!("test {} [{label}] ... FAILED ({ms} ms)\n{output}", s.name);
+                failed.push(format!("{} [{label}]", s.name));
+            }
+        }
+    }
+    println!("\n{passed} passed, {} failed", failed.len());
+    for f in &failed {
+        println!("  failed: {f}");
+    }
+    if let Some((dir, _)) = nobody_copy {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+fn copy_for_nobody(exe: &Path) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("cordon-linux-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    let copy = dir.join("confinement");
+    std::fs::copy(exe, &copy).expect("copy test binary");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    (dir, copy)
+}
+
+fn run_scenario(bin: &Path, name: &str, nobody: bool) -> (bool, String) {
+    let mut cmd = Command::new(bin);
+    cmd.env(SCENARIO_ENV, name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if nobody {
+        cmd.env_clear()
+            .env(SCENARIO_ENV, name)
+            .env("PATH", PATH)
+            .env("TMPDIR", "/tmp")
+            .env("HOME", "/nonexistent")
+            .current_dir("/tmp")
+            .uid(65534)
+            .gid(65534);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (false, format!("cannot start scenario: {e}")),
+    };
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let so = t_out.join().unwrap_or_default();
+    let se = t_err.join().unwrap_or_default();
+    match status {
+        Some(st) if st.success() => (true, String::new()),
+        Some(st) => (
+            false,
+            format!("  status: {st}\n  stdout: {so}\n  stderr: {se}"),
+        ),
+        None => (
+            false,
+            format!("  timed out\n  stdout: {so}\n  stderr: {se}"),
+        ),
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn backend() -> Arc<LinuxBackend> {
+    Arc::new(LinuxBackend::new())
+}
+
+fn config() -> RunnerConfig {
+    RunnerConfig::default()
+}
+
+fn spawner_with(config: RunnerConfig) -> Spawner {
+    Spawner::confined(backend(), config)
+}
+
+fn spawner() -> Spawner {
+    spawner_with(config())
+}
+
+struct Ran {
+    outcome: ExitOutcome,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "outcome {:?}, stdout {:?}, stderr {:?}",
+            self.outcome, self.stdout, self.stderr
+        )
+    }
+}
+
+fn spec(program: &str, args: &[&str]) -> ChildSpec {
+    ChildSpec::new(program)
+        .args(args.iter().copied())
+        .env("PATH", PATH)
+        .env("LC_ALL", "C")
+        .limits(Limits {
+            deadline: Some(Duration::from_secs(60)),
+            ..Limits::default()
+        })
+}
+
+fn sh(script: &str) -> ChildSpec {
+    spec("/bin/sh", &["-c", script])
+}
+
+fn py(code: &str) -> ChildSpec {
+    spec(PYTHON, &["-c", code])
+}
+
+fn run_with(spawner: &Spawner, spec: ChildSpec) -> Result<Ran, String> {
+    rt().block_on(async {
+        let mut child = spawner
+            .spawn(&spec)
+            .map_err(|e| format!("spawn failed: {e}"))?;
+        drop(child.stdin.take());
+        let reader = child.stdout.take().map(|mut so| {
+            tokio::spawn(async move {
+                let mut v = Vec::new();
+                let _ = so.read_to_end(&mut v).await;
+                v
+            })
+        });
+        let outcome = child.wait().await.map_err(|e| format!("wait: {e}"))?;
+        let stdout = match reader {
+            Some(r) => tokio::time::timeout(Duration::from_secs(5), r)
+                .await
+                .map_err(|_| "stdout did not close".to_string())?
+                .map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        Ok(Ran {
+            outcome,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&child.stderr_tail()).into_owned(),
+        })
+    })
+}
+
+fn run(spec: ChildSpec) -> Result<Ran, String> {
+    run_with(&spawner(), spec)
+}
+
+fn expect_ok(spec: ChildSpec) -> Result<Ran, String> {
+    let r = run(spec)?;
+    if r.outcome != ExitOutcome::Exited(0) {
+        return Err(format!("expected success: {r}"));
+    }
+    Ok(r)
+}
+
+fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Outcome {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+/// A host-side temp dir readable by everyone (so a denial is Landlock's,
+/// not the file mode's), holding `secret` with `content`.
+fn canary(content: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("cordon-canary-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let f = dir.path().join("secret");
+    std::fs::write(&f, content).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    dir
+}
+
+fn existing_scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cordon-test-scratch-")
+        .tempdir()
+        .expect("tempdir")
+}
+
+// -------------------------------------------------------------- scenarios
+
+fn available_with_facts() -> Outcome {
+    let b = LinuxBackend::new();
+    ensure(b.name() == "linux", || "name".into())?;
+    ensure(b.availability() == Availability::Available, || {
+        format!("backend unavailable on this host: {:?}", b.availability())
+    })?;
+    let facts = b.host_facts();
+    for k in [
+        "landlock_abi",
+        "seccomp",
+        "user_namespaces",
+        "uid",
+        "sandbox_uid",
+    ] {
+        ensure(facts.contains_key(k), || {
+            format!("host_facts lacks {k}: {facts:?}")
+        })?;
+    }
+    ensure(facts["user_namespaces"] == "yes", || format!("{facts:?}"))?;
+    ensure(facts["seccomp"] == "filter", || format!("{facts:?}"))?;
+    ensure(facts["sandbox_uid"] == "65534", || format!("{facts:?}"))?;
+    Ok(())
+}
+
+fn sh_pipeline() -> Outcome {
+    let r = expect_ok(sh("echo hi | tr a-z A-Z > out && cat out"))?;
+    ensure(r.stdout == "HI\n", || format!("{r}"))
+}
+
+fn python_runs_in_scratch() -> Outcome {
+    let scratch = existing_scratch();
+    let want = scratch.path().canonicalize().unwrap();
+    let r = expect_ok(
+        py("import json,os; print(os.getcwd()); print(os.environ['HOME'], os.environ['TMPDIR'])")
+            .scratch(Scratch::Existing(scratch.path().to_path_buf())),
+    )?;
+    let w = want.display().to_string();
+    ensure(r.stdout == format!("{w}\n{w} {w}\n"), || {
+        format!("cwd/HOME/TMPDIR not the scratch dir {w}: {r}")
+    })
+}
+
+fn gcc_compiles_and_runs() -> Outcome {
+    let r = expect_ok(sh(
+        "printf '#include <stdio.h>\\nint main(void){puts(\"compiled ok\");return 0;}\\n' > hello.c \
+         && gcc -O1 hello.c -o hello && ./hello",
+    ))?;
+    ensure(r.stdout == "compiled ok\n", || format!("{r}"))
+}
+
+fn git_init() -> Outcome {
+    let r = expect_ok(sh(
+        "git init -q . && test -d .git && git -c user.name=t -c user.email=t@e \
+         commit -q --allow-empty -m first && git log --format=%s",
+    ))?;
+    ensure(r.stdout == "first\n", || format!("{r}"))
+}
+
+fn write_outside_scratch_denied() -> Outcome {
+    let outside = canary("x");
+    let marker = outside.path().join("marker");
+    let tmp_marker =
+        std::env::temp_dir().join(format!("cordon-marker-{}-{}", std::process::id(), "w"));
+    let script = format!(
+        "echo pwned > {m}; echo pwned > {t}; mkdir {m}.d; touch {m}.t; \
+         mv secret {m}.mv 2>/dev/null; echo pwned >> {s}; true > {s}; exit 0",
+        m = marker.display(),
+        t = tmp_marker.display(),
+        s = outside.path().join("secret").display(),
+    );
+    let r = expect_ok(sh(&script))?;
+    ensure(!marker.exists(), || format!("marker created: {r}"))?;
+    ensure(!tmp_marker.exists(), || format!("/tmp marker created: {r}"))?;
+    ensure(!outside.path().join("marker.d").exists(), || {
+        format!("dir created: {r}")
+    })?;
+    ensure(!outside.path().join("marker.t").exists(), || {
+        format!("touch: {r}")
+    })?;
+    let content = std::fs::read_to_string(outside.path().join("secret")).unwrap();
+    ensure(content == "x", || {
+        format!("outside file modified to {content:?}: {r}")
+    })?;
+    ensure(r.stderr.contains("Permission denied"), || format!("{r}"))
+}
+
+fn read_canary_denied() -> Outcome {
+    let c = canary("CANARY-7f3a");
+    let secret = c.path().join("secret");
+    let r = run(sh(&format!(
+        "cat {s}; ls {d}; head -c 100 {s}",
+        s = secret.display(),
+        d = c.path().display()
+    )))?;
+    ensure(!r.stdout.contains("CANARY-7f3a"), || {
+        format!("canary read: {r}")
+    })?;
+    ensure(!r.stdout.contains("secret"), || format!("dir listed: {r}"))?;
+    ensure(r.outcome != ExitOutcome::Exited(0), || format!("{r}"))?;
+    // The host's home dir and /etc/shadow are not readable either.
+    let r = run(sh("cat /etc/shadow; ls /root; ls /home; ls /etc"))?;
+    ensure(
+        !r.stdout.contains("root:") && r.stdout.trim().is_empty(),
+        || format!("read outside grants: {r}"),
+    )
+}
+
+fn grants_read_only_and_read_write() -> Outcome {
+    let ro = canary("RO-CONTENT");
+    let rw = canary("RW-CONTENT");
+    let mut cfg = config();
+    cfg.read_only = vec![ro.path().to_path_buf()];
+    cfg.read_write = vec![rw.path().to_path_buf()];
+    let sp = spawner_with(cfg);
+    let script = format!(
+        "cat {ro}/secret && cat {rw}/secret && echo new > {rw}/new && mkdir {rw}/sub && \
+         echo more >> {rw}/secret && \
+         if echo bad > {ro}/secret; then echo RO-WRITABLE; fi; \
+         if echo bad > {ro}/new; then echo RO-CREATE; fi; exit 0",
+        ro = ro.path().display(),
+        rw = rw.path().display()
+    );
+    let r = run_with(&sp, sh(&script))?;
+    ensure(r.outcome == ExitOutcome::Exited(0), || format!("{r}"))?;
+    ensure(
+        r.stdout.contains("RO-CONTENT") && r.stdout.contains("RW-CONTENT"),
+        || format!("granted reads failed: {r}"),
+    )?;
+    ensure(
+        !r.stdout.contains("RO-WRITABLE") && !r.stdout.contains("RO-CREATE"),
+        || format!("read-only grant writable: {r}"),
+    )?;
+    ensure(
+        rw.path().join("new").exists() && rw.path().join("sub").is_dir(),
+        || format!("read-write grant not writable: {r}"),
+    )?;
+    ensure(!ro.path().join("new").exists(), || "created in ro".into())?;
+    let ro_content = std::fs::read_to_string(ro.path().join("secret")).unwrap();
+    ensure(ro_content == "RO-CONTENT", || {
+        format!("ro modified: {ro_content:?}")
+    })
+}
+
+fn dev_null_and_urandom_work() -> Outcome {
+    let r = expect_ok(sh(
+        "echo x > /dev/null && head -c 16 /dev/urandom | wc -c && head -c 3 /dev/zero | wc -c",
+    ))?;
+    ensure(
+        r.stdout.split_whitespace().collect::<Vec<_>>() == ["16", "3"],
+        || format!("{r}"),
+    )
+}
+
+fn symlink_escape_denied() -> Outcome {
+    let c = canary("LINKED-SECRET");
+    let secret = c.path().join("secret");
+    let target_new = c.path().join("created-through-link");
+    let r = run(sh(&format!(
+        "ln -s {s} link && cat link; ln -s {d} dirlink && ls dirlink/; \
+         ln -s {n} link2 && echo pwned > link2; exit 0",
+        s = secret.display(),
+        d = c.path().display(),
+        n = target_new.display()
+    )))?;
+    ensure(!r.stdout.contains("LINKED-SECRET"), || {
+        format!("read via symlink: {r}")
+    })?;
+    ensure(!r.stdout.contains("secret"), || {
+        format!("listed via symlink: {r}")
+    })?;
+    ensure(!target_new.exists(), || format!("created via symlink: {r}"))
+}
+
+fn hardlink_denied() -> Outcome {
+    let scratch = existing_scratch();
+    let c = canary("HARD");
+    let r = run(sh(&format!(
+        "ln /etc/passwd x; ln {s} y; exit 0",
+        s = c.path().join("secret").display()
+    ))
+    .scratch(Scratch::Existing(scratch.path().to_path_buf())))?;
+    ensure(!scratch.path().join("x").exists(), || {
+        format!("hardlinked /etc/passwd: {r}")
+    })?;
+    ensure(!scratch.path().join("y").exists(), || {
+        format!("hardlinked canary: {r}")
+    })
+}
+
+fn mknod_denied_fifo_allowed() -> Outcome {
+    let r = run(sh(
+        "mknod dev c 1 3 && echo MKNOD-OK; mkfifo f && test -p f && echo FIFO-OK",
+    ))?;
+    ensure(!r.stdout.contains("MKNOD-OK"), || {
+        format!("mknod worked: {r}")
+    })?;
+    ensure(r.stdout.contains("FIFO-OK"), || {
+        format!("mkfifo failed: {r}")
+    })
+}
+
+fn proc_of_host_denied() -> Outcome {
+    let me = std::process::id();
+    let r = run(sh(&format!(
+        "cat /proc/{me}/environ; cat /proc/$PPID/environ; ls /proc/{me}/fd; cat /proc/self/status; exit 0"
+    )))?;
+    ensure(r.stdout.is_empty(), || format!("/proc readable: {r}"))
+}
+
+fn tcp_connect_denied() -> Outcome {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = format!(
+        "import socket\n\
+         try:\n    s=socket.create_connection(('127.0.0.1',{port}),timeout=3); s.sendall(b'x'); print('CONNECTED')\n\
+         except OSError as e: print('DENIED', e.errno)\n"
+    );
+    let r = run(py(&code))?;
+    ensure(r.stdout.starts_with("DENIED 1"), || {
+        format!("python connect: {r}")
+    })?;
+    let r = run(spec(
+        "/bin/bash",
+        &[
+            "-c",
+            &format!("echo x > /dev/tcp/127.0.0.1/{port} && echo CONNECTED"),
+        ],
+    ))?;
+    ensure(!r.stdout.contains("CONNECTED"), || {
+        format!("bash /dev/tcp: {r}")
+    })?;
+    std::thread::sleep(Duration::from_millis(100));
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Ok((_, peer)) => Err(format!("listener got a connection from {peer}")),
+        Err(e) => Err(format!("accept: {e}")),
+    }
+}
+
+fn sockets_denied_socketpair_allowed() -> Outcome {
+    let code = r#"
+import socket, errno
+out = []
+for name, fam, typ in [("unix", socket.AF_UNIX, socket.SOCK_STREAM),
+                       ("udp", socket.AF_INET, socket.SOCK_DGRAM),
+                       ("tcp6", socket.AF_INET6, socket.SOCK_STREAM),
+                       ("raw", socket.AF_INET, socket.SOCK_RAW),
+                       ("netlink", socket.AF_NETLINK, socket.SOCK_RAW)]:
+    try:
+        socket.socket(fam, typ); out.append(name + "=OPEN")
+    except OSError as e:
+        out.append(name + "=" + str(e.errno))
+a, b = socket.socketpair(); a.sendall(b"ping"); out.append("pair=" + b.recv(4).decode())
+try:
+    socket.getaddrinfo("example.com", 80); out.append("dns=RESOLVED")
+except OSError as e:
+    out.append("dns=fail")
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)
+r = libc.syscall(425, 8, params)
+out.append("io_uring=%d/%d" % (r, ctypes.get_errno()))
+print(" ".join(out))
+"#;
+    let r = expect_ok(py(code))?;
+    let want = "unix=1 udp=1 tcp6=1 raw=1 netlink=1 pair=ping dns=fail io_uring=-1/1\n";
+    ensure(r.stdout == want, || format!("want {want:?}: {r}"))
+}
+
+fn kill_host_process_denied() -> Outcome {
+    // A host process with the sandbox's own uid, so DAC would allow the
+    // signal: only Landlock's signal scoping stops it.
+    let mut victim = Command::new("/bin/sleep");
+    victim.arg("30");
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        victim.uid(65534).gid(65534);
+    }
+    let mut victim = victim.spawn().map_err(|e| format!("spawn victim: {e}"))?;
+    let pid = victim.id();
+    let r = run(sh(&format!(
+        "kill -0 {pid} && echo SIGNALLED; kill -9 {pid} && echo KILLED; \
+         sleep 5 & kill $! && echo OWN-CHILD-KILLED; wait; exit 0"
+    )));
+    let alive = victim.try_wait().ok().flatten().is_none();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    let r = r?;
+    ensure(
+        !r.stdout.lines().any(|l| l == "SIGNALLED" || l == "KILLED"),
+        || format!("signalled a host process: {r}"),
+    )?;
+    ensure(r.stdout.contains("OWN-CHILD-KILLED"), || {
+        format!("could not signal its own child: {r}")
+    })?;
+    ensure(alive, || "host process died".into())?;
+    // ptrace of the host is refused too.
+    let code = format!(
+        "import ctypes\nlibc=ctypes.CDLL(None,use_errno=True)\n\
+         print(libc.ptrace(16,{pid},0,0), ctypes.get_errno())\n\
+         print(libc.ptrace(16,{me},0,0), ctypes.get_errno())\n",
+        me = std::process::id()
+    );
+    let r = expect_ok(py(&code))?;
+    ensure(r.stdout == "-1 1\n-1 1\n", || format!("ptrace: {r}"))
+}
+
+fn fork_bomb_stops_at_max_processes() -> Outcome {
+    let code = r#"
+import os, time
+n = 0
+for i in range(200):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        break
+    if pid == 0:
+        os.close(1)
+        time.sleep(20)
+        os._exit(0)
+    n += 1
+print(n)
+"#;
+    let r = expect_ok(py(code).limits(Limits {
+        max_processes: Some(8),
+        deadline: Some(Duration::from_secs(60)),
+        ..Limits::default()
+    }))?;
+    let n: u32 = r.stdout.trim().parse().map_err(|_| format!("{r}"))?;
+    ensure((1..=7).contains(&n), || {
+        format!("forked {n} children under max_processes=8: {r}")
+    })?;
+    // A shell fork bomb ends too (deadline would report DeadlineExceeded).
+    let r = run(
+        sh("bomb() { bomb | bomb & }; bomb; sleep 1; exit 0").limits(Limits {
+            max_processes: Some(16),
+            deadline: Some(Duration::from_secs(20)),
+            ..Limits::default()
+        }),
+    )?;
+    ensure(r.outcome == ExitOutcome::Exited(0), || {
+        format!("shell fork bomb: {r}")
+    })
+}
+
+fn privileges_dropped() -> Outcome {
+    let code = r#"
+import ctypes, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+nnp = libc.prctl(39, 0, 0, 0, 0)
+bset = [libc.prctl(23, c, 0, 0, 0) for c in range(0, 41)]
+amb = [libc.prctl(47, 1, c, 0, 0) for c in range(0, 41)]
+hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+data = (ctypes.c_uint32 * 6)()
+rc = libc.syscall(125, hdr, data)
+print("nnp=%d bset=%d amb=%d capget=%d caps=%s uid=%d euid=%d gid=%d groups=%d" % (
+    nnp, sum(1 for b in bset if b == 1), sum(1 for a in amb if a == 1), rc,
+    ",".join(str(x) for x in data), os.getuid(), os.geteuid(), os.getgid(), len(os.getgroups())))
+print("core=%s nofile=%s" % (resource.getrlimit(resource.RLIMIT_CORE), resource.getrlimit(resource.RLIMIT_NOFILE)))
+"#;
+    let r = expect_ok(py(code).limits(Limits {
+        open_files: Some(50),
+        deadline: Some(Duration::from_secs(60)),
+        ..Limits::default()
+    }))?;
+    let want = "nnp=1 bset=0 amb=0 capget=0 caps=0,0,0,0,0,0 uid=65534 euid=65534 gid=65534";
+    ensure(r.stdout.starts_with(want), || format!("want {want:?}: {r}"))?;
+    ensure(r.stdout.contains("core=(0, 0) nofile=(50, 50)"), || {
+        format!("{r}")
+    })?;
+    // A setuid binary gives nothing (su/sudo need the parent's creds).
+    let r = run(sh("su -c id root </dev/null; sudo -n id; id -u"))?;
+    ensure(
+        !r.stdout.contains("uid=0") && r.stdout.trim_end().ends_with("65534"),
+        || format!("setuid gave privilege: {r}"),
+    )
+}
+
+fn setsid_and_namespaces_denied() -> Outcome {
+    let code = r#"
+import os, ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+def t(name, f):
+    try:
+        f(); out.append(name + "=OK")
+    except OSError as e:
+        out.append(name + "=" + str(e.errno))
+t("setsid", os.setsid)
+t("setpgid", lambda: os.setpgid(0, 0))
+def c(name, r):
+    out.append(name + "=" + ("OK" if r == 0 else str(ctypes.get_errno())))
+c("unshare_user", libc.unshare(0x10000000))
+c("unshare_net", libc.unshare(0x40000000))
+c("unshare_ns", libc.unshare(0x00020000))
+r = libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)
+if r == 0:
+    os._exit(0)
+out.append("clone_newuser=" + ("OK" if r > 0 else str(ctypes.get_errno())))
+r = libc.syscall(435, 0, 0)
+out.append("clone3=%d/%d" % (r, ctypes.get_errno()))
+c("mount", libc.mount(b"none", b".", b"tmpfs", 0, None))
+# fork still works (glibc uses clone without namespace flags)
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+_, st = os.waitpid(pid, 0)
+out.append("fork=%d" % os.WEXITSTATUS(st))
+import threading
+box = []
+t = threading.Thread(target=lambda: box.append(1)); t.start(); t.join()
+out.append("thread=%d" % len(box))
+import subprocess
+out.append("subprocess=" + subprocess.run(["/bin/echo", "sub"], capture_output=True).stdout.decode().strip())
+print(" ".join(out))
+"#;
+    let r = expect_ok(py(code))?;
+    let want = "setsid=1 setpgid=1 unshare_user=1 unshare_net=1 unshare_ns=1 clone_newuser=1 \
+                clone3=-1/38 mount=1 fork=7 thread=1 subprocess=sub\n";
+    ensure(r.stdout == want, || format!("want {want:?}: {r}"))?;
+    // TIOCSTI is refused by seccomp (EPERM), whatever the fd.
+    let r = expect_ok(py(
+        "import fcntl, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('INJECTED')\n\
+         except OSError as e: print(e.errno)\n",
+    ))?;
+    ensure(r.stdout == "1\n", || format!("TIOCSTI: {r}"))
+}
+
+fn background_children_die() -> Outcome {
+    let r = expect_ok(sh("sleep 30 >/dev/null 2>&1 & echo $!"))?;
+    let pid: u32 = r.stdout.trim().parse().map_err(|_| format!("{r}"))?;
+    std::thread::sleep(Duration::from_millis(50));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|x| x.trim().chars().next()))
+        .flatten();
+    ensure(matches!(state, None | Some('Z') | Some('X')), || {
+        format!("background child {pid} still alive (state {state:?})")
+    })
+}
+
+fn bad_grant_is_a_clear_error() -> Outcome {
+    let dir = existing_scratch();
+    let missing = dir.path().join("does-not-exist");
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    let marker = dir.path().join("ran");
+    for (ro, rw, name) in [
+        (vec![missing.clone()], vec![], missing.clone()),
+        (vec![], vec![dangling.clone()], dangling.clone()),
+    ] {
+        let mut cfg = config();
+        cfg.read_only = ro;
+        cfg.read_write = rw;
+        let sp = spawner_with(cfg);
+        let res = rt().block_on(async {
+            sp.spawn(&sh(&format!("touch {}", marker.display())))
+                .map(|_| ())
+        });
+        match res {
+            Err(SpawnError::Wrap(e)) => {
+                let msg = e.to_string();
+                ensure(msg.contains(name.to_str().unwrap()), || {
+                    format!("error does not name the path: {msg}")
+                })?;
+            }
+            Err(e) => return Err(format!("unexpected error kind: {e}")),
+            Ok(()) => return Err("spawned despite a bad grant".into()),
+        }
+    }
+    ensure(!marker.exists(), || "child ran".into())
+}
+
+/// A suite that passes everything: only to test the availability gate.
+struct AllPass;
+
+#[async_trait::async_trait]
+impl ConformanceSuite for AllPass {
+    async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
+        let probes = ProbeId::ALL
+            .iter()
+            .map(|id| ProbeResult {
+                id: *id,
+                title: id.title().into(),
+                status: ProbeStatus::Pass,
+                detail: String::new(),
+                checks: vec![],
+                duration_ms: 0.0,
+            })
+            .collect();
+        ConformanceReport::new(
+            backend.name(),
+            backend.availability(),
+            HostFacts::collect(backend.as_ref()),
+            probes,
+            0.0,
+        )
+    }
+}
+
+fn gate_opens_when_available() -> Outcome {
+    let res = rt().block_on(SandboxRunner::new(backend(), &AllPass, config()));
+    ensure(res.is_ok(), || {
+        format!("gate closed on a working host: {res:?}")
+    })
+}
+
+/// Installs (on this whole process) filters that make the given syscalls
+/// fail, simulating a kernel without the feature.
+fn install_fake_kernel(rules: &[(i64, Vec<seccompiler::SeccompRule>, u32)]) {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+    let arch: TargetArch = std::env::consts::ARCH.try_into().expect("arch");
+    for (nr, conds, errno) in rules {
+        let mut map = BTreeMap::new();
+        map.insert(*nr, conds.clone());
+        let filter = SeccompFilter::new(
+            map,
+            SeccompAction::Allow,
+            SeccompAction::Errno(*errno),
+            arch,
+        )
+        .expect("filter");
+        let prog: BpfProgram = filter.try_into().expect("compile");
+        seccompiler::apply_filter_all_threads(&prog).expect("install fake-kernel filter");
+    }
+}
+
+fn assert_fail_closed(what: &str) -> Outcome {
+    let b = LinuxBackend::new();
+    let reason = match b.availability() {
+        Availability::Unavailable { reason } => reason,
+        Availability::Available => return Err(format!("available without {what}")),
+    };
+    ensure(reason.contains(what), || {
+        format!("reason does not mention {what}: {reason}")
+    })?;
+    let facts = b.host_facts();
+    ensure(!facts.is_empty(), || "no host facts".into())?;
+    // Spawning anyway must not run the program unconfined.
+    let outside = canary("x");
+    let marker = outside.path().join("marker");
+    let res = run(sh(&format!("echo pwned > {}", marker.display())));
+    ensure(res.is_err(), || {
+        format!("spawn succeeded without {what}: {}", res.as_ref().unwrap())
+    })?;
+    ensure(!marker.exists(), || {
+        format!("program ran unconfined without {what}")
+    })?;
+    // And the runner refuses the backend even with a suite that passes all.
+    let res = rt().block_on(SandboxRunner::new(backend(), &AllPass, config()));
+    match res {
+        Err(e) => {
+            let msg = e.to_string();
+            ensure(msg.contains(what), || {
+                format!("SandboxUnavailable lacks the reason: {msg}")
+            })
+        }
+        Ok(_) => Err(format!("SandboxRunner admitted the backend without {what}")),
+    }
+}
+
+fn fail_closed_without_landlock() -> Outcome {
+    install_fake_kernel(&[
+        (
+            libc::SYS_landlock_create_ruleset,
+            vec![],
+            libc::ENOSYS as u32,
+        ),
+        (libc::SYS_landlock_add_rule, vec![], libc::ENOSYS as u32),
+        (
+            libc::SYS_landlock_restrict_self,
+            vec![],
+            libc::ENOSYS as u32,
+        ),
+    ]);
+    assert_fail_closed("Landlock")
+}
+
+fn fail_closed_without_seccomp() -> Outcome {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    let prctl_set_seccomp = SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::PR_SET_SECCOMP as u64,
+    )
+    .unwrap()])
+    .unwrap();
+    let prctl_get_seccomp = SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::PR_GET_SECCOMP as u64,
+    )
+    .unwrap()])
+    .unwrap();
+    // prctl first: the seccomp-syscall filter must be the last installed.
+    install_fake_kernel(&[
+        (
+            libc::SYS_prctl,
+            vec![prctl_set_seccomp, prctl_get_seccomp],
+            libc::EINVAL as u32,
+        ),
+        (libc::SYS_seccomp, vec![], libc::ENOSYS as u32),
+    ]);
+    assert_fail_closed("seccomp")
+}
+
+const ORPHAN_HELPER: &str = "orphan_helper";
+
+/// Helper process for `parent_death_kills_child`: spawns a sandboxed
+/// `sleep`, prints its pid and exits at once without any cleanup (no
+/// destructor runs, so only the parent-death signal can stop the child).
+fn orphan_helper() -> ! {
+    let rt = rt();
+    let sp = spawner();
+    // The scenario owns (and removes) the scratch dir: this process never
+    // cleans up.
+    let scratch = PathBuf::from(std::env::var_os("CORDON_ORPHAN_SCRATCH").expect("scratch"));
+    let child = rt
+        .block_on(async { sp.spawn(&sh("exec sleep 30").scratch(Scratch::Existing(scratch))) })
+        .expect("spawn");
+    println!("{}", child.pid());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::mem::forget(child);
+    std::process::exit(0);
+}
+
+fn proc_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().and_then(|x| x.trim().chars().next()))
+        .is_some_and(|st| st != 'Z' && st != 'X')
+}
+
+fn parent_death_kills_child() -> Outcome {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let scratch = existing_scratch();
+    let out = Command::new(exe)
+        .env(SCENARIO_ENV, ORPHAN_HELPER)
+        .env("CORDON_ORPHAN_SCRATCH", scratch.path())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let pid: u32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| format!("helper printed {:?}", String::from_utf8_lossy(&out.stdout)))?;
+    for _ in 0..100 {
+        if !proc_alive(pid) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: killing the leftover so the test leaves nothing behind.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    }
+    Err(format!("sandboxed child {pid} outlived its parent"))
+}
+
+fn pinned_program_runs() -> Outcome {
+    use sha2::{Digest, Sha256};
+    let program = Path::new("/bin/echo").canonicalize().unwrap();
+    let digest: [u8; 32] = Sha256::digest(std::fs::read(&program).unwrap()).into();
+    let mut s = spec(program.to_str().unwrap(), &["pinned", "ok"]);
+    s.program_sha256 = Some(cordon_core::Sha256Pin(digest));
+    let r = expect_ok(s)?;
+    ensure(r.stdout == "pinned ok\n", || format!("{r}"))
+}
+
+fn exec_outside_grants_denied() -> Outcome {
+    let c = canary("x");
+    let bin = c.path().join("mytrue");
+    std::fs::copy("/bin/true", &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!("{} && echo EXECUTED; exit 0", bin.display());
+    let r = run(sh(&script))?;
+    ensure(!r.stdout.contains("EXECUTED"), || {
+        format!("ran an ungranted binary: {r}")
+    })?;
+    // Granted read-only through a symlink to its dir: canonicalised, runs.
+    let link_dir = existing_scratch();
+    let link = link_dir.path().join("bin-link");
+    std::os::unix::fs::symlink(c.path(), &link).unwrap();
+    let mut cfg = config();
+    cfg.read_only = vec![link.clone()];
+    let r = run_with(
+        &spawner_with(cfg),
+        sh(&format!("{}/mytrue && echo EXECUTED", link.display())),
+    )?;
+    ensure(r.stdout == "EXECUTED\n", || {
+        format!("granted binary did not run: {r}")
+    })
+}
+
+fn rename_tricks_denied() -> Outcome {
+    let c = canary("RENAME-SECRET");
+    let d = c.path().display().to_string();
+    let script = format!(
+        "echo mine > f; mv f {d}/f; mv {d}/secret ./stolen; mv {d} ./stolen-dir; \
+         ln -s {d} l; mv l/secret ./stolen2; \
+         mkdir a && echo 1 > a/b && mv a c && echo 2 > c/b && mv c a && cat a/b; exit 0"
+    );
+    let r = run(sh(&script))?;
+    ensure(!c.path().join("f").exists(), || {
+        format!("moved out of scratch: {r}")
+    })?;
+    ensure(c.path().join("secret").exists(), || {
+        format!("moved the secret in: {r}")
+    })?;
+    ensure(!r.stdout.contains("RENAME-SECRET"), || format!("{r}"))?;
+    ensure(r.stdout == "2\n", || {
+        format!("rename inside scratch failed: {r}")
+    })
+}
+
+fn read_only_inside_writable_refused() -> Outcome {
+    let rw = canary("x");
+    let inner = rw.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let mut cfg = config();
+    cfg.read_write = vec![rw.path().to_path_buf()];
+    cfg.read_only = vec![inner.clone()];
+    let sp = spawner_with(cfg);
+    let res = rt().block_on(async { sp.spawn(&sh("true")).map(|_| ()) });
+    match res {
+        Err(SpawnError::Wrap(e)) => {
+            let msg = e.to_string();
+            ensure(
+                msg.contains(inner.to_str().unwrap()) && msg.contains("inherited"),
+                || format!("unclear error: {msg}"),
+            )
+        }
+        Err(e) => Err(format!("unexpected error: {e}")),
+        Ok(()) => Err("a read-only grant inside a writable one was accepted".into()),
+    }
+}
+
+/// `wrap` succeeds on a working host; then the feature disappears before
+/// fork (a filter on this process, inherited by the child): the child's own
+/// step must fail and the program must not run.
+fn child_step_fails_closed(nr: i64, errno: i32) -> Outcome {
+    let scratch = existing_scratch();
+    let marker = scratch.path().join("ran");
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "echo pwned > ran"])
+        .current_dir(scratch.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let policy = cordon_core::SandboxPolicy::new(scratch.path(), Limits::probe());
+    LinuxBackend::new()
+        .wrap(&mut cmd, &policy)
+        .map_err(|e| format!("wrap failed on a working host: {e}"))?;
+    install_fake_kernel(&[(nr, vec![], errno as u32)]);
+    match cmd.spawn() {
+        Ok(mut child) => {
+            let status = child.wait();
+            return Err(format!("spawned anyway: {status:?}"));
+        }
+        Err(e) => ensure(e.raw_os_error() == Some(errno), || {
+            format!("spawn failed with {e}, expected errno {errno}")
+        })?,
+    }
+    ensure(!marker.exists(), || "the program ran".into())
+}
+
+fn child_fails_closed_without_restrict_self() -> Outcome {
+    child_step_fails_closed(libc::SYS_landlock_restrict_self, libc::ENOSYS)
+}
+
+fn child_fails_closed_without_seccomp() -> Outcome {
+    child_step_fails_closed(libc::SYS_seccomp, libc::ENOSYS)
+}
+
+fn child_fails_closed_without_userns() -> Outcome {
+    child_step_fails_closed(libc::SYS_unshare, libc::EPERM)
+}
