@@ -24,6 +24,7 @@
 //! mode. Add one line at the top of `main`, before any thread starts:
 //!
 //! ```no_run
+//! # #[allow(clippy::needless_doctest_main)]
 //! fn main() {
 //!     cordon_conformance::dispatch_probe_child();
 //!     // ... the application ...

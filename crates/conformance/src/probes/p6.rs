@@ -64,7 +64,7 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
 async fn deadline_tree(ctx: &Ctx) -> CheckResult {
     const NAME: &str = "deadline-kills-tree";
     let limits = Limits {
-        deadline: Some(Duration::from_millis(250)),
+        deadline: Some(Duration::from_millis(150)),
         ..Limits::default()
     };
     let mut child = match ctx.spawn("P6-tree", &[], limits) {

@@ -69,7 +69,8 @@ pub(crate) fn child(r: &mut Reporter, _args: &BTreeMap<String, String>) {
             format!("capget: {}", errno_name(errno())),
         );
     } else {
-        let sets: [(&str, fn(&CapData) -> u32); 3] = [
+        type Field = fn(&CapData) -> u32;
+        let sets: [(&str, Field); 3] = [
             ("effective", |d| d.effective),
             ("permitted", |d| d.permitted),
             ("inheritable", |d| d.inheritable),

@@ -1,0 +1,107 @@
+//! Spawn overhead of `/bin/true`, and the conformance suite's wall time.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_conformance::StandardSuite;
+use cordon_core::{ChildSpec, ConformanceSuite, Runner, SandboxBackend, SandboxRunner, TrustTier, TrustedProcessRunner};
+
+use crate::stats::{not_built, row, Row};
+use crate::Plan;
+
+const SECTION: &str = "1. spawn-and-wait of /bin/true";
+
+fn bwrap() -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).find(|p| p.is_file()))
+}
+
+async fn time_runner(runner: &dyn Runner, trust: TrustTier) -> Duration {
+    let t = Instant::now();
+    let mut child = runner.start(ChildSpec::new("/bin/true").trust(trust)).await.expect("spawn");
+    let out = child.wait().await.expect("wait");
+    assert!(out.success(), "/bin/true failed: {out:?}");
+    t.elapsed()
+}
+
+pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
+    let trusted = TrustedProcessRunner::default();
+    let bwrap = bwrap();
+    let (mut plain, mut tr, mut sb, mut bw) = (vec![], vec![], vec![], vec![]);
+    // Interleaved, so that drift on a shared machine hits every row alike.
+    for i in 0..plan.spawn_iters + 10 {
+        let t = Instant::now();
+        let s = Command::new("/bin/true").status().expect("/bin/true");
+        assert!(s.success());
+        let p = t.elapsed();
+        let t2 = time_runner(&trusted, TrustTier::Trusted).await;
+        let s2 = match sandbox {
+            Some(r) => Some(time_runner(r, TrustTier::Untrusted).await),
+            None => None,
+        };
+        let b = bwrap.as_ref().map(|bw| {
+            let t = Instant::now();
+            let s = Command::new(bw)
+                .args(["--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--new-session", "/bin/true"])
+                .status()
+                .expect("bwrap");
+            assert!(s.success(), "bwrap failed");
+            t.elapsed()
+        });
+        if i >= 10 {
+            plain.push(p);
+            tr.push(t2);
+            if let Some(s) = s2 {
+                sb.push(s);
+            }
+            if let Some(b) = b {
+                bw.push(b);
+            }
+        }
+    }
+    let base = row(SECTION, "std::process::Command (baseline)", plain);
+    let mut rows = vec![base.clone()];
+    let mut trusted_row = row(SECTION, "TrustedProcessRunner", tr);
+    trusted_row.ratio = Some(trusted_row.median / base.median);
+    rows.push(trusted_row.clone());
+    if sb.is_empty() {
+        rows.push(not_built(SECTION, "SandboxRunner (native backend)", "no conforming native backend"));
+    } else {
+        let mut r = row(SECTION, "SandboxRunner (native backend)", sb);
+        r.ratio = Some(r.median / base.median);
+        r.note = format!("{:.2}x the trusted runner", r.median / trusted_row.median);
+        rows.push(r);
+    }
+    if bw.is_empty() {
+        rows.push(not_built(SECTION, "bwrap --unshare-all", "bubblewrap not installed; skipped"));
+    } else {
+        let mut r = row(SECTION, "bwrap --ro-bind / / --unshare-all ...", bw);
+        r.ratio = Some(r.median / base.median);
+        rows.push(r);
+    }
+    rows
+}
+
+pub async fn suite(plan: &Plan, backend: Arc<dyn SandboxBackend>) -> Vec<Row> {
+    const S: &str = "2. conformance suite P1-P7";
+    let mut total = vec![];
+    let mut per: Vec<Vec<Duration>> = vec![vec![]; 7];
+    let mut conforms = true;
+    for _ in 0..plan.suite_runs {
+        let t = Instant::now();
+        let report = StandardSuite::new().run(backend.clone()).await;
+        total.push(t.elapsed());
+        conforms &= report.conforms();
+        for (i, p) in report.probes.iter().enumerate().take(7) {
+            per[i].push(Duration::from_secs_f64(p.duration_ms / 1000.0));
+        }
+    }
+    let mut rows = vec![row(S, format!("whole suite ({})", backend.name()), total)];
+    rows[0].note = if conforms { "CONFORMS".into() } else { "NOT CONFORMING".into() };
+    for (i, samples) in per.into_iter().enumerate() {
+        if !samples.is_empty() {
+            rows.push(row(S, format!("  P{}", i + 1), samples));
+        }
+    }
+    rows
+}
