@@ -108,6 +108,8 @@ pub struct RunningChild {
     scratch: ScratchGuard,
     outcome: Option<ExitOutcome>,
     label: Option<String>,
+    #[cfg(target_os = "linux")]
+    pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
 }
 
 impl std::fmt::Debug for RunningChild {
@@ -163,6 +165,8 @@ impl RunningChild {
             scratch,
             outcome: None,
             label,
+            #[cfg(target_os = "linux")]
+            pidfd: open_pidfd(pid),
         }
     }
 
@@ -206,22 +210,32 @@ impl RunningChild {
         if let Some(outcome) = self.outcome {
             return Ok(outcome);
         }
-        let outcome = match self.deadline {
-            Some(deadline) => {
-                tokio::select! {
-                    status = self.child.wait() => from_status(status?),
-                    _ = tokio::time::sleep_until(deadline) => {
-                        kill_group(self.pid);
-                        self.child.wait().await?;
-                        tracing::info!(pid = self.pid, label = self.label.as_deref().unwrap_or(""), "deadline exceeded; process group killed");
-                        ExitOutcome::DeadlineExceeded
-                    }
-                }
+        let deadline_hit = match self.deadline {
+            Some(deadline) => tokio::select! {
+                r = self.exited() => { r?; false }
+                _ = tokio::time::sleep_until(deadline) => true,
+            },
+            None => {
+                self.exited().await?;
+                false
             }
-            None => from_status(self.child.wait().await?),
+        };
+        // The leader has exited but is not reaped yet (on Linux, where we
+        // watch a pidfd): its pid cannot be reused, so the group id still
+        // names only its own descendants when we kill what is left of them.
+        kill_group(self.pid);
+        let status = self.child.wait().await?;
+        let outcome = if deadline_hit {
+            tracing::info!(
+                pid = self.pid,
+                label = self.label.as_deref().unwrap_or(""),
+                "deadline exceeded; process group killed"
+            );
+            ExitOutcome::DeadlineExceeded
+        } else {
+            from_status(status)
         };
         self.outcome = Some(outcome);
-        kill_group(self.pid);
         wait_group_gone(self.pid).await;
         if let Some(task) = self.stderr_task.take() {
             // The pipe closes once every holder is dead; don't hang on a
@@ -231,6 +245,38 @@ impl RunningChild {
         self.scratch.remove();
         Ok(outcome)
     }
+
+    /// Resolves when the leader has exited, without reaping it when a
+    /// pidfd is available (Linux 5.3+); otherwise by reaping it.
+    async fn exited(&mut self) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(pidfd) = &self.pidfd {
+            // A pidfd polls readable once the process has exited.
+            let mut guard = pidfd.readable().await?;
+            guard.retain_ready();
+            return Ok(());
+        }
+        self.child.wait().await.map(|_| ())
+    }
+}
+
+/// Opens a pidfd for `pid` so exit can be observed before reaping.
+#[cfg(target_os = "linux")]
+fn open_pidfd(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open on a pid we spawned and have not reaped.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd is a fresh descriptor we own (pidfds are O_CLOEXEC).
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: OwnedFd keeps the descriptor open and unchanged for as long
+    // as the AsyncFd owns it.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+    }
+    .ok()
 }
 
 impl Drop for RunningChild {

@@ -205,7 +205,8 @@ impl Spawner {
         if let Some(backend) = &self.backend {
             // Programs expect a writable home and temp dir (git, gcc, pip):
             // inside a sandbox the only writable place is scratch.
-            cmd.env("HOME", scratch.path()).env("TMPDIR", scratch.path());
+            cmd.env("HOME", scratch.path())
+                .env("TMPDIR", scratch.path());
             let policy = SandboxPolicy {
                 scratch_dir: scratch.path().to_path_buf(),
                 scratch_is_fresh: scratch.is_fresh(),
