@@ -21,6 +21,49 @@ pub enum LimitKind {
     Nesting,
     /// Depth or size of a value converted to JSON.
     ValueSize,
+    /// The sandboxed worker's address-space limit (`WorkerLimits::memory_bytes`):
+    /// an allocation failed and the worker aborted.
+    Memory,
+    /// The sandboxed worker's CPU-time limit (`WorkerLimits::cpu_seconds`).
+    Cpu,
+}
+
+impl LimitKind {
+    /// Every kind, in a stable order.
+    pub const ALL: [LimitKind; 10] = [
+        LimitKind::Ticks,
+        LimitKind::Time,
+        LimitKind::Heap,
+        LimitKind::CallStack,
+        LimitKind::Output,
+        LimitKind::SourceSize,
+        LimitKind::Nesting,
+        LimitKind::ValueSize,
+        LimitKind::Memory,
+        LimitKind::Cpu,
+    ];
+
+    /// The wire name (`snake_case`), as used in worker error codes
+    /// (`limit.<name>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Ticks => "ticks",
+            LimitKind::Time => "time",
+            LimitKind::Heap => "heap",
+            LimitKind::CallStack => "call_stack",
+            LimitKind::Output => "output",
+            LimitKind::SourceSize => "source_size",
+            LimitKind::Nesting => "nesting",
+            LimitKind::ValueSize => "value_size",
+            LimitKind::Memory => "memory",
+            LimitKind::Cpu => "cpu",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<LimitKind> {
+        LimitKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
 }
 
 /// Errors returned by the runner and package loading. Messages say what to
@@ -99,4 +142,46 @@ pub enum StarlarkHostError {
     /// The evaluation thread died unexpectedly (an interpreter bug).
     #[error("internal error: {0}")]
     Internal(String),
+    /// An untrusted package asked for in-process evaluation.
+    #[error(
+        "package {package:?} is not trusted, so it cannot run in process; \
+         run it with Isolation::Sandboxed (the default) or mark it trusted"
+    )]
+    InProcessRefused {
+        /// Package id.
+        package: String,
+    },
+    /// No conforming sandbox exists, so an untrusted package will not run
+    /// (never falls back to in-process evaluation). The conformance report
+    /// is inside.
+    #[error("package {package:?} was not run: {source}")]
+    SandboxUnavailable {
+        /// Package id.
+        package: String,
+        /// Why the sandbox runner was not admitted (report included).
+        #[source]
+        source: Box<cordon_core::SandboxUnavailable>,
+    },
+    /// The sandboxed worker could not be started.
+    #[error(
+        "cannot start the sandboxed worker for package {package:?}: {message}; \
+         check the worker program (WorkerConfig::program) and the runner's limits"
+    )]
+    WorkerStart {
+        /// Package id.
+        package: String,
+        /// What failed.
+        message: String,
+    },
+    /// The sandboxed worker crashed, was killed, or broke the protocol. The
+    /// worker was killed and discarded; the next call starts a fresh one.
+    #[error(
+        "worker for package {package:?} {message}; it was killed and the next call starts a fresh worker"
+    )]
+    Worker {
+        /// Package id.
+        package: String,
+        /// What happened (crash signal, protocol violation, ...).
+        message: String,
+    },
 }

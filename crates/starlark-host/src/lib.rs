@@ -18,9 +18,9 @@
 //!   ([`bindings`]) only turn arguments into serde structs
 //!   ([`ModuleCall`]) and call a `dyn` [`ModuleCalls`]. In process that is a
 //!   [`ModuleBroker`], which does all the checking (gating, allowlist,
-//!   private-address guard, caps, deadline). A sandboxed worker will plug in
-//!   a forwarder instead and the host will serve it with
-//!   [`ModuleBroker::handle`].
+//!   private-address guard, caps, deadline). In a sandboxed worker it is a
+//!   forwarder that asks the host, which serves it with
+//!   [`ModuleBroker::handle`] — the same code.
 //! * [`Runner`] compiles a package once (parse, run the top level, freeze),
 //!   caches it by (source hash, module set) and evaluates each entry-point
 //!   call on a fresh heap on a dedicated large-stack thread, under
@@ -31,19 +31,29 @@
 //! cached state must not depend on which user invoked it first. Call modules
 //! from functions.
 //!
-//! ## Trust
+//! ## Trust and isolation
 //!
-//! In-process evaluation is for **trusted** packages. The limits stop the
-//! usual runaway scripts, but the interpreter can still abort the whole
-//! process on some hostile input: compile-time constant folding of
-//! `'a' * 2000000000` allocates before any limit is checked, and very deep
-//! values can overflow the native stack in the interpreter's own
-//! serializer (`json.encode`, `repr`). Untrusted packages must run in the
-//! sandboxed worker process (a later issue), which reuses [`ModuleBroker`]
-//! on the host side.
+//! The interpreter is not a safety boundary: hostile input can abort its
+//! process (compile-time folding of `'a' * 2000000000`, values nested so
+//! deep that `json.encode` overflows the native stack) or exhaust memory
+//! inside one builtin before a limit is checked. So:
 //!
-//! For `cordon star run`, [`run_local`] does all of this for a path with
-//! explicit grants and secrets.
+//! * **untrusted** packages run only in a sandboxed worker process
+//!   ([`Isolation::Sandboxed`], [`SandboxedRunner`]) started through an
+//!   admitted [`cordon_core::SandboxRunner`]; with no conforming backend
+//!   they are refused with the conformance report, never run in process;
+//! * **trusted** packages may run in process ([`Isolation::InProcess`],
+//!   [`Runner`]).
+//!
+//! [`StarlarkHost`] / [`select_isolation`] make that choice in one place.
+//! The worker is the application's own executable: call
+//! [`worker::dispatch_worker`] first thing in `main`. The host ⇄ worker
+//! protocol is specified in `docs/protocol.md` ([`wire`] has the bodies).
+//!
+//! For `cordon star run`, [`run_local`] (in process) and
+//! [`run_local_sandboxed`] (in a worker) do all of this for a path with
+//! explicit grants and secrets. [`bench_figures`] measures warm, cold and
+//! in-process call latency.
 //!
 //! ## Example
 //!
@@ -75,26 +85,33 @@
 
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod bindings;
 pub mod broker;
 pub mod error;
 pub mod eval;
 pub mod http;
+pub mod isolation;
 pub mod limits;
 pub mod local;
 pub mod package;
 pub mod protocol;
 pub mod provider;
 pub mod runner;
+pub mod sandbox;
 pub mod stores;
+pub mod wire;
+pub mod worker;
 
+pub use bench::{bench_figures, BenchFigures, Figure};
 pub use bindings::{globals_for, ModuleSet};
 pub use broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
 pub use error::{LimitKind, StarlarkHostError};
 pub use eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
 pub use http::{is_public_ip, Allowlist, HttpLimits};
+pub use isolation::{select_isolation, Executor, Isolation, StarlarkHost};
 pub use limits::Limits;
-pub use local::{run_local, LocalOutcome, LocalRun};
+pub use local::{run_local, run_local_sandboxed, LocalOutcome, LocalRun};
 pub use package::{
     load_package_from_path, parse_manifest, Manifest, Package, PackageStatus, PackageTier,
     Permission, ProviderRequirement,
@@ -105,6 +122,10 @@ pub use protocol::{
 };
 pub use provider::OpenAiCompatibleProvider;
 pub use runner::{CacheStats, ExecOutcome, Runner};
+pub use sandbox::{
+    ColdWorker, PoolConfig, PoolStats, SandboxedRunner, SessionError, WorkerConfig,
+    WorkerConnection, WorkerLimits, WorkerProgram,
+};
 pub use stores::{
     ApiKey, InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver,
     InMemorySecretStore, KeySource, NotificationSender, PackageStore, PermissionStore,

@@ -1,0 +1,291 @@
+//! Bodies of the host ⇄ worker protocol methods (`docs/protocol.md`).
+//!
+//! Frames, the `Hello`/`Welcome` handshake and the [`Message`] envelope come
+//! from [`cordon_core::protocol`]; this module defines what goes in the
+//! `body` of each `Request`/`Response` and the `code` strings of `Error`s.
+//! Structs only (no internally tagged enums), so they survive serde_json's
+//! `arbitrary_precision`.
+//!
+//! [`Message`]: cordon_core::protocol::Message
+
+use serde::{Deserialize, Serialize};
+
+use crate::bindings::ModuleSet;
+use crate::error::{LimitKind, StarlarkHostError};
+use crate::limits::Limits;
+use crate::package::Package;
+use crate::protocol::ModuleError;
+
+/// The worker's identity prefix in `Hello.worker`; the full string is
+/// [`worker_identity`].
+pub const WORKER_NAME: &str = "cordon-starlark-worker";
+
+/// `cordon-starlark-worker/<crate version>`: what a worker built from this
+/// crate sends, and the only identity the host accepts.
+pub fn worker_identity() -> String {
+    format!("{WORKER_NAME}/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Method `load_package` (host → worker, once per worker).
+pub const METHOD_LOAD_PACKAGE: &str = "load_package";
+/// Method `call` (host → worker, one at a time).
+pub const METHOD_CALL: &str = "call";
+/// Method `module` (worker → host, only while a `call` is in flight).
+pub const METHOD_MODULE: &str = "module";
+
+/// Error code: the worker's or host's peer broke the protocol (terminal).
+pub const CODE_PROTOCOL: &str = "protocol";
+/// Error code: no common protocol version (terminal, handshake).
+pub const CODE_VERSION: &str = "version";
+/// Error code: the worker is not the expected program/version (terminal).
+pub const CODE_IDENTITY: &str = "identity";
+/// Error code: a request named a method the receiver does not know (terminal).
+pub const CODE_UNKNOWN_METHOD: &str = "unknown_method";
+/// Error code: a request body did not parse (answers that request).
+pub const CODE_BAD_REQUEST: &str = "bad_request";
+/// Error code: `call` before a successful `load_package`.
+pub const CODE_NOT_LOADED: &str = "not_loaded";
+
+/// Evaluation limits sent with `load_package`: [`Limits`] without the HTTP
+/// caps (those are enforced by the host's broker, not the worker).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireLimits {
+    /// [`Limits::max_ticks`].
+    pub max_ticks: u64,
+    /// [`Limits::timeout`], in milliseconds.
+    pub timeout_ms: u64,
+    /// [`Limits::max_heap_bytes`].
+    pub max_heap_bytes: u64,
+    /// [`Limits::max_call_depth`].
+    pub max_call_depth: u64,
+    /// [`Limits::max_output_bytes`].
+    pub max_output_bytes: u64,
+    /// [`Limits::max_source_bytes`].
+    pub max_source_bytes: u64,
+    /// [`Limits::max_nesting_depth`].
+    pub max_nesting_depth: u64,
+    /// [`Limits::max_expression_depth`].
+    pub max_expression_depth: u64,
+    /// [`Limits::max_value_depth`].
+    pub max_value_depth: u64,
+    /// [`Limits::max_value_bytes`].
+    pub max_value_bytes: u64,
+    /// [`Limits::max_load_depth`].
+    pub max_load_depth: u64,
+    /// [`Limits::eval_stack_bytes`]: the worker's evaluation thread stack.
+    pub eval_stack_bytes: u64,
+}
+
+impl From<&Limits> for WireLimits {
+    fn from(l: &Limits) -> Self {
+        WireLimits {
+            max_ticks: l.max_ticks,
+            timeout_ms: l.timeout.as_millis().min(u64::MAX as u128) as u64,
+            max_heap_bytes: l.max_heap_bytes as u64,
+            max_call_depth: l.max_call_depth as u64,
+            max_output_bytes: l.max_output_bytes as u64,
+            max_source_bytes: l.max_source_bytes as u64,
+            max_nesting_depth: l.max_nesting_depth as u64,
+            max_expression_depth: l.max_expression_depth as u64,
+            max_value_depth: l.max_value_depth as u64,
+            max_value_bytes: l.max_value_bytes as u64,
+            max_load_depth: l.max_load_depth as u64,
+            eval_stack_bytes: l.eval_stack_bytes as u64,
+        }
+    }
+}
+
+impl WireLimits {
+    /// Back to [`Limits`] (HTTP caps at their defaults: unused in the worker).
+    pub fn to_limits(&self) -> Limits {
+        let z = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        Limits {
+            max_ticks: self.max_ticks,
+            timeout: std::time::Duration::from_millis(self.timeout_ms),
+            max_heap_bytes: z(self.max_heap_bytes),
+            max_call_depth: z(self.max_call_depth),
+            max_output_bytes: z(self.max_output_bytes),
+            max_source_bytes: z(self.max_source_bytes),
+            max_nesting_depth: z(self.max_nesting_depth),
+            max_expression_depth: z(self.max_expression_depth),
+            max_value_depth: z(self.max_value_depth),
+            max_value_bytes: z(self.max_value_bytes),
+            max_load_depth: z(self.max_load_depth),
+            eval_stack_bytes: z(self.eval_stack_bytes),
+            http: Default::default(),
+        }
+    }
+}
+
+/// Body of `load_package`: the whole package (every source file; the
+/// worker reads no files), the modules its globals get, and the limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadPackage {
+    /// The package, sources included.
+    pub package: Package,
+    /// Host modules present in the globals (the host re-checks every call).
+    pub modules: ModuleSet,
+    /// Evaluation limits.
+    pub limits: WireLimits,
+}
+
+/// Response body of `load_package`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Loaded {
+    /// Public functions (entry points), sorted.
+    pub functions: Vec<String>,
+    /// Public globals that convert to JSON.
+    pub globals: serde_json::Map<String, serde_json::Value>,
+    /// What the top level printed.
+    pub output: String,
+}
+
+/// Body of `call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Call {
+    /// Function name.
+    pub entry: String,
+    /// Positional arguments.
+    #[serde(default)]
+    pub args: Vec<serde_json::Value>,
+    /// Keyword arguments.
+    #[serde(default)]
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Deadline of this call, from the worker's receipt of the request, in
+    /// milliseconds (the host kills the worker a grace period after its own
+    /// copy of the deadline).
+    pub timeout_ms: u64,
+}
+
+/// Response body of `call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallResult {
+    /// Return value as JSON.
+    pub value: serde_json::Value,
+    /// What the call printed.
+    pub output: String,
+}
+
+/// Error `code` for a [`StarlarkHostError`] raised in the worker, and the
+/// message to send with it. Limit kinds become `limit.<kind>`.
+pub fn error_code(e: &StarlarkHostError) -> (String, String) {
+    match e {
+        StarlarkHostError::Script { message, .. } => ("script".into(), message.clone()),
+        StarlarkHostError::Limit { kind, message, .. } => {
+            (format!("limit.{}", kind.as_str()), message.clone())
+        }
+        StarlarkHostError::Cancelled { .. } => ("cancelled".into(), "cancelled".into()),
+        StarlarkHostError::NoSuchEntryPoint { name, .. } => {
+            ("no_such_entry_point".into(), name.clone())
+        }
+        StarlarkHostError::Conversion { message, .. } => ("conversion".into(), message.clone()),
+        StarlarkHostError::InvalidPackage(m) => ("invalid_package".into(), m.clone()),
+        other => ("internal".into(), other.to_string()),
+    }
+}
+
+/// Rebuilds the error a worker reported for package `package`.
+/// `available` is the package's function list (for `no_such_entry_point`).
+pub fn error_from_code(
+    package: &str,
+    code: &str,
+    message: String,
+    available: &[String],
+) -> StarlarkHostError {
+    let package = package.to_owned();
+    if let Some(kind) = code.strip_prefix("limit.") {
+        if let Some(kind) = LimitKind::parse(kind) {
+            return StarlarkHostError::Limit {
+                package,
+                kind,
+                message,
+            };
+        }
+    }
+    match code {
+        "script" => StarlarkHostError::Script { package, message },
+        "cancelled" => StarlarkHostError::Cancelled { package },
+        "no_such_entry_point" => StarlarkHostError::NoSuchEntryPoint {
+            package,
+            name: message,
+            available: available.join(", "),
+        },
+        "conversion" => StarlarkHostError::Conversion { package, message },
+        "invalid_package" => StarlarkHostError::InvalidPackage(message),
+        _ => StarlarkHostError::Internal(format!(
+            "worker for package {package:?} reported {code}: {message}"
+        )),
+    }
+}
+
+/// Error `code` of a [`ModuleError`] (the variant name in `snake_case`) and
+/// its message.
+pub fn module_error_code(e: &ModuleError) -> (&'static str, String) {
+    match e {
+        ModuleError::PermissionDenied(m) => ("permission_denied", m.clone()),
+        ModuleError::NetworkDenied(m) => ("network_denied", m.clone()),
+        ModuleError::LimitExceeded(m) => ("limit_exceeded", m.clone()),
+        ModuleError::Timeout(m) => ("timeout", m.clone()),
+        ModuleError::Cancelled => ("cancelled", String::new()),
+        ModuleError::InvalidArgument(m) => ("invalid_argument", m.clone()),
+        ModuleError::Unavailable(m) => ("unavailable", m.clone()),
+        ModuleError::Upstream(m) => ("upstream", m.clone()),
+    }
+}
+
+/// Rebuilds a [`ModuleError`] from its code; an unknown code becomes
+/// `Upstream` with the code in the message.
+pub fn module_error_from_code(code: &str, message: String) -> ModuleError {
+    match code {
+        "permission_denied" => ModuleError::PermissionDenied(message),
+        "network_denied" => ModuleError::NetworkDenied(message),
+        "limit_exceeded" => ModuleError::LimitExceeded(message),
+        "timeout" => ModuleError::Timeout(message),
+        "cancelled" => ModuleError::Cancelled,
+        "invalid_argument" => ModuleError::InvalidArgument(message),
+        "unavailable" => ModuleError::Unavailable(message),
+        "upstream" => ModuleError::Upstream(message),
+        other => ModuleError::Upstream(format!("{other}: {message}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_round_trip() {
+        let l = Limits::default();
+        let w = WireLimits::from(&l);
+        let s = serde_json::to_string(&w).unwrap();
+        let back: WireLimits = serde_json::from_str(&s).unwrap();
+        assert_eq!(back.to_limits(), l);
+    }
+
+    #[test]
+    fn errors_round_trip() {
+        for kind in LimitKind::ALL {
+            let e = StarlarkHostError::Limit {
+                package: "p".into(),
+                kind,
+                message: "m".into(),
+            };
+            let (c, m) = error_code(&e);
+            match error_from_code("p", &c, m, &[]) {
+                StarlarkHostError::Limit { kind: k, .. } => assert_eq!(k, kind),
+                other => panic!("{other}"),
+            }
+        }
+        let e = error_from_code("p", "no_such_entry_point", "x".into(), &["a".into()]);
+        assert!(e.to_string().contains("defined functions: a"), "{e}");
+        for e in [
+            ModuleError::PermissionDenied("x".into()),
+            ModuleError::Cancelled,
+            ModuleError::Upstream("u".into()),
+        ] {
+            let (c, m) = module_error_code(&e);
+            let back = module_error_from_code(c, m);
+            assert_eq!(back.to_string(), e.to_string());
+        }
+    }
+}

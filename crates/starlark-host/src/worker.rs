@@ -1,0 +1,694 @@
+//! The sandboxed worker: the worker side of the host ⇄ worker protocol
+//! (`docs/protocol.md`).
+//!
+//! The worker is the host application's own executable re-invoked with
+//! [`WORKER_ARG`] as `argv[1]`. Call [`dispatch_worker`] first thing in
+//! `main` (before any thread starts), the same way as
+//! `cordon_conformance::dispatch_probe_child()`:
+//!
+//! ```no_run
+//! # #[allow(clippy::needless_doctest_main)]
+//! fn main() {
+//!     cordon_starlark::worker::dispatch_worker();
+//!     // ... the application ...
+//! }
+//! ```
+//!
+//! The worker is synchronous and has two threads:
+//!
+//! * the **main thread** reads frames from stdin. It hands `load_package`
+//!   and `call` to the evaluation thread, turns `Cancel` into the running
+//!   call's [`CancelToken`], and routes the host's answers to `module`
+//!   requests to the waiting forwarder;
+//! * the **evaluation thread** (stack [`crate::Limits::eval_stack_bytes`],
+//!   started on `load_package`) compiles the package once, then runs each
+//!   call. Its Starlark builtins call a [`ModuleCalls`] forwarder that sends
+//!   `Request{method: "module"}` to the host and blocks until the matching
+//!   answer, the call's cancellation or its deadline.
+//!
+//! The worker opens no files and no sockets: the package's sources arrive
+//! in `load_package`, every module call goes to the host. Any protocol
+//! violation by the host ends the worker (exit code 2) after a best-effort
+//! terminal `Error`; EOF on stdin ends it with exit code 0.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::os::fd::FromRawFd;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_core::protocol::{
+    encode_frame, read_message, Message, ProtocolError, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+};
+
+use crate::broker::CancelToken;
+use crate::error::LimitKind;
+use crate::eval::{compile_package, CompiledPackage};
+use crate::limits::Limits;
+use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
+use crate::wire;
+
+/// A diagnostic line on the worker's stderr. Only worker-mode code uses it:
+/// the worker's stderr is not the host's, it is the bounded ring the host
+/// reads (and logs with the package id) when a worker fails.
+macro_rules! diag {
+    ($($arg:tt)*) => {{
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "cordon-starlark worker: {}", format_args!($($arg)*));
+    }};
+}
+
+/// `argv[1]` that makes [`dispatch_worker`] run the worker.
+pub const WORKER_ARG: &str = "__cordon-star-worker";
+
+/// Longest error message a worker sends (longer ones are truncated).
+const MAX_ERROR_MESSAGE: usize = 64 * 1024;
+
+/// If this process was started as a Starlark worker (`argv[1]` is
+/// [`WORKER_ARG`]), runs the worker loop and exits; otherwise returns.
+///
+/// Call it first thing in `main`, before any thread exists.
+pub fn dispatch_worker() {
+    let mut args = std::env::args_os();
+    let _program = args.next();
+    if args.next().as_deref() != Some(OsStr::new(WORKER_ARG)) {
+        return;
+    }
+    let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    std::process::exit(run_worker(&rest));
+}
+
+#[derive(Debug)]
+struct WorkerArgs {
+    instance: String,
+    max_frame: usize,
+}
+
+fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
+    let mut instance = None;
+    let mut max_frame = DEFAULT_MAX_FRAME;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--instance" => instance = it.next().cloned(),
+            "--max-frame" => {
+                max_frame = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--max-frame needs a byte count")?
+            }
+            other => return Err(format!("unknown worker argument {other:?}")),
+        }
+    }
+    Ok(WorkerArgs {
+        instance: instance.ok_or("--instance is required")?,
+        max_frame,
+    })
+}
+
+/// What the main thread hands to the evaluation thread.
+enum Job {
+    Load {
+        id: u64,
+        body: Box<wire::LoadPackage>,
+    },
+    Call {
+        id: u64,
+        body: wire::Call,
+        received: Instant,
+        cancel: CancelToken,
+    },
+}
+
+/// What the main thread hands to a waiting forwarder.
+enum Answer {
+    Reply(Message),
+    Cancelled,
+}
+
+#[derive(Default)]
+struct State {
+    /// A `load_package` was accepted (the evaluation thread exists).
+    loaded: bool,
+    /// The request being evaluated (load or call) and its cancel token.
+    in_flight: Option<(u64, CancelToken)>,
+    /// The `module` request id the forwarder waits for.
+    waiting: Option<u64>,
+    /// Next `module` request id.
+    next_module_id: u64,
+}
+
+struct Shared {
+    out: Mutex<File>,
+    max_frame: usize,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes one frame; a broken pipe means the host is gone: exit.
+    fn send(&self, msg: &Message) {
+        let frame = match encode_frame(msg, self.max_frame) {
+            Ok(f) => f,
+            Err(e) => {
+                // Only answers can be too big; say so instead.
+                let id = match msg {
+                    Message::Response { id, .. } | Message::Request { id, .. } => Some(*id),
+                    Message::Error { id, .. } => *id,
+                    _ => None,
+                };
+                let fallback = Message::Error {
+                    id,
+                    code: format!("limit.{}", LimitKind::ValueSize.as_str()),
+                    message: format!(
+                        "the answer does not fit in one protocol frame ({e}); return less data"
+                    ),
+                };
+                match encode_frame(&fallback, self.max_frame) {
+                    Ok(f) => f,
+                    Err(_) => std::process::exit(2),
+                }
+            }
+        };
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.write_all(&frame).and_then(|_| out.flush()).is_err() {
+            std::process::exit(0);
+        }
+    }
+
+    fn send_error(&self, id: Option<u64>, code: &str, message: impl Into<String>) {
+        let mut message = message.into();
+        if message.len() > MAX_ERROR_MESSAGE {
+            let mut cut = MAX_ERROR_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [truncated]");
+        }
+        self.send(&Message::Error {
+            id,
+            code: code.to_owned(),
+            message,
+        });
+    }
+
+    /// A terminal complaint, then exit.
+    fn fail(&self, code: &str, message: impl Into<String>) -> i32 {
+        let message = message.into();
+        diag!("{code}: {message}");
+        self.send_error(None, code, message);
+        2
+    }
+}
+
+/// Caps malloc at one arena: every glibc arena reserves 64 MiB of address
+/// space, which would count against `RLIMIT_AS` for nothing.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only adjusts allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Builds the Starlark globals of every module set and compiles and calls a
+/// tiny script on a short-lived thread, while the main thread does the
+/// handshake. The first globals build in a fresh process costs ~2.5 ms (the
+/// interpreter's one-time set-up); every further set then takes ~10 µs, and
+/// the evaluation thread finds its set ready (or waits for it). For a spare
+/// worker (`PoolConfig::spare_workers`) all of this is done before a
+/// package arrives.
+fn warm_up_globals() {
+    let _ = std::thread::Builder::new()
+        .name("starlark-warmup".into())
+        .stack_size(8 << 20)
+        .spawn(|| {
+            for bits in 0u8..16 {
+                let _ = crate::bindings::globals_for(crate::bindings::ModuleSet {
+                    secrets: bits & 1 != 0,
+                    notifications: bits & 2 != 0,
+                    http: bits & 4 != 0,
+                    provider: bits & 8 != 0,
+                });
+            }
+            // Fault in the parser, compiler and evaluator once, too.
+            let pkg = crate::package::Package::from_script(
+                "(warm-up)",
+                "X = {'a': [1, 2.5, 'x']}\ndef f(n = 1):\n    return [json.encode(X), n + 1]\n",
+            );
+            let limits = Limits::default();
+            let cancel = CancelToken::new();
+            if let Ok(c) = compile_package(&pkg, crate::bindings::ModuleSet::NONE, &limits, &cancel)
+            {
+                let _ = c.call(
+                    "f",
+                    &[],
+                    &Default::default(),
+                    Arc::new(crate::protocol::DenyAllCalls),
+                    &limits,
+                    Instant::now() + Duration::from_secs(1),
+                    &cancel,
+                );
+            }
+        });
+}
+
+/// Runs the worker loop on stdin/stdout. Returns the process exit code.
+/// `args` are the arguments after [`WORKER_ARG`].
+pub fn run_worker(args: &[String]) -> i32 {
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            diag!("{e}");
+            return 2;
+        }
+    };
+    limit_malloc_arenas();
+    warm_up_globals();
+    // SAFETY: fds 0 and 1 are the pipes the host gave us; nothing else in
+    // this process uses them (the worker never touches std's stdin/stdout).
+    let (input, output) = unsafe { (File::from_raw_fd(0), File::from_raw_fd(1)) };
+    let mut input = BufReader::with_capacity(64 * 1024, input);
+    let shared = Arc::new(Shared {
+        out: Mutex::new(output),
+        max_frame: args.max_frame,
+        state: Mutex::new(State::default()),
+    });
+    shared.send(&Message::Hello {
+        protocol_min: PROTOCOL_VERSION,
+        protocol_max: PROTOCOL_VERSION,
+        worker: wire::worker_identity(),
+        instance_id: args.instance.clone(),
+    });
+    match read_message(&mut input, args.max_frame) {
+        Ok(Message::Welcome { protocol }) if protocol == PROTOCOL_VERSION => {}
+        Ok(Message::Welcome { protocol }) => {
+            return shared.fail(
+                wire::CODE_VERSION,
+                format!("host chose protocol {protocol}, this worker speaks {PROTOCOL_VERSION}"),
+            )
+        }
+        Ok(Message::Error { code, message, .. }) => {
+            diag!("host refused the handshake: {code}: {message}");
+            return 3;
+        }
+        Ok(other) => {
+            return shared.fail(
+                wire::CODE_PROTOCOL,
+                format!("expected welcome, got {}", describe(&other)),
+            )
+        }
+        Err(ProtocolError::Closed) => return 0,
+        Err(e) => return shared.fail(wire::CODE_PROTOCOL, e.to_string()),
+    }
+    main_loop(&shared, &mut input)
+}
+
+fn describe(m: &Message) -> String {
+    match m {
+        Message::Hello { .. } => "hello".into(),
+        Message::Welcome { .. } => "welcome".into(),
+        Message::Request { id, method, .. } => format!("request {id} ({method})"),
+        Message::Response { id, .. } => format!("response {id}"),
+        Message::Error { id, code, .. } => format!("error {id:?} ({code})"),
+        Message::Cancel { id } => format!("cancel {id}"),
+    }
+}
+
+fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
+    let (answers_tx, answers_rx) = mpsc::channel::<Answer>();
+    let mut answers_rx = Some(answers_rx);
+    let mut jobs: Option<mpsc::Sender<Job>> = None;
+    loop {
+        let msg = match read_message(input, shared.max_frame) {
+            Ok(m) => m,
+            Err(ProtocolError::Closed) => return 0,
+            Err(e) => return shared.fail(wire::CODE_PROTOCOL, e.to_string()),
+        };
+        match msg {
+            Message::Request { id, method, body } => match method.as_str() {
+                wire::METHOD_LOAD_PACKAGE => {
+                    let mut st = shared.state();
+                    if st.loaded || st.in_flight.is_some() {
+                        drop(st);
+                        return shared.fail(
+                            wire::CODE_PROTOCOL,
+                            "load_package sent twice (one package per worker)",
+                        );
+                    }
+                    let body: wire::LoadPackage = match serde_json::from_value(body) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            drop(st);
+                            shared.send_error(
+                                Some(id),
+                                wire::CODE_BAD_REQUEST,
+                                format!("load_package body: {e}"),
+                            );
+                            continue;
+                        }
+                    };
+                    let stack = usize::try_from(body.limits.eval_stack_bytes)
+                        .unwrap_or(usize::MAX)
+                        .max(1 << 20);
+                    let (tx, rx) = mpsc::channel::<Job>();
+                    let forwarder_rx = answers_rx.take().expect("one evaluation thread");
+                    let s2 = Arc::clone(shared);
+                    let spawned = std::thread::Builder::new()
+                        .name("starlark-eval".into())
+                        .stack_size(stack)
+                        .spawn(move || eval_thread(s2, rx, forwarder_rx));
+                    if let Err(e) = spawned {
+                        drop(st);
+                        return shared.fail(
+                            "internal",
+                            format!("cannot start the evaluation thread: {e}"),
+                        );
+                    }
+                    st.loaded = true;
+                    st.in_flight = Some((id, CancelToken::new()));
+                    drop(st);
+                    let _ = tx.send(Job::Load {
+                        id,
+                        body: Box::new(body),
+                    });
+                    jobs = Some(tx);
+                }
+                wire::METHOD_CALL => {
+                    let received = Instant::now();
+                    let mut st = shared.state();
+                    if let Some((busy, _)) = &st.in_flight {
+                        let busy = *busy;
+                        drop(st);
+                        return shared.fail(
+                            wire::CODE_PROTOCOL,
+                            format!("call {id} sent while request {busy} is still running"),
+                        );
+                    }
+                    let Some(tx) = jobs.as_ref() else {
+                        drop(st);
+                        shared.send_error(
+                            Some(id),
+                            wire::CODE_NOT_LOADED,
+                            "call before load_package",
+                        );
+                        continue;
+                    };
+                    let body: wire::Call = match serde_json::from_value(body) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            drop(st);
+                            shared.send_error(
+                                Some(id),
+                                wire::CODE_BAD_REQUEST,
+                                format!("call body: {e}"),
+                            );
+                            continue;
+                        }
+                    };
+                    let cancel = CancelToken::new();
+                    st.in_flight = Some((id, cancel.clone()));
+                    drop(st);
+                    let _ = tx.send(Job::Call {
+                        id,
+                        body,
+                        received,
+                        cancel,
+                    });
+                }
+                other => {
+                    return shared.fail(
+                        wire::CODE_UNKNOWN_METHOD,
+                        format!("unknown method {other:?} (request {id})"),
+                    )
+                }
+            },
+            Message::Cancel { id } => {
+                let st = shared.state();
+                if let Some((current, token)) = &st.in_flight {
+                    if *current == id {
+                        token.cancel();
+                        if st.waiting.is_some() {
+                            let _ = answers_tx.send(Answer::Cancelled);
+                        }
+                    }
+                }
+                // A cancel for a request that already finished is a race,
+                // not an error.
+            }
+            Message::Response { id, .. } | Message::Error { id: Some(id), .. } => {
+                let st = shared.state();
+                if st.waiting == Some(id) {
+                    let _ = answers_tx.send(Answer::Reply(msg));
+                } else if id >= st.next_module_id {
+                    drop(st);
+                    return shared.fail(
+                        wire::CODE_PROTOCOL,
+                        format!("answer to request {id}, which this worker never sent"),
+                    );
+                }
+                // Otherwise: a late answer to a module request that was
+                // abandoned (cancelled or timed out); ignore it.
+            }
+            Message::Error {
+                id: None,
+                code,
+                message,
+            } => {
+                diag!("host ended the session: {code}: {message}");
+                return 3;
+            }
+            other @ (Message::Hello { .. } | Message::Welcome { .. }) => {
+                return shared.fail(
+                    wire::CODE_PROTOCOL,
+                    format!("unsolicited {}", describe(&other)),
+                )
+            }
+        }
+    }
+}
+
+/// Sends module calls to the host and waits for the answers.
+struct Forwarder {
+    shared: Arc<Shared>,
+    answers: Mutex<mpsc::Receiver<Answer>>,
+    cancel: CancelToken,
+    deadline: Instant,
+}
+
+impl Forwarder {
+    fn stop_waiting(&self) {
+        self.shared.state().waiting = None;
+    }
+}
+
+impl ModuleCalls for Forwarder {
+    fn call(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        // Anything queued now is stale (a cancel that raced a reply).
+        while answers.try_recv().is_ok() {}
+        if self.cancel.is_cancelled() {
+            return Err(ModuleError::Cancelled);
+        }
+        let body = serde_json::to_value(&call)
+            .map_err(|e| ModuleError::InvalidArgument(format!("cannot encode the call: {e}")))?;
+        let id = {
+            let mut st = self.shared.state();
+            let id = st.next_module_id;
+            st.next_module_id += 1;
+            st.waiting = Some(id);
+            id
+        };
+        self.shared.send(&Message::Request {
+            id,
+            method: wire::METHOD_MODULE.into(),
+            body,
+        });
+        let result = loop {
+            let now = Instant::now();
+            if now >= self.deadline {
+                break Err(ModuleError::Timeout(
+                    "the invocation deadline was reached while waiting for the host".into(),
+                ));
+            }
+            match answers.recv_timeout(self.deadline - now) {
+                Ok(Answer::Reply(Message::Response { id: rid, body })) if rid == id => {
+                    break serde_json::from_value::<ModuleReply>(body).map_err(|e| {
+                        ModuleError::Upstream(format!("the host sent an unreadable reply: {e}"))
+                    });
+                }
+                Ok(Answer::Reply(Message::Error {
+                    id: Some(rid),
+                    code,
+                    message,
+                })) if rid == id => break Err(wire::module_error_from_code(&code, message)),
+                Ok(Answer::Reply(_)) => continue,
+                Ok(Answer::Cancelled) => break Err(ModuleError::Cancelled),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(ModuleError::Unavailable(
+                        "the host connection is gone".into(),
+                    ))
+                }
+            }
+        };
+        self.stop_waiting();
+        result
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}
+
+/// The error code for a panic in the interpreter: an allocation failure
+/// it reports by panicking ("out of memory", "capacity overflow") is the
+/// memory limit; anything else is internal.
+fn panic_code(p: &(dyn std::any::Any + Send)) -> (String, String) {
+    let msg = panic_message(p);
+    if msg.contains("out of memory") || msg.contains("capacity overflow") {
+        (
+            format!("limit.{}", LimitKind::Memory.as_str()),
+            format!("an allocation failed ({msg})"),
+        )
+    } else {
+        (
+            "internal".to_owned(),
+            format!("the interpreter panicked: {msg}"),
+        )
+    }
+}
+
+fn eval_thread(shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, answers: mpsc::Receiver<Answer>) {
+    let answers = Arc::new(Mutex::new(Some(answers)));
+    let mut compiled: Option<(CompiledPackage, Limits)> = None;
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Load { id, body } => {
+                let limits = body.limits.to_limits();
+                let cancel = CancelToken::new();
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    compile_package(&body.package, body.modules, &limits, &cancel)
+                }));
+                let reply = match r {
+                    Ok(Ok(c)) => {
+                        let loaded = wire::Loaded {
+                            functions: c.functions().to_vec(),
+                            globals: c.globals().clone(),
+                            output: c.load_output().to_owned(),
+                        };
+                        compiled = Some((c, limits));
+                        Ok(serde_json::to_value(&loaded))
+                    }
+                    Ok(Err(e)) => Err(wire::error_code(&e)),
+                    Err(p) => Err(panic_code(p.as_ref())),
+                };
+                finish(&shared, id, reply);
+            }
+            Job::Call {
+                id,
+                body,
+                received,
+                cancel,
+            } => {
+                let Some((pkg, limits)) = compiled.as_ref() else {
+                    finish(
+                        &shared,
+                        id,
+                        Err((
+                            wire::CODE_NOT_LOADED.into(),
+                            "the package failed to load".into(),
+                        )),
+                    );
+                    continue;
+                };
+                let deadline = received + Duration::from_millis(body.timeout_ms);
+                let rx = answers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .expect("receiver returned after each call");
+                let forwarder = Arc::new(Forwarder {
+                    shared: Arc::clone(&shared),
+                    answers: Mutex::new(rx),
+                    cancel: cancel.clone(),
+                    deadline,
+                });
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    pkg.call(
+                        &body.entry,
+                        &body.args,
+                        &body.kwargs,
+                        forwarder.clone(),
+                        limits,
+                        deadline,
+                        &cancel,
+                    )
+                }));
+                // Take the receiver back for the next call.
+                match Arc::try_unwrap(forwarder) {
+                    Ok(f) => {
+                        *answers.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(f.answers.into_inner().unwrap_or_else(|e| e.into_inner()));
+                    }
+                    Err(_) => {
+                        // A value kept the forwarder alive; the worker can
+                        // no longer serve module calls: end it.
+                        finish(
+                            &shared,
+                            id,
+                            Err(("internal".into(), "module forwarder leaked".into())),
+                        );
+                        std::process::exit(2);
+                    }
+                }
+                let reply = match r {
+                    Ok(Ok((value, output))) => {
+                        Ok(serde_json::to_value(&wire::CallResult { value, output }))
+                    }
+                    Ok(Err((e, _output))) => Err(wire::error_code(&e)),
+                    Err(p) => Err(panic_code(p.as_ref())),
+                };
+                finish(&shared, id, reply);
+            }
+        }
+    }
+}
+
+/// Clears the in-flight request, then answers it (in that order, so the
+/// host's next request never finds the worker busy).
+fn finish(
+    shared: &Shared,
+    id: u64,
+    reply: Result<serde_json::Result<serde_json::Value>, (String, String)>,
+) {
+    shared.state().in_flight = None;
+    match reply {
+        Ok(Ok(body)) => shared.send(&Message::Response { id, body }),
+        Ok(Err(e)) => shared.send_error(Some(id), "internal", format!("cannot encode: {e}")),
+        Err((code, message)) => shared.send_error(Some(id), &code, message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_parse() {
+        let a = parse_args(&["--instance".into(), "x".into()]).unwrap();
+        assert_eq!(a.instance, "x");
+        assert_eq!(a.max_frame, DEFAULT_MAX_FRAME);
+        assert!(parse_args(&[]).is_err());
+        assert!(parse_args(&["--bogus".into()]).is_err());
+    }
+}

@@ -1,0 +1,768 @@
+//! Sandboxed evaluation end to end: real worker processes started through
+//! the real Linux backend, admitted by the real conformance suite (the
+//! `cordon-star-worker` binary doubles as the probe child).
+//!
+//! Tests run one at a time (a global lock) so that fd and process counts
+//! are meaningful.
+#![allow(clippy::field_reassign_with_default)]
+// The serialising lock is a std mutex held for a whole test on purpose:
+// every test has its own runtime, so holding it across awaits is fine.
+#![allow(clippy::await_holding_lock)]
+
+#[path = "../integration/server.rs"]
+#[allow(dead_code)]
+mod server;
+
+mod protocol;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use cordon_conformance::{ProbeExecutable, StandardSuite};
+use cordon_core::{RunnerConfig, SandboxRunner, SandboxUnavailable};
+use cordon_starlark::*;
+use serde_json::json;
+
+pub const WORKER: &str = env!("CARGO_BIN_EXE_cordon-star-worker");
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs tests one at a time.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The admitted sandbox runner (the suite runs once per test binary).
+pub fn sandbox() -> Result<SandboxRunner, SandboxUnavailable> {
+    static RUNNER: OnceLock<Result<SandboxRunner, SandboxUnavailable>> = OnceLock::new();
+    RUNNER
+        .get_or_init(|| {
+            std::thread::spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(SandboxRunner::new(
+                    Arc::new(cordon_backend_linux::LinuxBackend::new()),
+                    &StandardSuite::new()
+                        .with_probe_executable(ProbeExecutable::Path(PathBuf::from(WORKER))),
+                    RunnerConfig::default(),
+                ))
+            })
+            .join()
+            .unwrap()
+        })
+        .clone()
+}
+
+pub struct Env {
+    pub perms: Arc<InMemoryPermissionStore>,
+    pub secrets: Arc<InMemorySecretStore>,
+    pub notifier: RecordingNotifier,
+    pub caps: Arc<Capabilities>,
+    pub sandboxed: SandboxedRunner,
+}
+
+/// The test worker config (no spare workers, the default, so process
+/// counts are exact; spares have their own test).
+pub fn worker_config() -> WorkerConfig {
+    let c = WorkerConfig::new(WorkerProgram::path(WORKER));
+    assert_eq!(c.pool.spare_workers, 0);
+    c
+}
+
+pub fn env_with(limits: Limits, config: WorkerConfig) -> Env {
+    let perms = Arc::new(InMemoryPermissionStore::new());
+    let secrets = Arc::new(InMemorySecretStore::new());
+    let notifier = RecordingNotifier::new();
+    let mut services = Services::new(Arc::new(InMemoryPackageStore::new()), perms.clone());
+    services.secrets = Some(secrets.clone());
+    services.notifier = Some(Arc::new(notifier.clone()));
+    let caps = Capabilities::new(services).unwrap();
+    let runner = sandbox().unwrap_or_else(|e| panic!("the Linux backend must conform here: {e}"));
+    let sandboxed = SandboxedRunner::new(runner, caps.clone(), limits, config).unwrap();
+    Env {
+        perms,
+        secrets,
+        notifier,
+        caps,
+        sandboxed,
+    }
+}
+
+pub fn env(limits: Limits) -> Env {
+    env_with(limits, worker_config())
+}
+
+pub fn package(id: &str, perms: &[Permission], network: &[String], src: &str) -> Package {
+    let mut m = Manifest::minimal(id, "main.star");
+    m.permissions = perms.to_vec();
+    m.network_access = network.to_vec();
+    let mut sources = BTreeMap::new();
+    sources.insert("main.star".to_owned(), src.to_owned());
+    Package::new(m, sources)
+}
+
+impl Env {
+    pub async fn call(&self, pkg: &Package, entry: &str) -> Result<CallOutcome, StarlarkHostError> {
+        self.sandboxed
+            .call_entry_point(pkg, entry, vec![], Default::default(), None)
+            .await
+    }
+
+    pub fn grant_all(&self, pkg: &Package) {
+        for p in &pkg.manifest.permissions {
+            self.perms.grant(&pkg.id, *p);
+        }
+    }
+}
+
+/// Open fds of this process.
+pub fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Live (non-zombie) children of this process.
+pub fn live_children() -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("");
+        let ppid: u32 = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if ppid == me && state != "Z" && state != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (briefly) until no live child is left; returns what is left.
+pub async fn settle_children() -> Vec<u32> {
+    for _ in 0..100 {
+        let c = live_children();
+        if c.is_empty() {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live_children()
+}
+
+pub async fn host_still_works(e: &Env) {
+    let pkg = package("alive", &[], &[], "def ping(x = 1):\n    return x + 1\n");
+    let out = e.call(&pkg, "ping").await.unwrap();
+    assert_eq!(out.value, json!(2));
+}
+
+fn err_of(r: Result<CallOutcome, StarlarkHostError>) -> StarlarkHostError {
+    match r {
+        Ok(o) => panic!("expected an error, got {o:?}"),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_linux_backend_is_admitted_with_the_worker_binary_as_probe() {
+    let _g = serial();
+    let r = sandbox();
+    assert!(r.is_ok(), "{}", r.unwrap_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_run_in_a_warm_reused_worker() {
+    let _g = serial();
+    let e = env(Limits::default());
+    let pkg = package(
+        "warm",
+        &[],
+        &[],
+        "print('loading')\nN = 3\ndef add(a, b = 2):\n    print('adding')\n    return {'sum': a + b, 'n': N}\n",
+    );
+    let ex = e.sandboxed.exec_package(&pkg, None).await.unwrap();
+    assert_eq!(ex.output, "loading\n");
+    assert_eq!(ex.functions, vec!["add".to_owned()]);
+    assert_eq!(ex.globals["N"], json!(3));
+    let mut kw = serde_json::Map::new();
+    kw.insert("b".into(), json!(40));
+    let out = e
+        .sandboxed
+        .call_entry_point(&pkg, "add", vec![json!(2)], kw, None)
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"sum": 42, "n": 3}));
+    assert_eq!(out.output, "adding\n");
+    assert!(out.cached, "exec_package left a warm worker");
+    for _ in 0..5 {
+        let out = e
+            .sandboxed
+            .call_entry_point(&pkg, "add", vec![json!(1)], Default::default(), None)
+            .await
+            .unwrap();
+        assert!(out.cached);
+    }
+    let s = e.sandboxed.pool_stats();
+    assert_eq!(s.started, 1, "{s:?}");
+    assert_eq!(s.reused, 6, "{s:?}");
+    assert_eq!(s.idle, 1);
+    let err = err_of(e.call(&pkg, "nope").await);
+    assert!(err.to_string().contains("defined functions: add"), "{err}");
+    e.sandboxed.shutdown().await;
+    assert!(settle_children().await.is_empty());
+    assert!(e.sandboxed.worker_pids().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_runs_as_nobody_with_no_files_and_no_network() {
+    // The worker cannot be asked to touch files (Starlark has no file
+    // API); what we can check from outside: uid, and that its only
+    // granted dir is the private staging dir.
+    let _g = serial();
+    let e = env(Limits::default());
+    let pkg = package("who", &[], &[], "def f():\n    return 1\n");
+    e.call(&pkg, "f").await.unwrap();
+    let pids = e.sandboxed.worker_pids();
+    assert_eq!(pids.len(), 1);
+    // Two threads once the start-up warm-up thread is done: the protocol
+    // reader and the evaluation thread.
+    let mut status = String::new();
+    for _ in 0..100 {
+        status = std::fs::read_to_string(format!("/proc/{}/status", pids[0])).unwrap();
+        if status
+            .lines()
+            .any(|l| l.starts_with("Threads:") && l.ends_with("\t2"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    if nix_is_root() {
+        assert!(uid_line.contains("65534"), "{uid_line}");
+    }
+    let threads = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    assert_eq!(threads.split_whitespace().nth(1), Some("2"), "{threads}");
+    let kib = |key: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let (peak, rss) = (kib("VmPeak:"), kib("VmHWM:"));
+    eprintln!(
+        "warm worker: VmPeak {} MiB, VmHWM {} MiB",
+        peak >> 10,
+        rss >> 10
+    );
+    assert!(
+        peak << 10 < WorkerLimits::default().memory_bytes / 2,
+        "{peak} KiB"
+    );
+    let staged = e.sandboxed.staged_program().to_owned();
+    let meta = std::fs::metadata(staged.parent().unwrap()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o755);
+    e.sandboxed.shutdown().await;
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tighter_memory_limit_still_runs_normal_packages() {
+    let _g = serial();
+    let mut c = worker_config();
+    c.limits.memory_bytes = 256 << 20;
+    let e = env_with(Limits::default(), c);
+    let pkg = package(
+        "tight",
+        &[],
+        &[],
+        "def main():\n    x = [i * i for i in range(100000)]\n    return len(json.encode(x))\n",
+    );
+    assert!(e.call(&pkg, "main").await.unwrap().value.as_u64().unwrap() > 100000);
+    let pkg = package(
+        "tight-oom",
+        &[],
+        &[],
+        "x = 'a' * 300000000\ndef main():\n    return 1\n",
+    );
+    let err = err_of(e.call(&pkg, "main").await);
+    assert!(
+        matches!(
+            err,
+            StarlarkHostError::Limit {
+                kind: LimitKind::Memory,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("256 MiB"), "{err}");
+    e.sandboxed.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_scripts_end_in_clear_errors_without_leaks() {
+    let _g = serial();
+    let mut limits = Limits::default();
+    limits.timeout = Duration::from_secs(3);
+    let e = env(limits);
+    // Warm-up: tokio's SIGCHLD pipe etc. exist before the baseline.
+    host_still_works(&e).await;
+    e.sandboxed.shutdown().await;
+    settle_children().await;
+    let fds_before = fd_count();
+
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "ticks",
+            "def main():\n    for i in range(100000000):\n        pass\n".into(),
+            "Ticks limit",
+        ),
+        (
+            "recursion",
+            "def f(n):\n    return f(n + 1)\ndef main():\n    return f(0)\n".into(),
+            "CallStack limit",
+        ),
+        (
+            "heap",
+            "def main():\n    x = []\n    for i in range(10000000):\n        x.append([i, i, i, i])\n    return len(x)\n".into(),
+            "Heap limit",
+        ),
+        (
+            "print-flood",
+            "def main():\n    for i in range(1000000):\n        print('spam spam spam spam')\n".into(),
+            "Output limit",
+        ),
+        (
+            "huge-string-folding",
+            "x = 'a' * 2000000000\ndef main():\n    return len(x)\n".into(),
+            "exceeded its memory limit",
+        ),
+        (
+            "nested-brackets",
+            format!("x = {}1{}\ndef main():\n    return x\n", "[".repeat(100_000), "]".repeat(100_000)),
+            "Nesting limit",
+        ),
+        (
+            "deep-json-encode",
+            "def main():\n    x = []\n    for i in range(100000):\n        x = [x]\n    return json.encode(x)\n".into(),
+            "worker for package",
+        ),
+        (
+            "doubling",
+            "def main():\n    x = 'a' * 1000000\n    for i in range(40):\n        x = x + x\n    return len(x)\n".into(),
+            "limit",
+        ),
+    ];
+    for (name, src, expect) in cases {
+        let pkg = package(name, &[], &[], &src);
+        let err = err_of(e.call(&pkg, "main").await);
+        let msg = err.to_string();
+        eprintln!("{name}: {msg}");
+        assert!(msg.contains(expect), "{name}: {msg}");
+        assert!(msg.contains(name), "{name}: error names the package: {msg}");
+        host_still_works(&e).await;
+    }
+    e.sandboxed.shutdown().await;
+    assert!(settle_children().await.is_empty(), "no worker left behind");
+    assert!(e.sandboxed.worker_pids().is_empty());
+    assert_eq!(fd_count(), fds_before, "no fd leaked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_and_cancellation() {
+    let _g = serial();
+    let mut limits = Limits::default();
+    limits.timeout = Duration::from_millis(400);
+    limits.max_ticks = u64::MAX / 2;
+    let e = env(limits);
+    let pkg = package(
+        "spin",
+        &[],
+        &[],
+        "def main():\n    for i in range(1000000000):\n        pass\ndef ok():\n    return 1\n",
+    );
+    let t = std::time::Instant::now();
+    let err = err_of(e.call(&pkg, "main").await);
+    assert!(
+        matches!(
+            err,
+            StarlarkHostError::Limit {
+                kind: LimitKind::Time,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // The worker stopped by itself and stays usable.
+    assert_eq!(e.call(&pkg, "ok").await.unwrap().value, json!(1));
+
+    let cancel = CancelToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c2.cancel();
+    });
+    let err = e
+        .sandboxed
+        .call_entry_point_with_cancel(&pkg, "main", vec![], Default::default(), None, cancel)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StarlarkHostError::Cancelled { .. }), "{err}");
+    assert_eq!(e.call(&pkg, "ok").await.unwrap().value, json!(1));
+    e.sandboxed.shutdown().await;
+    assert!(settle_children().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_call_is_a_clean_error_and_the_next_call_works() {
+    let _g = serial();
+    let mut limits = Limits::default();
+    limits.max_ticks = u64::MAX / 2;
+    let e = env(limits);
+    let pkg = package(
+        "victim",
+        &[],
+        &[],
+        "def main():\n    for i in range(1000000000):\n        pass\ndef ok():\n    return 'fine'\n",
+    );
+    e.call(&pkg, "ok").await.unwrap();
+    let s2 = e.sandboxed.clone();
+    let p2 = pkg.clone();
+    let call = tokio::spawn(async move {
+        s2.call_entry_point(&p2, "main", vec![], Default::default(), None)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pids = e.sandboxed.worker_pids();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // SAFETY: kill with a pid we own.
+    unsafe {
+        libc::kill(pids[0] as i32, libc::SIGKILL);
+    }
+    let err = call.await.unwrap().unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("victim") && msg.contains("signal 9"), "{msg}");
+    assert_eq!(e.call(&pkg, "ok").await.unwrap().value, json!("fine"));
+    assert_eq!(e.sandboxed.pool_stats().started, 2);
+    e.sandboxed.shutdown().await;
+    assert!(settle_children().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_calls_are_brokered_by_the_host() {
+    let _g = serial();
+    let srv = server::start().await;
+    let e = env(Limits::default());
+    let base = srv.base();
+    let pkg = package(
+        "fetch",
+        &[
+            Permission::ApiHttp,
+            Permission::SecretsRead,
+            Permission::NotificationsSend,
+        ],
+        &[format!("http://127.0.0.1:{}", srv.port)],
+        &format!(
+            r#"
+def main():
+    r = http.get("{base}/hello")
+    j = http.post("{base}/echo", json = {{"k": 1}}).json()
+    notifications.send("t", "b")
+    return {{"status": r.status, "body": r.body, "method": j["method"], "secret": secrets.get("tok")}}
+
+def outside():
+    return http.get("http://127.0.0.1:1/").status
+"#
+        ),
+    );
+    e.grant_all(&pkg);
+    e.secrets.set("fetch", "tok", "s3cret");
+    let out = e.call(&pkg, "main").await.unwrap();
+    assert_eq!(
+        out.value,
+        json!({"status": 200, "body": "hello", "method": "POST", "secret": "s3cret"})
+    );
+    assert_eq!(srv.hits(), 2);
+    let sent = e.notifier.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].package_id, "fetch", "attributed by the host");
+    // The allowlist is the host's: a port not listed is refused.
+    let err = err_of(e.call(&pkg, "outside").await);
+    assert!(err.to_string().contains("network access denied"), "{err}");
+    // Not granted → module absent in the worker's globals.
+    let pkg2 = package(
+        "ungranted",
+        &[Permission::ApiHttp],
+        std::slice::from_ref(&base),
+        "def main():\n    return http.get('http://127.0.0.1/')\n",
+    );
+    let err = err_of(e.call(&pkg2, "main").await);
+    assert!(err.to_string().contains("http"), "{err}");
+    e.sandboxed.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starlark_host_refuses_untrusted_in_process_and_never_falls_back() {
+    let _g = serial();
+    let caps = Capabilities::new(Services::new(
+        Arc::new(InMemoryPackageStore::new()),
+        Arc::new(InMemoryPermissionStore::new()),
+    ))
+    .unwrap();
+    let pkg = package("iso", &[], &[], "def f():\n    return 7\n");
+
+    let host =
+        StarlarkHost::new(caps.clone(), Limits::default(), sandbox(), worker_config()).unwrap();
+    let call = |trusted, iso| {
+        let host = &host;
+        let pkg = &pkg;
+        async move {
+            host.call_entry_point(pkg, trusted, iso, "f", vec![], Default::default(), None)
+                .await
+        }
+    };
+    assert_eq!(call(false, None).await.unwrap().value, json!(7));
+    assert_eq!(call(true, None).await.unwrap().value, json!(7));
+    assert_eq!(
+        call(true, Some(Isolation::Sandboxed)).await.unwrap().value,
+        json!(7)
+    );
+    let err = call(false, Some(Isolation::InProcess)).await.unwrap_err();
+    assert!(
+        matches!(err, StarlarkHostError::InProcessRefused { .. }),
+        "{err}"
+    );
+    assert!(matches!(
+        host.executor("iso", false, None).unwrap(),
+        Executor::Sandboxed(_)
+    ));
+    host.sandboxed().unwrap().shutdown().await;
+
+    // No conforming backend: the no-op backend fails the suite.
+    let refused = SandboxRunner::new(
+        Arc::new(cordon_backend_noop_like::Unavailable),
+        &StandardSuite::new().with_probe_executable(ProbeExecutable::Path(WORKER.into())),
+        RunnerConfig::default(),
+    )
+    .await;
+    assert!(refused.is_err());
+    let host = StarlarkHost::new(caps, Limits::default(), refused, worker_config()).unwrap();
+    let err = host
+        .call_entry_point(&pkg, false, None, "f", vec![], Default::default(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StarlarkHostError::SandboxUnavailable { .. }),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("no conforming sandbox"), "{msg}");
+    assert!(msg.contains("iso"), "{msg}");
+    // Trusted packages still run in process.
+    assert_eq!(
+        host.call_entry_point(&pkg, true, None, "f", vec![], Default::default(), None)
+            .await
+            .unwrap()
+            .value,
+        json!(7)
+    );
+}
+
+/// A backend that reports itself unavailable.
+mod cordon_backend_noop_like {
+    use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
+
+    pub struct Unavailable;
+
+    impl SandboxBackend for Unavailable {
+        fn name(&self) -> &str {
+            "unavailable-for-test"
+        }
+        fn availability(&self) -> Availability {
+            Availability::Unavailable {
+                reason: "test backend".into(),
+            }
+        }
+        fn wrap(
+            &self,
+            _cmd: &mut std::process::Command,
+            _policy: &SandboxPolicy,
+        ) -> Result<(), WrapError> {
+            Err(WrapError::new("unavailable-for-test", "never"))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_is_bounded_retires_worn_and_idle_workers() {
+    let _g = serial();
+    let mut c = worker_config();
+    c.pool.max_idle_per_package = 1;
+    c.pool.max_calls_per_worker = 3;
+    c.pool.idle_timeout = Duration::from_millis(300);
+    let e = env_with(Limits::default(), c);
+    let pkg = package("pool", &[], &[], "def f(x = 0):\n    return x\n");
+    // Two concurrent calls need two workers; only one is kept idle.
+    let (a, b) = tokio::join!(e.call(&pkg, "f"), e.call(&pkg, "f"));
+    a.unwrap();
+    b.unwrap();
+    let s = e.sandboxed.pool_stats();
+    assert_eq!((s.started, s.idle, s.retired), (2, 1, 1), "{s:?}");
+    // The kept worker served 1 call; 2 more wear it out (max 3 calls).
+    e.call(&pkg, "f").await.unwrap();
+    e.call(&pkg, "f").await.unwrap();
+    let s = e.sandboxed.pool_stats();
+    assert_eq!((s.started, s.idle, s.retired), (2, 0, 2), "{s:?}");
+    e.call(&pkg, "f").await.unwrap();
+    assert_eq!(e.sandboxed.pool_stats().started, 3);
+    // The idle sweeper kills it after the idle timeout.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let s = e.sandboxed.pool_stats();
+    assert_eq!((s.idle, s.retired), (0, 3), "{s:?}");
+    assert!(settle_children().await.is_empty());
+    assert!(e.sandboxed.worker_pids().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_kills_its_worker() {
+    let _g = serial();
+    let mut limits = Limits::default();
+    limits.max_ticks = u64::MAX / 2;
+    let e = env(limits);
+    let pkg = package(
+        "dropped",
+        &[],
+        &[],
+        "def main():\n    for i in range(1000000000):\n        pass\n",
+    );
+    let r = tokio::time::timeout(Duration::from_millis(300), e.call(&pkg, "main")).await;
+    assert!(r.is_err(), "timed out");
+    assert!(e.sandboxed.worker_pids().is_empty());
+    assert!(
+        settle_children().await.is_empty(),
+        "the dropped worker was killed"
+    );
+    host_still_works(&e).await;
+    e.sandboxed.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_local_sandboxed_runs_the_example_package_in_a_worker() {
+    let _g = serial();
+    let srv = server::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/starlark/hello");
+    std::fs::create_dir_all(dir.path().join("lib")).unwrap();
+    for f in ["main.star", "lib/format.star"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let toml = std::fs::read_to_string(src.join("package.toml"))
+        .unwrap()
+        .replace(
+            "http://127.0.0.1:8080",
+            &format!("http://127.0.0.1:{}", srv.port),
+        );
+    std::fs::write(dir.path().join("package.toml"), toml).unwrap();
+    let args = vec![json!(srv.base()), json!("/json")];
+    let opts = LocalRun {
+        grant: vec![Permission::ApiHttp, Permission::SecretsRead],
+        secrets: vec![("greeting_token".into(), "t".into())],
+        ..Default::default()
+    };
+    let out = run_local_sandboxed(
+        dir.path(),
+        Some("main"),
+        args.clone(),
+        opts,
+        sandbox(),
+        worker_config(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.exec.modules,
+        vec!["secrets".to_owned(), "http".to_owned()]
+    );
+    assert_eq!(out.call.unwrap().value["status"], json!(200));
+    assert_eq!(srv.hits(), 1);
+    assert!(
+        settle_children().await.is_empty(),
+        "workers reaped on return"
+    );
+    // Without a conforming sandbox: refused, not run in process.
+    let refused: Result<SandboxRunner, SandboxUnavailable> = Err(
+        match SandboxRunner::new(
+            Arc::new(cordon_backend_noop_like::Unavailable),
+            &StandardSuite::new(),
+            RunnerConfig::default(),
+        )
+        .await
+        {
+            Err(e) => e,
+            Ok(_) => unreachable!(),
+        },
+    );
+    let err = run_local_sandboxed(
+        dir.path(),
+        Some("main"),
+        args,
+        LocalRun::default(),
+        refused,
+        worker_config(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, StarlarkHostError::SandboxUnavailable { .. }),
+        "{err}"
+    );
+    assert_eq!(srv.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_worker_serves_the_next_new_package() {
+    let _g = serial();
+    let mut c = worker_config();
+    c.pool.spare_workers = 1;
+    let e = env_with(Limits::default(), c);
+    let a = package("spare-a", &[], &[], "def f():\n    return 'a'\n");
+    let b = package("spare-b", &[], &[], "def f():\n    return 'b'\n");
+    assert_eq!(e.call(&a, "f").await.unwrap().value, json!("a"));
+    assert!(e.sandboxed.wait_for_spares(1, Duration::from_secs(5)).await);
+    let s = e.sandboxed.pool_stats();
+    assert_eq!((s.started, s.idle, s.spares), (2, 1, 1), "{s:?}");
+    // A new package takes the spare (no spawn on its path), and a new
+    // spare is started in the background.
+    let out = e.call(&b, "f").await.unwrap();
+    assert_eq!(out.value, json!("b"));
+    assert!(!out.cached);
+    assert!(e.sandboxed.wait_for_spares(1, Duration::from_secs(5)).await);
+    let s = e.sandboxed.pool_stats();
+    assert_eq!((s.started, s.idle, s.spares), (3, 2, 1), "{s:?}");
+    // Shutdown kills spares too.
+    e.sandboxed.shutdown().await;
+    assert_eq!(e.sandboxed.pool_stats().spares, 0);
+    assert!(e.sandboxed.worker_pids().is_empty());
+    assert!(settle_children().await.is_empty());
+}
