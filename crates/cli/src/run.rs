@@ -1,0 +1,218 @@
+//! `cordon run`: one program, sandboxed (or, with `--trusted`, hygiene only).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use cordon_conformance::StandardSuite;
+use cordon_core::{
+    ChildSpec, ExitOutcome, Limits, Runner, RunnerConfig, SandboxRunner, Scratch, StdioMode,
+    TrustTier, TrustedProcessRunner,
+};
+
+use crate::cache::{self, CachedSuite};
+use crate::{backends, BackendArg, EXIT_CORDON_FAILED, EXIT_TIMEOUT};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Use DIR as the scratch dir (cwd) and keep it; default: a fresh temp dir.
+    #[arg(long, value_name = "DIR", value_parser = crate::existing_path)]
+    scratch: Option<PathBuf>,
+    /// Grant read-only access to PATH (repeatable).
+    #[arg(long = "ro", value_name = "PATH", value_parser = crate::existing_path)]
+    read_only: Vec<PathBuf>,
+    /// Grant read-write access to PATH (repeatable).
+    #[arg(long = "rw", value_name = "PATH", value_parser = crate::existing_path)]
+    read_write: Vec<PathBuf>,
+    /// Pass host variable KEY, or set KEY=VALUE (repeatable).
+    #[arg(long = "env", value_name = "KEY[=VALUE]", value_parser = parse_env)]
+    env: Vec<(OsString, Option<OsString>)>,
+    /// Maximum number of processes.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// Maximum address space per process (K/M/G suffixes).
+    #[arg(long, value_name = "SIZE", value_parser = crate::parse_size)]
+    mem: Option<u64>,
+    /// Maximum open files per process.
+    #[arg(long, value_name = "N")]
+    fds: Option<u64>,
+    /// Maximum CPU seconds per process.
+    #[arg(long, value_name = "SECS")]
+    cpu: Option<u64>,
+    /// Kill the program and its descendants after SECS (exit status 124).
+    #[arg(long, value_name = "SECS", value_parser = crate::parse_secs)]
+    timeout: Option<Duration>,
+    #[command(flatten)]
+    backend: BackendArg,
+    /// Run without an OS sandbox (hygiene only). Only for code you trust.
+    #[arg(long)]
+    trusted: bool,
+    /// Keep the fresh scratch dir afterwards and print its path.
+    #[arg(long)]
+    keep_scratch: bool,
+    /// Ignore the cached conformance report and run the probes again.
+    #[arg(long)]
+    recheck: bool,
+    /// The program to run, then its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
+    command: Vec<OsString>,
+}
+
+fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
+    let (k, v) = match s.split_once('=') {
+        Some((k, v)) => (k, Some(OsString::from(v))),
+        None => (s, None),
+    };
+    if k.is_empty() || k.contains('\0') {
+        return Err(format!("`{s}` is not KEY or KEY=VALUE"));
+    }
+    Ok((OsString::from(k), v))
+}
+
+/// Runs the conformance gate (answered from the per-boot cache when it can)
+/// and builds the sandbox runner. The outer error is a usage problem (an
+/// unknown backend); the inner one is the gate refusing, with its report.
+pub async fn admit(
+    backend: &str,
+    recheck: bool,
+    config: RunnerConfig,
+) -> Result<Result<SandboxRunner, cordon_core::SandboxUnavailable>, String> {
+    let backend = backends::by_name(backend)?;
+    let suite = CachedSuite::new(StandardSuite::new(), cache::default_dir(), recheck);
+    let admitted = SandboxRunner::new(backend, &suite, config).await;
+    tracing::info!(
+        cache = ?*suite.outcome.lock().unwrap_or_else(|p| p.into_inner()),
+        admitted = admitted.is_ok(),
+        "conformance gate"
+    );
+    Ok(admitted)
+}
+
+pub async fn main(args: RunArgs) -> ExitCode {
+    match run(args).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("cordon: {message}");
+            ExitCode::from(EXIT_CORDON_FAILED)
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> Result<ExitCode, String> {
+    let defaults = Limits::default_ceilings();
+    // The operator's flags are the ceilings for this run.
+    let ceilings = Limits {
+        max_processes: args.pids.or(defaults.max_processes),
+        memory_bytes: args.mem.or(defaults.memory_bytes),
+        open_files: args.fds.or(defaults.open_files),
+        cpu_seconds: args.cpu.or(defaults.cpu_seconds),
+        file_size_bytes: defaults.file_size_bytes,
+        deadline: args.timeout,
+    };
+    let config = RunnerConfig {
+        ceilings,
+        read_only: args.read_only.clone(),
+        read_write: args.read_write.clone(),
+        ..RunnerConfig::default()
+    };
+    let mut command = args.command.into_iter();
+    let program = command.next().ok_or("no PROGRAM given")?;
+    let mut spec = ChildSpec::new(PathBuf::from(program))
+        .args(command)
+        .stdio(StdioMode::Inherit)
+        .scratch(match (&args.scratch, args.keep_scratch) {
+            (Some(dir), _) => Scratch::Existing(dir.clone()),
+            (None, true) => Scratch::FreshKept,
+            (None, false) => Scratch::Fresh,
+        });
+    spec.label = Some("cordon run".into());
+    for (k, v) in args.env {
+        match v {
+            Some(v) => spec.env.push((k, v)),
+            None => spec.pass_env.push(k),
+        }
+    }
+
+    let runner: Box<dyn Runner> = if args.trusted {
+        eprintln!("cordon: --trusted: running WITHOUT an OS sandbox (hygiene only)");
+        spec.trust = TrustTier::Trusted;
+        Box::new(TrustedProcessRunner::new(config))
+    } else {
+        match admit(&args.backend.backend, args.recheck, config).await? {
+            Ok(r) => Box::new(r),
+            Err(e) => {
+                eprint!("{}", crate::conformance::render(&e.report));
+                return Err(format!(
+                    "no conforming sandbox backend `{}` on this host; refusing to run untrusted code \
+                     (use --trusted only for code you trust)",
+                    e.report.backend
+                ));
+            }
+        }
+    };
+    let mut child = runner.start(spec).await.map_err(|e| e.to_string())?;
+    if args.keep_scratch {
+        eprintln!(
+            "cordon: scratch dir kept at {}",
+            child.scratch_dir().display()
+        );
+    }
+    // If cordon itself is told to stop, the whole sandboxed tree goes with
+    // it: the parent-death signal only reaches the direct child.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut stops = Vec::new();
+    for kind in [
+        SignalKind::terminate(),
+        SignalKind::interrupt(),
+        SignalKind::hangup(),
+    ] {
+        stops.push((
+            kind.as_raw_value(),
+            signal(kind).map_err(|e| format!("cannot watch signals: {e}"))?,
+        ));
+    }
+    let stop = async {
+        let waits = stops.iter_mut().map(|(n, s)| {
+            Box::pin(async move {
+                s.recv().await;
+                *n
+            })
+        });
+        futures_select_first(waits).await
+    };
+    let outcome = tokio::select! {
+        r = child.wait() => r.map_err(|e| format!("waiting for the child failed: {e}"))?,
+        sig = stop => {
+            child.kill();
+            let _ = child.wait().await;
+            eprintln!("cordon: stopped by signal {sig}; the program and its descendants were killed");
+            return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+        }
+    };
+    Ok(match outcome {
+        ExitOutcome::Exited(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        ExitOutcome::Signaled(sig) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        ExitOutcome::DeadlineExceeded => {
+            eprintln!("cordon: --timeout reached; the program and its descendants were killed");
+            ExitCode::from(EXIT_TIMEOUT)
+        }
+    })
+}
+
+/// The first of several futures to finish.
+async fn futures_select_first<F: std::future::Future + Unpin>(
+    futures: impl Iterator<Item = F>,
+) -> F::Output {
+    let mut all: Vec<F> = futures.collect();
+    std::future::poll_fn(move |cx| {
+        for f in all.iter_mut() {
+            if let std::task::Poll::Ready(v) = std::pin::Pin::new(f).poll(cx) {
+                return std::task::Poll::Ready(v);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}

@@ -1,0 +1,278 @@
+//! Drives the real `cordon` binary: exit statuses, confinement, the report
+//! cache, and running as an unprivileged uid.
+
+use std::path::{Path, PathBuf};
+
+mod common;
+use common::{cordon, run, text, unprivileged};
+
+#[test]
+fn run_echo_ok_and_exit_codes() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cordon(cache.path()).args(["run", "--", "/bin/sh", "-c", "echo ok"]));
+    assert_eq!(text(&out.stdout), "ok\n", "stderr: {}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+
+    let out = run(cordon(cache.path()).args(["run", "--", "/bin/sh", "-c", "exit 7"]));
+    assert_eq!(out.status.code(), Some(7));
+
+    let out = run(cordon(cache.path()).args(["run", "--", "/bin/sh", "-c", "kill -TERM $$"]));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+
+    // A program found on PATH.
+    let out = run(cordon(cache.path()).args(["run", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn writing_outside_scratch_is_denied() {
+    let cache = tempfile::tempdir().unwrap();
+    let outside = std::env::temp_dir().join(format!("cordon-cli-outside-{}", std::process::id()));
+    let script = format!(
+        "echo inside > here && cat here && echo x > {}",
+        outside.display()
+    );
+    let out = run(cordon(cache.path()).args(["run", "--", "/bin/sh", "-c", &script]));
+    assert_eq!(text(&out.stdout), "inside\n");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        !outside.exists(),
+        "the sandboxed program wrote {}",
+        outside.display()
+    );
+}
+
+#[test]
+fn timeout_kills_child_and_grandchild() {
+    let cache = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The sandbox may run as another uid: let it write the pid file.
+        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let out = run(cordon(cache.path()).args([
+        "run",
+        "--timeout",
+        "0.5",
+        "--scratch",
+        scratch.path().to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "sleep 30 & echo $! > grandchild.pid; wait",
+    ]));
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let pid: i32 = std::fs::read_to_string(scratch.path().join("grandchild.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    assert!(
+        matches!(state, None | Some("Z")),
+        "grandchild {pid} still alive: {stat}"
+    );
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cordon(cache.path()).args(["run", "--pids", "many", "--", "true"]));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("--pids"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run(cordon(cache.path()).args(["run", "--mem", "12X", "--", "true"]));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).contains("--mem"));
+
+    let out = run(cordon(cache.path()).args(["run", "--ro", "/no/such/path", "--", "true"]));
+    assert_eq!(out.status.code(), Some(125));
+
+    let out = run(cordon(cache.path()).args(["run", "--", "no-such-program-xyz"]));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("not found"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run(cordon(cache.path()).args(["conformance", "--probe", "P9"]));
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(cordon(cache.path()).args(["conformance", "--backend", "nope"]));
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unavailable_backend_refuses_with_report_and_trusted_says_so() {
+    let cache = tempfile::tempdir().unwrap();
+    let marker = std::env::temp_dir().join(format!("cordon-cli-ran-{}", std::process::id()));
+    let script = format!("touch {}", marker.display());
+    let out = run(cordon(cache.path()).args([
+        "run",
+        "--backend",
+        "macos",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]));
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(err.contains("Seatbelt exists only on macOS"), "{err}");
+    assert!(err.contains("NOT CONFORMING"), "{err}");
+    assert!(!marker.exists(), "ran without a sandbox");
+
+    let out = run(cordon(cache.path()).args([
+        "run",
+        "--backend",
+        "noop",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(!marker.exists(), "ran under the noop backend");
+
+    let out =
+        run(cordon(cache.path()).args(["run", "--trusted", "--", "/bin/sh", "-c", "echo trusted"]));
+    assert_eq!(text(&out.stdout), "trusted\n");
+    assert!(text(&out.stderr).contains("WITHOUT an OS sandbox"));
+}
+
+#[test]
+fn conformance_command_exit_codes_and_json() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cordon(cache.path()).args(["conformance", "--backend", "noop"]));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.matches(" FAIL ").count(), 7, "{stdout}");
+    assert!(stdout.trim_end().ends_with("NOT CONFORMING"));
+
+    let out = run(cordon(cache.path()).args(["conformance", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "cordon.conformance/1");
+    assert_eq!(v["conforms"], true);
+    assert_eq!(v["probes"].as_array().unwrap().len(), 7);
+}
+
+fn cache_file(cache: &Path) -> PathBuf {
+    cache.join("cordon").join("conformance-linux.json")
+}
+
+fn cache_outcome(cache: &Path) -> String {
+    let out = run(cordon(cache).args(["-vv", "run", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    if err.contains("conformance cache hit") {
+        "hit".into()
+    } else {
+        "miss".into()
+    }
+}
+
+#[test]
+fn report_cache_hit_miss_and_corruption() {
+    let cache = tempfile::tempdir().unwrap();
+    assert_eq!(cache_outcome(cache.path()), "miss");
+    let file = cache_file(cache.path());
+    assert!(file.exists());
+    assert_eq!(cache_outcome(cache.path()), "hit");
+
+    // A changed key (here: another kernel release) is a miss and is rewritten.
+    let json = std::fs::read_to_string(&file).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["key"]["kernel_release"] = "0.0.0-other".into();
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    assert_eq!(cache_outcome(cache.path()), "miss");
+    assert_eq!(cache_outcome(cache.path()), "hit");
+
+    // A corrupted file is re-run, never trusted.
+    std::fs::write(&file, b"{ not json").unwrap();
+    assert_eq!(cache_outcome(cache.path()), "miss");
+    // A forged report that claims to conform but does not is rejected.
+    let json = std::fs::read_to_string(&file).unwrap();
+    let forged = json.replacen("\"status\": \"pass\"", "\"status\": \"fail\"", 1);
+    std::fs::write(&file, forged).unwrap();
+    assert_eq!(cache_outcome(cache.path()), "miss");
+    // --recheck ignores a good cache.
+    let out = run(cordon(cache.path()).args(["-vv", "run", "--recheck", "--", "true"]));
+    assert!(!text(&out.stderr).contains("conformance cache hit"));
+}
+
+#[test]
+fn unprivileged_uid_conforms_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = unprivileged(dir.path());
+    let out = run(cmd.args(["conformance"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).trim_end().ends_with("CONFORMS"));
+
+    let mut cmd = unprivileged(&dir.path().join("second"));
+    let out = run(cmd.args(["run", "--", "/bin/sh", "-c", "echo ok"]));
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn sigterm_of_cordon_kills_the_whole_tree() {
+    let cache = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut child = cordon(cache.path())
+        .args([
+            "run",
+            "--scratch",
+            scratch.path().to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+        ])
+        .arg("sleep 30 & echo $! > grandchild.pid; wait")
+        .spawn()
+        .unwrap();
+    let pidfile = scratch.path().join("grandchild.pid");
+    let mut waited = 0;
+    while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        waited += 1;
+        assert!(waited < 500, "the sandboxed program never started");
+    }
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    assert!(
+        matches!(state, None | Some("Z")),
+        "grandchild {pid} outlived cordon: {stat}"
+    );
+}
