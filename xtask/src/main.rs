@@ -68,7 +68,9 @@ fn build_bin(package: &str, bin: &str, release: bool) -> Result<PathBuf, ExitCod
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    Ok(target.join(if release { "release" } else { "debug" }).join(bin))
+    Ok(target
+        .join(if release { "release" } else { "debug" })
+        .join(bin))
 }
 
 fn run_cordon(sub: &str, rest: &[String]) -> ExitCode {

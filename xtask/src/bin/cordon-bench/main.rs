@@ -34,13 +34,29 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let json = args.iter().any(|a| a == "--json");
     if let Some(bad) = args.iter().find(|a| *a != "--quick" && *a != "--json") {
-        eprintln!("cordon-bench: unknown argument `{bad}`; usage: cargo xtask bench [--quick] [--json]");
+        eprintln!(
+            "cordon-bench: unknown argument `{bad}`; usage: cargo xtask bench [--quick] [--json]"
+        );
         std::process::exit(2);
     }
     let plan = if quick {
-        Plan { quick, spawn_iters: 60, suite_runs: 2, scale_spawns: 200, star_iters: 300, cold_workers: 5 }
+        Plan {
+            quick,
+            spawn_iters: 60,
+            suite_runs: 2,
+            scale_spawns: 200,
+            star_iters: 300,
+            cold_workers: 5,
+        }
     } else {
-        Plan { quick, spawn_iters: 300, suite_runs: 5, scale_spawns: 1000, star_iters: 3000, cold_workers: 20 }
+        Plan {
+            quick,
+            spawn_iters: 300,
+            suite_runs: 5,
+            scale_spawns: 1000,
+            star_iters: 3000,
+            cold_workers: 20,
+        }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -58,9 +74,17 @@ async fn run(plan: Plan, json: bool) -> i32 {
     } else {
         Arc::new(cordon_backend_linux::LinuxBackend::new())
     };
-    let sandbox = SandboxRunner::new(backend.clone(), &StandardSuite::new(), RunnerConfig::default()).await;
+    let sandbox = SandboxRunner::new(
+        backend.clone(),
+        &StandardSuite::new(),
+        RunnerConfig::default(),
+    )
+    .await;
     if let Err(e) = &sandbox {
-        eprintln!("note: the native backend does not conform; sandboxed rows are marked not built\n{}", e.report.summary());
+        eprintln!(
+            "note: the native backend does not conform; sandboxed rows are marked not built\n{}",
+            e.report.summary()
+        );
     }
     let mut rows = Vec::new();
     rows.extend(spawn::bench(&plan, sandbox.as_ref().ok()).await);
@@ -79,7 +103,11 @@ async fn run(plan: Plan, json: bool) -> i32 {
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         stats::print_table(&rows);
-        println!("\ntotal run time: {:.1} s{}", total.as_secs_f64(), if plan.quick { " (--quick)" } else { "" });
+        println!(
+            "\ntotal run time: {:.1} s{}",
+            total.as_secs_f64(),
+            if plan.quick { " (--quick)" } else { "" }
+        );
     }
     if clean {
         0

@@ -2,7 +2,9 @@
 
 /// Open fds of this process.
 pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// A field of /proc/<pid>/status in KiB (e.g. `VmRSS`, `VmHWM`).
@@ -27,8 +29,12 @@ pub fn children() -> (usize, usize) {
     let mut live = 0;
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
             let mut f = rest.split_whitespace();
             let state = f.next().unwrap_or("");
             if f.next() == Some(me.as_str()) {

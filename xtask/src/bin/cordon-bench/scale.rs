@@ -14,7 +14,10 @@ const S: &str = "3. scale: sandboxed spawns of /bin/true";
 
 pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, bool) {
     let Some(sandbox) = sandbox else {
-        return (vec![not_built(S, "scale", "no conforming native backend")], true);
+        return (
+            vec![not_built(S, "scale", "no conforming native backend")],
+            true,
+        );
     };
     let runner = Arc::new(sandbox.clone());
     let mut rows = vec![];
@@ -33,7 +36,10 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, b
             let runner = runner.clone();
             set.spawn(async move {
                 let t = Instant::now();
-                let mut child = runner.start(ChildSpec::new("/bin/true")).await.expect("spawn");
+                let mut child = runner
+                    .start(ChildSpec::new("/bin/true"))
+                    .await
+                    .expect("spawn");
                 let ok = child.wait().await.map(|o| o.success()).unwrap_or(false);
                 drop(permit);
                 (t.elapsed(), ok)
@@ -51,7 +57,8 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, b
         tokio::time::sleep(Duration::from_millis(50)).await;
         let fds_after = open_fds();
         let (zombies_and_live, live_after) = children();
-        let leaked = fds_after != fds_before || live_after > live_before || zombies_and_live > live_after;
+        let leaked =
+            fds_after != fds_before || live_after > live_before || zombies_and_live > live_after;
         clean &= !leaked && failures == 0;
         let mut r = row(S, format!("concurrency {concurrency}: latency"), lat);
         r.note = format!(
@@ -61,7 +68,13 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, b
             if leaked { "LEAK" } else { "clean" }
         );
         rows.push(r);
-        rows.push(figure(S, format!("concurrency {concurrency}: host peak RSS"), peak_kib as f64 / 1024.0, "MiB", ""));
+        rows.push(figure(
+            S,
+            format!("concurrency {concurrency}: host peak RSS"),
+            peak_kib as f64 / 1024.0,
+            "MiB",
+            "",
+        ));
     }
     (rows, clean)
 }

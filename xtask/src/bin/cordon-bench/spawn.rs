@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_conformance::StandardSuite;
-use cordon_core::{ChildSpec, ConformanceSuite, Runner, SandboxBackend, SandboxRunner, TrustTier, TrustedProcessRunner};
+use cordon_core::{
+    ChildSpec, ConformanceSuite, Runner, SandboxBackend, SandboxRunner, TrustTier,
+    TrustedProcessRunner,
+};
 
 use crate::stats::{not_built, row, Row};
 use crate::Plan;
@@ -13,12 +16,19 @@ use crate::Plan;
 const SECTION: &str = "1. spawn-and-wait of /bin/true";
 
 fn bwrap() -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).find(|p| p.is_file()))
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("bwrap"))
+            .find(|p| p.is_file())
+    })
 }
 
 async fn time_runner(runner: &dyn Runner, trust: TrustTier) -> Duration {
     let t = Instant::now();
-    let mut child = runner.start(ChildSpec::new("/bin/true").trust(trust)).await.expect("spawn");
+    let mut child = runner
+        .start(ChildSpec::new("/bin/true").trust(trust))
+        .await
+        .expect("spawn");
     let out = child.wait().await.expect("wait");
     assert!(out.success(), "/bin/true failed: {out:?}");
     t.elapsed()
@@ -42,7 +52,15 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         let b = bwrap.as_ref().map(|bw| {
             let t = Instant::now();
             let s = Command::new(bw)
-                .args(["--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--new-session", "/bin/true"])
+                .args([
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--unshare-all",
+                    "--die-with-parent",
+                    "--new-session",
+                    "/bin/true",
+                ])
                 .status()
                 .expect("bwrap");
             assert!(s.success(), "bwrap failed");
@@ -65,7 +83,11 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     trusted_row.ratio = Some(trusted_row.median / base.median);
     rows.push(trusted_row.clone());
     if sb.is_empty() {
-        rows.push(not_built(SECTION, "SandboxRunner (native backend)", "no conforming native backend"));
+        rows.push(not_built(
+            SECTION,
+            "SandboxRunner (native backend)",
+            "no conforming native backend",
+        ));
     } else {
         let mut r = row(SECTION, "SandboxRunner (native backend)", sb);
         r.ratio = Some(r.median / base.median);
@@ -73,7 +95,11 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         rows.push(r);
     }
     if bw.is_empty() {
-        rows.push(not_built(SECTION, "bwrap --unshare-all", "bubblewrap not installed; skipped"));
+        rows.push(not_built(
+            SECTION,
+            "bwrap --unshare-all",
+            "bubblewrap not installed; skipped",
+        ));
     } else {
         let mut r = row(SECTION, "bwrap --ro-bind / / --unshare-all ...", bw);
         r.ratio = Some(r.median / base.median);
@@ -97,7 +123,11 @@ pub async fn suite(plan: &Plan, backend: Arc<dyn SandboxBackend>) -> Vec<Row> {
         }
     }
     let mut rows = vec![row(S, format!("whole suite ({})", backend.name()), total)];
-    rows[0].note = if conforms { "CONFORMS".into() } else { "NOT CONFORMING".into() };
+    rows[0].note = if conforms {
+        "CONFORMS".into()
+    } else {
+        "NOT CONFORMING".into()
+    };
     for (i, samples) in per.into_iter().enumerate() {
         if !samples.is_empty() {
             rows.push(row(S, format!("  P{}", i + 1), samples));

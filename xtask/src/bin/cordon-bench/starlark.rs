@@ -22,7 +22,8 @@ const C: &str = "4b. Starlark: compute-bound loop (1 000 000 iterations)";
 const M: &str = "5. memory";
 
 const TRIVIAL: &str = "CONFIG = {'name': 'bench'}\n\ndef ping():\n    return 1\n";
-const SPIN: &str = "def spin():\n    t = 0\n    for i in range(1000000):\n        t += i\n    return t\n";
+const SPIN: &str =
+    "def spin():\n    t = 0\n    for i in range(1000000):\n        t += i\n    return t\n";
 
 fn caps() -> Arc<Capabilities> {
     Capabilities::new(Services::new(
@@ -50,7 +51,10 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     let none = Default::default;
 
     // In process, cached.
-    runner.call_entry_point(&pkg, "ping", vec![], none(), None).await.expect("warm");
+    runner
+        .call_entry_point(&pkg, "ping", vec![], none(), None)
+        .await
+        .expect("warm");
     let mut cached = Vec::with_capacity(plan.star_iters);
     for _ in 0..plan.star_iters {
         cached.push(timed(runner.call_entry_point(&pkg, "ping", vec![], none(), None)).await);
@@ -67,7 +71,15 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
                 let cancel = CancelToken::new();
                 let compiled = compile_package(&p, ModuleSet::NONE, &l, &cancel)?;
                 compiled
-                    .call("ping", &[], &Default::default(), Arc::new(DenyAllCalls), &l, Instant::now() + l.timeout, &cancel)
+                    .call(
+                        "ping",
+                        &[],
+                        &Default::default(),
+                        Arc::new(DenyAllCalls),
+                        &l,
+                        Instant::now() + l.timeout,
+                        &cancel,
+                    )
                     .map_err(|(e, _)| e)
             }))
             .await,
@@ -78,28 +90,59 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     rows.push(r);
 
     match sandbox {
-        None => rows.push(not_built(S, "sandboxed worker", "no conforming native backend")),
-        Some(sandbox) => rows.extend(worker_rows(plan, sandbox, caps.clone(), &limits, &pkg, base.median).await),
+        None => rows.push(not_built(
+            S,
+            "sandboxed worker",
+            "no conforming native backend",
+        )),
+        Some(sandbox) => {
+            rows.extend(worker_rows(plan, sandbox, caps.clone(), &limits, &pkg, base.median).await)
+        }
     }
 
     rows.extend(compute(plan, &runner).await);
     rows
 }
 
-async fn worker_rows(plan: &Plan, sandbox: &SandboxRunner, caps: Arc<Capabilities>, limits: &Limits, pkg: &Package, base: f64) -> Vec<Row> {
+async fn worker_rows(
+    plan: &Plan,
+    sandbox: &SandboxRunner,
+    caps: Arc<Capabilities>,
+    limits: &Limits,
+    pkg: &Package,
+    base: f64,
+) -> Vec<Row> {
     let mut rows = vec![];
     let program = match WorkerProgram::current_exe() {
         Ok(p) => p,
-        Err(e) => return vec![not_built(S, "sandboxed worker", format!("no worker program: {e}"))],
+        Err(e) => {
+            return vec![not_built(
+                S,
+                "sandboxed worker",
+                format!("no worker program: {e}"),
+            )]
+        }
     };
-    let workers = match SandboxedRunner::new(sandbox.clone(), caps, limits.clone(), WorkerConfig::new(program)) {
+    let workers = match SandboxedRunner::new(
+        sandbox.clone(),
+        caps,
+        limits.clone(),
+        WorkerConfig::new(program),
+    ) {
         Ok(w) => w,
         Err(e) => return vec![not_built(S, "sandboxed worker", e.to_string())],
     };
     let none = Default::default;
     // Warm worker.
-    if let Err(e) = workers.call_entry_point(pkg, "ping", vec![], none(), None).await {
-        return vec![not_built(S, "sandboxed worker", format!("worker failed: {e}"))];
+    if let Err(e) = workers
+        .call_entry_point(pkg, "ping", vec![], none(), None)
+        .await
+    {
+        return vec![not_built(
+            S,
+            "sandboxed worker",
+            format!("worker failed: {e}"),
+        )];
     }
     let mut warm = Vec::with_capacity(plan.star_iters);
     for _ in 0..plan.star_iters {
@@ -113,20 +156,30 @@ async fn worker_rows(plan: &Plan, sandbox: &SandboxRunner, caps: Arc<Capabilitie
     let mut cold = vec![];
     let mut truespawn = vec![];
     for i in 0..plan.cold_workers {
-        let p = Package::from_script(&format!("bench-cold-{i}"), format!("{TRIVIAL}# {i}\n"));
+        let p = Package::from_script(format!("bench-cold-{i}"), format!("{TRIVIAL}# {i}\n"));
         cold.push(timed(workers.call_entry_point(&p, "ping", vec![], none(), None)).await);
         truespawn.push(
             timed(async {
-                let mut c = sandbox.start(ChildSpec::new("/bin/true")).await.expect("spawn");
+                let mut c = sandbox
+                    .start(ChildSpec::new("/bin/true"))
+                    .await
+                    .expect("spawn");
                 c.wait().await.expect("wait");
             })
             .await,
         );
     }
     let (true_median, _) = summarize(truespawn.clone());
-    let mut r = row(S, "sandboxed worker, cold (spawn+handshake+load+call)", cold);
+    let mut r = row(
+        S,
+        "sandboxed worker, cold (spawn+handshake+load+call)",
+        cold,
+    );
     r.ratio = Some(r.median / base);
-    r.note = format!("{:.2}x a sandboxed /bin/true spawn ({true_median:.0} µs)", r.median / true_median);
+    r.note = format!(
+        "{:.2}x a sandboxed /bin/true spawn ({true_median:.0} µs)",
+        r.median / true_median
+    );
     rows.push(r);
 
     // Memory: an idle worker, and the host per warm worker held.
@@ -134,21 +187,36 @@ async fn worker_rows(plan: &Plan, sandbox: &SandboxRunner, caps: Arc<Capabilitie
     let host_before = status_kib("self", "VmRSS").unwrap_or(0);
     let k = 4;
     for i in 0..k {
-        let p = Package::from_script(&format!("bench-mem-{i}"), format!("{TRIVIAL}# mem {i}\n"));
-        let _ = workers.call_entry_point(&p, "ping", vec![], none(), None).await;
+        let p = Package::from_script(format!("bench-mem-{i}"), format!("{TRIVIAL}# mem {i}\n"));
+        let _ = workers
+            .call_entry_point(&p, "ping", vec![], none(), None)
+            .await;
     }
     let host_after = status_kib("self", "VmRSS").unwrap_or(0);
     let pids = workers.worker_pids();
-    let rss: Vec<u64> = pids.iter().filter_map(|p| status_kib(&p.to_string(), "VmRSS")).collect();
+    let rss: Vec<u64> = pids
+        .iter()
+        .filter_map(|p| status_kib(&p.to_string(), "VmRSS"))
+        .collect();
     if let Some(max) = rss.iter().max() {
-        rows.push(figure(M, "RSS of an idle sandboxed Starlark worker", *max as f64 / 1024.0, "MiB", format!("max over {} idle workers", rss.len())));
+        rows.push(figure(
+            M,
+            "RSS of an idle sandboxed Starlark worker",
+            *max as f64 / 1024.0,
+            "MiB",
+            format!("max over {} idle workers", rss.len()),
+        ));
     }
     rows.push(figure(
         M,
         "host RSS per warm worker held",
         host_after.saturating_sub(host_before) as f64 / 1024.0 / k as f64,
         "MiB",
-        format!("{k} warm workers; host RSS {:.1} -> {:.1} MiB", host_before as f64 / 1024.0, host_after as f64 / 1024.0),
+        format!(
+            "{k} warm workers; host RSS {:.1} -> {:.1} MiB",
+            host_before as f64 / 1024.0,
+            host_after as f64 / 1024.0
+        ),
     ));
     workers.shutdown().await;
     rows
@@ -158,7 +226,10 @@ async fn compute(plan: &Plan, runner: &Runner) -> Vec<Row> {
     let n = if plan.quick { 3 } else { 9 };
     let pkg = Package::from_script("bench-spin", SPIN.to_string());
     let none = Default::default;
-    runner.call_entry_point(&pkg, "spin", vec![], none(), None).await.expect("spin");
+    runner
+        .call_entry_point(&pkg, "spin", vec![], none(), None)
+        .await
+        .expect("spin");
     let mut limited = vec![];
     for _ in 0..n {
         limited.push(timed(runner.call_entry_point(&pkg, "spin", vec![], none(), None)).await);
@@ -170,7 +241,8 @@ async fn compute(plan: &Plan, runner: &Runner) -> Vec<Row> {
                 use starlark::environment::{Globals, Module};
                 use starlark::eval::Evaluator;
                 use starlark::syntax::{AstModule, Dialect};
-                let ast = AstModule::parse("spin.star", SPIN.to_string(), &Dialect::Extended).expect("parse");
+                let ast = AstModule::parse("spin.star", SPIN.to_string(), &Dialect::Extended)
+                    .expect("parse");
                 let globals = Globals::standard();
                 Module::with_temp_heap(|module| {
                     let mut eval = Evaluator::new(&module);

@@ -49,7 +49,13 @@ pub fn row(section: &'static str, name: impl Into<String>, samples: Vec<Duration
     }
 }
 
-pub fn figure(section: &'static str, name: impl Into<String>, value: f64, unit: &'static str, note: impl Into<String>) -> Row {
+pub fn figure(
+    section: &'static str,
+    name: impl Into<String>,
+    value: f64,
+    unit: &'static str,
+    note: impl Into<String>,
+) -> Row {
     Row {
         section,
         name: name.into(),
@@ -84,7 +90,10 @@ pub fn print_table(rows: &[Row]) {
         if r.section != section {
             section = r.section;
             println!("\n## {section}");
-            println!("{:<52} {:>12} {:>12} {:>8}  note", "", "median", "p99", "ratio");
+            println!(
+                "{:<52} {:>12} {:>12} {:>8}  note",
+                "", "median", "p99", "ratio"
+            );
         }
         let fmt = |v: f64| {
             if v.is_nan() {
