@@ -386,22 +386,28 @@ impl CompiledPackage {
     }
 }
 
-/// Run `f` on a fresh thread with `stack_bytes` of native stack and await
-/// its result. A panic in `f` becomes [`StarlarkHostError::Internal`].
+/// Run `f` on an evaluation thread with `stack_bytes` of native stack and
+/// await its result. A panic in `f` becomes [`StarlarkHostError::Internal`].
+///
+/// Threads are kept warm in a small pool per stack size (at most
+/// [`MAX_IDLE_EVAL_THREADS`] idle ones): starting a thread with a 64 MiB
+/// stack costs tens of microseconds, more than a trivial call itself. A
+/// thread whose job panicked is not reused.
 pub async fn run_on_eval_thread<F, R>(stack_bytes: usize, f: F) -> Result<R, StarlarkHostError>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("starlark-eval".to_owned())
-        .stack_size(stack_bytes)
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let job: EvalJob = Box::new(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let healthy = r.is_ok();
+        let deliver: Box<dyn FnOnce() + Send> = Box::new(move || {
             let _ = tx.send(r);
-        })
-        .map_err(|e| StarlarkHostError::Internal(format!("cannot spawn evaluation thread: {e}")))?;
+        });
+        (healthy, deliver)
+    });
+    eval_pool::submit(stack_bytes, job)?;
     match rx.await {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(p)) => {
@@ -417,5 +423,78 @@ where
         Err(_) => Err(StarlarkHostError::Internal(
             "evaluation thread vanished".to_owned(),
         )),
+    }
+}
+
+/// Idle evaluation threads kept per stack size.
+pub const MAX_IDLE_EVAL_THREADS: usize = 8;
+
+/// A job for an evaluation thread. It returns whether the thread may be
+/// reused, and how to deliver the result: the thread first puts itself
+/// back in the pool, then delivers, so the caller's next call finds it.
+type EvalJob = Box<dyn FnOnce() -> (bool, Box<dyn FnOnce() + Send>) + Send>;
+
+mod eval_pool {
+    use std::collections::HashMap;
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Mutex, OnceLock};
+
+    use super::{EvalJob, MAX_IDLE_EVAL_THREADS};
+    use crate::error::StarlarkHostError;
+
+    /// Idle threads by stack size, each reachable through its own channel.
+    fn idle() -> &'static Mutex<HashMap<usize, Vec<Sender<EvalJob>>>> {
+        static IDLE: OnceLock<Mutex<HashMap<usize, Vec<Sender<EvalJob>>>>> = OnceLock::new();
+        IDLE.get_or_init(Default::default)
+    }
+
+    fn take(stack: usize) -> Option<Sender<EvalJob>> {
+        idle()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&stack)
+            .and_then(Vec::pop)
+    }
+
+    /// Puts a thread back; false when enough are idle already (it exits).
+    fn give_back(stack: usize, tx: Sender<EvalJob>) -> bool {
+        let mut map = idle().lock().unwrap_or_else(|e| e.into_inner());
+        let list = map.entry(stack).or_default();
+        if list.len() >= MAX_IDLE_EVAL_THREADS {
+            return false;
+        }
+        list.push(tx);
+        true
+    }
+
+    pub(super) fn submit(stack: usize, mut job: EvalJob) -> Result<(), StarlarkHostError> {
+        // An idle thread may have exited since it was put back: its channel
+        // then hands the job back and we try the next one.
+        while let Some(tx) = take(stack) {
+            match tx.send(job) {
+                Ok(()) => return Ok(()),
+                Err(returned) => job = returned.0,
+            }
+        }
+        let (tx, rx) = channel::<EvalJob>();
+        let me = tx.clone();
+        std::thread::Builder::new()
+            .name("starlark-eval".to_owned())
+            .stack_size(stack)
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    let (healthy, deliver) = job();
+                    let reuse = healthy && give_back(stack, me.clone());
+                    deliver();
+                    if !reuse {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| {
+                StarlarkHostError::Internal(format!("cannot spawn evaluation thread: {e}"))
+            })?;
+        tx.send(job)
+            .map_err(|_| StarlarkHostError::Internal("evaluation thread vanished".to_owned()))
     }
 }
