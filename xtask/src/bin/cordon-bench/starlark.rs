@@ -210,8 +210,8 @@ async fn worker_rows(
     rows.push(figure(
         M,
         "host RSS per warm worker held",
-        host_after.saturating_sub(host_before) as f64 / 1024.0 / k as f64,
-        "MiB",
+        host_after.saturating_sub(host_before) as f64 / k as f64,
+        "KiB",
         format!(
             "{k} warm workers; host RSS {:.1} -> {:.1} MiB",
             host_before as f64 / 1024.0,
