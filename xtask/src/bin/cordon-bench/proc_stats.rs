@@ -47,3 +47,16 @@ pub fn children() -> (usize, usize) {
     }
     (all, live)
 }
+
+/// Bytes the allocator has handed out and not yet freed (glibc), or 0.
+pub fn heap_in_use() -> usize {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads allocator statistics.
+        unsafe { libc::mallinfo2().uordblks }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        0
+    }
+}

@@ -185,7 +185,8 @@ async fn worker_rows(
     // Memory: an idle worker, and the host per warm worker held.
     workers.shutdown().await;
     let host_before = status_kib("self", "VmRSS").unwrap_or(0);
-    let k = 4;
+    let heap_before = crate::proc_stats::heap_in_use();
+    let k = 8;
     for i in 0..k {
         let p = Package::from_script(format!("bench-mem-{i}"), format!("{TRIVIAL}# mem {i}\n"));
         let _ = workers
@@ -193,6 +194,7 @@ async fn worker_rows(
             .await;
     }
     let host_after = status_kib("self", "VmRSS").unwrap_or(0);
+    let heap_after = crate::proc_stats::heap_in_use();
     let pids = workers.worker_pids();
     let rss: Vec<u64> = pids
         .iter()
@@ -209,11 +211,11 @@ async fn worker_rows(
     }
     rows.push(figure(
         M,
-        "host RSS per warm worker held",
-        host_after.saturating_sub(host_before) as f64 / k as f64,
+        "host memory per warm worker held",
+        heap_after.saturating_sub(heap_before) as f64 / 1024.0 / k as f64,
         "KiB",
         format!(
-            "{k} warm workers; host RSS {:.1} -> {:.1} MiB",
+            "heap in use (mallinfo2) over {k} warm workers; host RSS {:.1} -> {:.1} MiB",
             host_before as f64 / 1024.0,
             host_after as f64 / 1024.0
         ),
