@@ -202,3 +202,51 @@ fn unprivileged_uid_runs_a_package_sandboxed_by_default() {
     // Sandboxed is the default: nothing says it ran as trusted.
     assert!(!text(&out.stderr).contains("TRUSTED"));
 }
+
+#[test]
+fn unprivileged_uid_survives_scripts_that_abort_an_interpreter() {
+    let dir = tempfile::tempdir().unwrap();
+    // (script, exit status): a memory limit is 124; nesting too deep for
+    // the interpreter (refused before parsing, or overflowing its stack in
+    // the worker) is the script's error, 1.
+    let cases = [
+        // Constant folding allocates 2 GB before any limit is checked.
+        ("fold.star", "x = 'a' * 2000000000\ndef main():\n    return 1\n".to_string(), 124),
+        // json.encode of a very deep list overflows the native stack.
+        (
+            "deep.star",
+            "def main():\n    x = []\n    for i in range(100000):\n        x = [x]\n    return len(json.encode(x))\n".to_string(),
+            1,
+        ),
+        // 100 000 nested brackets are refused before parsing.
+        ("nest.star", format!("x = {}{}\ndef main():\n    return 1\n", "[".repeat(100_000), "]".repeat(100_000)), 1),
+    ];
+    for (name, body, _) in &cases {
+        std::fs::write(dir.path().join(name), body).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.path().join(name),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (i, (name, _, code)) in cases.iter().enumerate() {
+        let mut cmd = unprivileged(&dir.path().join(format!("bin{i}")));
+        let out = run(cmd
+            .args(["star", "run", "--entry", "main"])
+            .arg(dir.path().join(name)));
+        let err = text(&out.stderr);
+        // cordon itself survives and reports a clear error: never a crash
+        // of the host process, never a success for these.
+        assert_eq!(out.status.code(), Some(*code), "{name}: {err}");
+        assert!(
+            err.starts_with("cordon: ") || err.contains("\ncordon: "),
+            "{name}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}

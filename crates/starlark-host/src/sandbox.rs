@@ -1467,10 +1467,18 @@ fn describe_failure(
                         package,
                     }
                 }
-                Some(ExitOutcome::Signaled(sig)) if stack => worker(format!(
-                    "crashed (signal {sig}): the interpreter overflowed its native stack \
-                     (too deeply nested values or source)"
-                )),
+                // The script nested values (or source) deeper than the
+                // interpreter's native stack: the package's own doing, so a
+                // limit, like the nesting checks made before parsing.
+                Some(ExitOutcome::Signaled(sig)) if stack => StarlarkHostError::Limit {
+                    kind: LimitKind::Nesting,
+                    message: format!(
+                        "the interpreter overflowed its native stack (signal {sig}) on too deeply \
+                         nested values or source; its worker was killed and the next call starts \
+                         a fresh one"
+                    ),
+                    package,
+                },
                 Some(ExitOutcome::Signaled(sig)) if sig == libc::SIGKILL => worker(format!(
                     "was killed (signal {sig}) by a resource limit or from outside"
                 )),

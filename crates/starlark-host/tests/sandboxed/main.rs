@@ -364,7 +364,7 @@ async fn hostile_scripts_end_in_clear_errors_without_leaks() {
         (
             "deep-json-encode",
             "def main():\n    x = []\n    for i in range(100000):\n        x = [x]\n    return json.encode(x)\n".into(),
-            "worker for package",
+            "overflowed its native stack",
         ),
         (
             "doubling",
