@@ -3,7 +3,11 @@
 //! Running P1–P7 before every `cordon run` costs a fraction of a second; a
 //! conforming report is cached for this boot, keyed by backend, kernel
 //! release, Landlock ABI (or whatever the backend reports), uid, boot id and
-//! the SHA-256 of cordon's own binary. A cache file that is missing,
+//! the SHA-256 of cordon's own binary. Hashing a 20 MB binary on every run
+//! would cost more than the rest of `cordon run`, so the file also records
+//! the binary's identity (device, inode, size, mtime and ctime, which no
+//! write or rename can preserve): while it is unchanged, the stored hash is
+//! reused; otherwise the binary is hashed again. A cache file that is missing,
 //! unreadable, malformed, for another key, not conforming, or not owned by
 //! this user with mode 0600 is ignored and the suite runs again.
 
@@ -25,10 +29,44 @@ pub struct CacheKey {
     pub exe_sha256: String,
 }
 
+/// What identifies cordon's binary on disk without reading it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExeIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl ExeIdentity {
+    fn of(path: &Path) -> std::io::Result<ExeIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        Ok(ExeIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        })
+    }
+}
+
 impl CacheKey {
-    pub fn for_backend(backend: &dyn SandboxBackend) -> std::io::Result<CacheKey> {
-        let exe = std::fs::read(std::env::current_exe()?)?;
-        Ok(CacheKey {
+    /// The key for `backend` on this host. `known` is a previously hashed
+    /// binary: its hash is reused when the identity still matches.
+    pub fn for_backend(
+        backend: &dyn SandboxBackend,
+        known: Option<(&ExeIdentity, &str)>,
+    ) -> std::io::Result<(CacheKey, ExeIdentity)> {
+        let path = std::env::current_exe()?;
+        let identity = ExeIdentity::of(&path)?;
+        let exe_sha256 = match known {
+            Some((id, hash)) if *id == identity => hash.to_string(),
+            _ => hex::encode(sha2::Sha256::digest(std::fs::read(&path)?)),
+        };
+        let key = CacheKey {
             backend: backend.name().to_string(),
             kernel_release: cordon_core::kernel_release(),
             backend_facts: backend.host_facts(),
@@ -37,14 +75,16 @@ impl CacheKey {
             boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
-            exe_sha256: hex::encode(sha2::Sha256::digest(&exe)),
-        })
+            exe_sha256,
+        };
+        Ok((key, identity))
     }
 }
 
 #[derive(Serialize, Deserialize)]
 struct CacheFile {
     key: CacheKey,
+    exe: ExeIdentity,
     report: ConformanceReport,
 }
 
@@ -89,7 +129,8 @@ impl<S> CachedSuite<S> {
     }
 }
 
-fn read_trusted(path: &Path, key: &CacheKey) -> Option<ConformanceReport> {
+/// Reads a cache file that is private to this user and well formed.
+fn read_private(path: &Path) -> Option<CacheFile> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(path).ok()?;
     // SAFETY: geteuid cannot fail.
@@ -99,17 +140,21 @@ fn read_trusted(path: &Path, key: &CacheKey) -> Option<ConformanceReport> {
         return None;
     }
     let text = std::fs::read_to_string(path).ok()?;
-    let file: CacheFile = match serde_json::from_str(&text) {
-        Ok(f) => f,
+    match serde_json::from_str(&text) {
+        Ok(f) => Some(f),
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "ignoring unreadable conformance cache");
-            return None;
+            None
         }
-    };
-    (file.key == *key && file.report.conforms()).then_some(file.report)
+    }
 }
 
-fn write_private(path: &Path, key: CacheKey, report: &ConformanceReport) -> std::io::Result<()> {
+fn write_private(
+    path: &Path,
+    key: CacheKey,
+    exe: ExeIdentity,
+    report: &ConformanceReport,
+) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path.parent().expect("cache file has a parent");
@@ -126,6 +171,7 @@ fn write_private(path: &Path, key: CacheKey, report: &ConformanceReport) -> std:
         .open(&tmp)?;
     let file = CacheFile {
         key,
+        exe,
         report: report.clone(),
     };
     f.write_all(serde_json::to_string_pretty(&file)?.as_bytes())?;
@@ -137,22 +183,24 @@ fn write_private(path: &Path, key: CacheKey, report: &ConformanceReport) -> std:
 impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
     async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
         let path = self.file_for(backend.name());
-        let key = CacheKey::for_backend(backend.as_ref()).ok();
         let set = |o| *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = o;
-        if let (Some(path), Some(key)) = (&path, &key) {
+        let cached = path.as_deref().and_then(read_private);
+        let known = cached.as_ref().map(|f| (&f.exe, f.key.exe_sha256.as_str()));
+        let key = CacheKey::for_backend(backend.as_ref(), known).ok();
+        if let (Some(path), Some((key, _))) = (&path, &key) {
             if !self.recheck {
-                if let Some(report) = read_trusted(path, key) {
+                if let Some(file) = cached.filter(|f| f.key == *key && f.report.conforms()) {
                     set(CacheOutcome::Hit);
                     tracing::debug!(path = %path.display(), "conformance cache hit");
-                    return report;
+                    return file.report;
                 }
             }
             set(CacheOutcome::Miss);
         }
         let report = self.inner.run(backend).await;
-        if let (Some(path), Some(key)) = (path, key) {
+        if let (Some(path), Some((key, exe))) = (path, key) {
             if report.conforms() {
-                if let Err(e) = write_private(&path, key, &report) {
+                if let Err(e) = write_private(&path, key, exe, &report) {
                     tracing::warn!(path = %path.display(), error = %e, "could not write conformance cache");
                 }
             }

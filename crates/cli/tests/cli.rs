@@ -197,6 +197,20 @@ fn report_cache_hit_miss_and_corruption() {
     assert_eq!(cache_outcome(cache.path()), "miss");
     assert_eq!(cache_outcome(cache.path()), "hit");
 
+    // A binary that looks different on disk is hashed again: same hash, hit;
+    // a stored hash that no longer matches the binary, miss.
+    let json = std::fs::read_to_string(&file).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["exe"]["ino"] = 1.into();
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    assert_eq!(cache_outcome(cache.path()), "hit");
+    let json = std::fs::read_to_string(&file).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["exe"]["ino"] = 1.into();
+    v["key"]["exe_sha256"] = "00".into();
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    assert_eq!(cache_outcome(cache.path()), "miss");
+
     // A corrupted file is re-run, never trusted.
     std::fs::write(&file, b"{ not json").unwrap();
     assert_eq!(cache_outcome(cache.path()), "miss");
