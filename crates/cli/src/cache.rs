@@ -5,9 +5,11 @@
 //! release, Landlock ABI (or whatever the backend reports), uid, boot id and
 //! the SHA-256 of cordon's own binary. Hashing a 20 MB binary on every run
 //! would cost more than the rest of `cordon run`, so the file also records
-//! the binary's identity (device, inode, size, mtime and ctime, which no
-//! write or rename can preserve): while it is unchanged, the stored hash is
-//! reused; otherwise the binary is hashed again. A cache file that is missing,
+//! the binary's identity (device, inode, size and mtime: an upgrade either
+//! replaces the file or rewrites it): while it is unchanged, the stored hash
+//! is reused; otherwise the binary is hashed again. ctime is deliberately
+//! not part of it: `cordon star run` hard-links the binary into the worker's
+//! private dir, which changes ctime on every run. A cache file that is missing,
 //! unreadable, malformed, for another key, not conforming, or not owned by
 //! this user with mode 0600 is ignored and the suite runs again.
 
@@ -36,7 +38,6 @@ pub struct ExeIdentity {
     pub ino: u64,
     pub size: u64,
     pub mtime_ns: i128,
-    pub ctime_ns: i128,
 }
 
 impl ExeIdentity {
@@ -48,7 +49,6 @@ impl ExeIdentity {
             ino: m.ino(),
             size: m.size(),
             mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
         })
     }
 }
