@@ -408,7 +408,24 @@ where
         (healthy, deliver)
     });
     eval_pool::submit(stack_bytes, job)?;
-    match rx.await {
+    let mut rx = rx;
+    // A trivial call is done in a few microseconds, while parking this
+    // task and waking it from another thread costs tens of microseconds on
+    // an idle (virtual) machine: poll briefly before parking.
+    let spin_until = std::time::Instant::now() + SPIN;
+    let received = loop {
+        match rx.try_recv() {
+            Ok(r) => break Ok(r),
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => break Err(()),
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                if std::time::Instant::now() >= spin_until {
+                    break rx.await.map_err(|_| ());
+                }
+                std::hint::spin_loop();
+            }
+        }
+    };
+    match received {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(p)) => {
             let msg = p
@@ -420,7 +437,7 @@ where
                 "the interpreter panicked: {msg}"
             )))
         }
-        Err(_) => Err(StarlarkHostError::Internal(
+        Err(()) => Err(StarlarkHostError::Internal(
             "evaluation thread vanished".to_owned(),
         )),
     }
@@ -429,6 +446,10 @@ where
 /// Idle evaluation threads kept per stack size.
 pub const MAX_IDLE_EVAL_THREADS: usize = 8;
 
+/// How long a caller polls for a result, and an evaluation thread for its
+/// next job, before parking (spin, then sleep).
+const SPIN: std::time::Duration = std::time::Duration::from_micros(30);
+
 /// A job for an evaluation thread. It returns whether the thread may be
 /// reused, and how to deliver the result: the thread first puts itself
 /// back in the pool, then delivers, so the caller's next call finds it.
@@ -436,10 +457,25 @@ type EvalJob = Box<dyn FnOnce() -> (bool, Box<dyn FnOnce() + Send>) + Send>;
 
 mod eval_pool {
     use std::collections::HashMap;
-    use std::sync::mpsc::{channel, Sender};
+    use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
     use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
 
-    use super::{EvalJob, MAX_IDLE_EVAL_THREADS};
+    use super::{EvalJob, MAX_IDLE_EVAL_THREADS, SPIN};
+
+    /// The next job: polled briefly (back-to-back calls skip a thread
+    /// wake-up), then waited for.
+    fn next_job(rx: &Receiver<EvalJob>) -> Option<EvalJob> {
+        let until = Instant::now() + SPIN;
+        loop {
+            match rx.try_recv() {
+                Ok(job) => return Some(job),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if Instant::now() < until => std::hint::spin_loop(),
+                Err(TryRecvError::Empty) => return rx.recv().ok(),
+            }
+        }
+    }
     use crate::error::StarlarkHostError;
 
     /// Idle threads by stack size, each reachable through its own channel.
@@ -482,7 +518,7 @@ mod eval_pool {
             .name("starlark-eval".to_owned())
             .stack_size(stack)
             .spawn(move || {
-                while let Ok(job) = rx.recv() {
+                while let Some(job) = next_job(&rx) {
                     let (healthy, deliver) = job();
                     let reuse = healthy && give_back(stack, me.clone());
                     deliver();
