@@ -52,8 +52,8 @@
 //!
 //! For `cordon star run`, [`run_local`] (in process) and
 //! [`run_local_sandboxed`] (in a worker) do all of this for a path with
-//! explicit grants and secrets. [`bench_figures`] measures warm, cold and
-//! in-process call latency.
+//! explicit grants and secrets. `cargo xtask bench` measures call latency
+//! in process and through warm and cold workers.
 //!
 //! ## Example
 //!
@@ -85,7 +85,6 @@
 
 #![deny(missing_docs)]
 
-pub mod bench;
 pub mod bindings;
 pub mod broker;
 pub mod error;
@@ -103,7 +102,6 @@ pub mod stores;
 pub mod wire;
 pub mod worker;
 
-pub use bench::{bench_figures, BenchFigures, Figure};
 pub use bindings::{globals_for, ModuleSet};
 pub use broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
 pub use error::{LimitKind, StarlarkHostError};
