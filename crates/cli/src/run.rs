@@ -71,6 +71,26 @@ fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
     Ok((OsString::from(k), v))
 }
 
+/// As root, the Linux backend runs the child as uid 65534 and hands it only
+/// scratch dirs it created itself: a caller's `--scratch` dir must already
+/// be writable by that uid, or the program fails on its first write.
+fn warn_if_sandbox_cannot_write(dir: &std::path::Path, trusted: bool) {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    if trusted || !cfg!(target_os = "linux") || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    if let Ok(m) = std::fs::metadata(dir) {
+        if m.uid() != 65534 && m.mode() & 0o002 == 0 {
+            eprintln!(
+                "cordon: note: as root the sandbox runs as uid 65534, which cannot write {}; \
+                 chown it to 65534 or make it world-writable",
+                dir.display()
+            );
+        }
+    }
+}
+
 /// Runs the conformance gate (answered from the per-boot cache when it can)
 /// and builds the sandbox runner. The outer error is a usage problem (an
 /// unknown backend); the inner one is the gate refusing, with its report.
@@ -117,6 +137,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         read_write: args.read_write.clone(),
         ..RunnerConfig::default()
     };
+    if let Some(dir) = &args.scratch {
+        warn_if_sandbox_cannot_write(dir, args.trusted);
+    }
     let mut command = args.command.into_iter();
     let program = command.next().ok_or("no PROGRAM given")?;
     let mut spec = ChildSpec::new(PathBuf::from(program))

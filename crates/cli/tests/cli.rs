@@ -290,3 +290,31 @@ fn sigterm_of_cordon_kills_the_whole_tree() {
         "grandchild {pid} outlived cordon: {stat}"
     );
 }
+
+#[test]
+fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
+    let cache = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let out = run(cordon(cache.path()).args([
+        "run",
+        "--scratch",
+        scratch.path().to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo x > f",
+    ]));
+    let err = text(&out.stderr);
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(err.contains("uid 65534, which cannot write"), "{err}");
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "the sandbox wrote a root-owned 0700 dir"
+        );
+    } else {
+        assert!(!err.contains("cannot write"), "{err}");
+        assert_eq!(out.status.code(), Some(0), "{err}");
+    }
+}
