@@ -6,6 +6,27 @@ use std::path::{Path, PathBuf};
 mod common;
 use common::{cordon, run, text, unprivileged};
 
+/// A scratch dir the sandbox uid (65534 under a root host) can write.
+fn world_writable_scratch() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// Asserts that `pid` is gone (or only a zombie: PID 1 here does not reap).
+fn assert_gone(pid: i32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    assert!(
+        matches!(state, None | Some("Z")),
+        "process {pid} outlived its sandbox: {stat}"
+    );
+}
+
 #[test]
 fn run_echo_ok_and_exit_codes() {
     let cache = tempfile::tempdir().unwrap();
@@ -45,12 +66,7 @@ fn writing_outside_scratch_is_denied() {
 #[test]
 fn timeout_kills_child_and_grandchild() {
     let cache = tempfile::tempdir().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The sandbox may run as another uid: let it write the pid file.
-        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let scratch = world_writable_scratch();
     let out = run(cordon(cache.path()).args([
         "run",
         "--timeout",
@@ -68,15 +84,7 @@ fn timeout_kills_child_and_grandchild() {
         .trim()
         .parse()
         .unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|s| s.split_whitespace().next());
-    assert!(
-        matches!(state, None | Some("Z")),
-        "grandchild {pid} still alive: {stat}"
-    );
+    assert_gone(pid);
 }
 
 #[test]
@@ -247,11 +255,7 @@ fn unprivileged_uid_conforms_and_runs() {
 #[test]
 fn sigterm_of_cordon_kills_the_whole_tree() {
     let cache = tempfile::tempdir().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let scratch = world_writable_scratch();
     let mut child = cordon(cache.path())
         .args([
             "run",
@@ -280,15 +284,7 @@ fn sigterm_of_cordon_kills_the_whole_tree() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|s| s.split_whitespace().next());
-    assert!(
-        matches!(state, None | Some("Z")),
-        "grandchild {pid} outlived cordon: {stat}"
-    );
+    assert_gone(pid);
 }
 
 #[test]
