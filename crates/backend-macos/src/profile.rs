@@ -57,6 +57,8 @@ pub enum PathRole {
     Scratch,
     /// [`SandboxPolicy::package_dir`].
     Package,
+    /// An entry of [`SandboxPolicy::program_files`].
+    Program,
     /// An entry of [`SandboxPolicy::read_only`].
     ReadOnly,
     /// An entry of [`SandboxPolicy::read_write`].
@@ -68,6 +70,7 @@ impl std::fmt::Display for PathRole {
         f.write_str(match self {
             PathRole::Scratch => "scratch dir",
             PathRole::Package => "package dir",
+            PathRole::Program => "program file",
             PathRole::ReadOnly => "read-only grant",
             PathRole::ReadWrite => "read-write grant",
         })
@@ -413,6 +416,13 @@ pub fn build_profile(
         .as_deref()
         .map(|p| required(PathRole::Package, p, canon))
         .transpose()?;
+    let mut program_files: Vec<PathBuf> = Vec::new();
+    for p in &policy.program_files {
+        let c = required(PathRole::Program, p, canon)?;
+        if !program_files.contains(&c) {
+            program_files.push(c);
+        }
+    }
     let mut skipped = Vec::new();
     let mut read_only: Vec<PathBuf> = Vec::new();
     for p in &policy.read_only {
@@ -457,6 +467,7 @@ pub fn build_profile(
         .collect();
     let policy_ancestors: BTreeSet<PathBuf> = std::iter::once(&scratch)
         .chain(&package)
+        .chain(&program_files)
         .chain(&read_only)
         .chain(&read_write)
         .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
@@ -519,6 +530,15 @@ pub fn build_profile(
         let r = b.param("PACKAGE".into(), &utf8(PathRole::Package, pkg.clone())?);
         b.line(&format!(
             "(allow file-read* process-exec* file-map-executable (subpath {r}))"
+        ));
+    }
+    if !program_files.is_empty() {
+        b.line(";; The program and its interpreter or loader: read and exec, file by file.");
+    }
+    for (i, p) in program_files.iter().enumerate() {
+        let r = b.param(format!("PROGRAM_{i}"), &utf8(PathRole::Program, p.clone())?);
+        b.line(&format!(
+            "(allow file-read* process-exec* file-map-executable (literal {r}))"
         ));
     }
     if !read_only.is_empty() {

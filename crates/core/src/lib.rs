@@ -45,6 +45,7 @@ mod backend;
 mod child;
 mod error;
 mod policy;
+mod program;
 pub mod protocol;
 mod report;
 mod runner;

@@ -42,6 +42,11 @@ pub struct Limits {
     pub cpu_seconds: Option<u64>,
     /// Maximum size of a file the child may write, in bytes.
     pub file_size_bytes: Option<u64>,
+    /// Maximum bytes the child may store in a fresh scratch dir. A backend
+    /// that backs fresh scratch with private memory (the Linux backend's
+    /// size-limited tmpfs) enforces it there; writing past it fails with
+    /// `ENOSPC` inside the sandbox.
+    pub disk_bytes: Option<u64>,
     /// Wall-clock deadline from spawn; when it passes, the runner kills the
     /// child's whole process group.
     pub deadline: Option<Duration>,
@@ -64,8 +69,8 @@ pub struct LimitRaiseError {
 
 impl Limits {
     /// The ceilings a runner uses unless configured otherwise: 64 processes,
-    /// 1 GiB of address space, 256 open files, 60 s of CPU, 1 GiB files and a
-    /// 10-minute wall-clock deadline.
+    /// 1 GiB of address space, 256 open files, 60 s of CPU, 1 GiB files,
+    /// 1 GiB of scratch and a 10-minute wall-clock deadline.
     pub fn default_ceilings() -> Self {
         Limits {
             max_processes: Some(64),
@@ -73,12 +78,14 @@ impl Limits {
             open_files: Some(256),
             cpu_seconds: Some(60),
             file_size_bytes: Some(1 << 30),
+            disk_bytes: Some(1 << 30),
             deadline: Some(Duration::from_secs(600)),
         }
     }
 
     /// The limits the conformance probes run under: 64 processes, 256 MiB,
-    /// 64 open files, 2 s of CPU, 64 MiB files, 5 s deadline.
+    /// 64 open files, 2 s of CPU, 64 MiB files, 64 MiB of scratch, 5 s
+    /// deadline.
     pub fn probe() -> Self {
         Limits {
             max_processes: Some(64),
@@ -86,6 +93,7 @@ impl Limits {
             open_files: Some(64),
             cpu_seconds: Some(2),
             file_size_bytes: Some(64 << 20),
+            disk_bytes: Some(64 << 20),
             deadline: Some(Duration::from_secs(5)),
         }
     }
@@ -119,6 +127,7 @@ impl Limits {
                 self.file_size_bytes,
                 requested.file_size_bytes,
             )?,
+            disk_bytes: pick("disk_bytes", self.disk_bytes, requested.disk_bytes)?,
             deadline: pick("deadline", self.deadline, requested.deadline)?,
         })
     }
@@ -128,6 +137,7 @@ impl Limits {
 ///
 /// Paths are absolute. Backends grant exactly:
 /// - `scratch_dir`: read, write, create, delete (the child's cwd);
+/// - `program_files`: read and execute, each file alone;
 /// - `package_dir`: read and execute;
 /// - `read_only`: read (and execute, for directories holding programs);
 /// - `read_write`: read and write;
@@ -141,7 +151,19 @@ pub struct SandboxPolicy {
     /// may change its owner, e.g. to the sandbox uid); false when it is the
     /// caller's own directory, which a backend must not modify.
     pub scratch_is_fresh: bool,
-    /// The package or program directory: read and execute.
+    /// True when the host reads the scratch dir's contents after the child
+    /// ends (a caller's own dir, or a fresh one the caller asked to keep).
+    /// When false the contents are discarded, so a backend may back the
+    /// directory with private, size-limited memory instead of the host's
+    /// disk ([`Limits::disk_bytes`]).
+    pub scratch_persists: bool,
+    /// The program file and what the kernel needs to load it (a `#!`
+    /// script's interpreter, an ELF program's dynamic loader): each granted
+    /// read + execute as a single file, not its directory.
+    pub program_files: Vec<PathBuf>,
+    /// The package directory, when the caller names one: read and execute.
+    /// Never defaulted to the program's own directory (that would grant,
+    /// say, the whole of `$HOME` to `$HOME/a.out`).
     pub package_dir: Option<PathBuf>,
     /// Extra read-only paths.
     pub read_only: Vec<PathBuf>,
@@ -159,6 +181,8 @@ impl SandboxPolicy {
         SandboxPolicy {
             scratch_dir: scratch_dir.into(),
             scratch_is_fresh: false,
+            scratch_persists: true,
+            program_files: Vec::new(),
             package_dir: None,
             read_only: Vec::new(),
             read_write: Vec::new(),

@@ -21,22 +21,18 @@
 //! After fork only raw, async-signal-safe syscalls run: every value the
 //! child needs is computed in the parent and moved into the closure.
 
-use std::ffi::{OsStr, OsString};
-use std::fs::File;
-use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use crate::backend::SandboxBackend;
 use crate::child::{RunningChild, ScratchGuard};
 use crate::error::SpawnError;
 use crate::policy::{Limits, Network, SandboxPolicy};
+use crate::program;
 use crate::spec::{ChildSpec, Scratch, StdioMode};
 
 /// The environment variables every child may receive from the host.
@@ -169,8 +165,8 @@ impl Spawner {
     pub fn spawn(&self, spec: &ChildSpec) -> Result<RunningChild, SpawnError> {
         let limits = self.config.ceilings.narrow(&spec.limits)?;
         let env = self.build_env(spec);
-        let program = resolve_program(&spec.program, &env)?;
-        let (program_file, exec_path) = open_program(&program, spec)?;
+        let program = program::resolve(&spec.program, &env)?;
+        let (program_file, exec_path) = program::open_pinned(&program, spec)?;
         let scratch = prepare_scratch(&spec.scratch, &self.config.scratch_base)?;
         let package_dir = match &spec.package_dir {
             Some(dir) => Some(dir.canonicalize().map_err(|e| {
@@ -179,7 +175,7 @@ impl Spawner {
                     dir.display()
                 ))
             })?),
-            None => program.parent().map(Path::to_path_buf),
+            None => None,
         };
 
         let mut cmd = std::process::Command::new(&exec_path);
@@ -207,9 +203,13 @@ impl Spawner {
             // inside a sandbox the only writable place is scratch.
             cmd.env("HOME", scratch.path())
                 .env("TMPDIR", scratch.path());
+            let mut program_files = vec![program.clone()];
+            program_files.extend(program::load_requirements(&program, &env));
             let policy = SandboxPolicy {
                 scratch_dir: scratch.path().to_path_buf(),
                 scratch_is_fresh: scratch.is_fresh(),
+                scratch_persists: !matches!(spec.scratch, Scratch::Fresh),
+                program_files,
                 package_dir,
                 read_only: self.config.read_only.clone(),
                 read_write: self.config.read_write.clone(),
@@ -365,90 +365,6 @@ fn fd_scan_limit() -> libc::c_int {
         1 << 20
     };
     cur.min(1 << 20) as libc::c_int
-}
-
-/// Resolves `program` to an absolute, canonical path: names without a `/`
-/// are looked up on the child's `PATH`.
-fn resolve_program(program: &Path, env: &[(OsString, OsString)]) -> Result<PathBuf, SpawnError> {
-    if program.as_os_str().is_empty() {
-        return Err(SpawnError::InvalidSpec("program is empty".into()));
-    }
-    let not_found = || SpawnError::ProgramNotFound {
-        program: program.to_path_buf(),
-    };
-    let candidate = if program.as_os_str().as_encoded_bytes().contains(&b'/') {
-        program.to_path_buf()
-    } else {
-        let path = env
-            .iter()
-            .find(|(k, _)| k == OsStr::new("PATH"))
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(program))
-            .find(|p| is_executable_file(p))
-            .ok_or_else(not_found)?
-    };
-    let canonical = candidate.canonicalize().map_err(|_| not_found())?;
-    if !canonical.is_file() {
-        return Err(not_found());
-    }
-    Ok(canonical)
-}
-
-fn is_executable_file(p: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: c is a valid NUL-terminated string.
-    p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
-}
-
-/// Opens the program; if pinned, hashes it from the open fd and returns the
-/// `/proc/self/fd/N` path to execute that very file.
-fn open_program(program: &Path, spec: &ChildSpec) -> Result<(Option<File>, PathBuf), SpawnError> {
-    let Some(pin) = spec.program_sha256 else {
-        return Ok((None, program.to_path_buf()));
-    };
-    let open_err = |source| SpawnError::ProgramOpen {
-        program: program.to_path_buf(),
-        source,
-    };
-    let mut file = File::open(program).map_err(open_err)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf).map_err(open_err)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let actual: [u8; 32] = hasher.finalize().into();
-    if actual != pin.0 {
-        tracing::warn!(
-            program = %program.display(),
-            expected = %pin.to_hex(),
-            actual = %hex::encode(actual),
-            "program does not match its pin; refusing to run it"
-        );
-        return Err(SpawnError::PinMismatch {
-            program: program.to_path_buf(),
-            expected: pin.to_hex(),
-            actual: hex::encode(actual),
-        });
-    }
-    // The fd is O_CLOEXEC: it stays open through pre_exec and the kernel
-    // opens it for execve before closing it, so ELF programs run from the
-    // hashed file. (`#!` scripts cannot run this way: pin their interpreter.)
-    let fd_dir = if cfg!(target_os = "linux") {
-        "/proc/self/fd"
-    } else {
-        "/dev/fd"
-    };
-    let exec_path = PathBuf::from(format!("{fd_dir}/{}", file.as_raw_fd()));
-    Ok((Some(file), exec_path))
 }
 
 fn prepare_scratch(scratch: &Scratch, base: &Path) -> Result<ScratchGuard, SpawnError> {

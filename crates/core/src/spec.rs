@@ -91,7 +91,8 @@ pub struct ChildSpec {
     /// The scratch directory (the child's cwd).
     pub scratch: Scratch,
     /// The package or artifact directory, granted read + execute. `None`
-    /// means the program's own directory.
+    /// grants no directory: only the program file itself and what loading
+    /// it needs (its `#!` interpreter, its ELF loader) are granted.
     pub package_dir: Option<PathBuf>,
     /// If set, the program file must hash to this value; it is then executed
     /// from the very file that was hashed (no re-open by path).

@@ -171,6 +171,14 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError
         is_dir: true,
         grant: Grant::Scratch,
     });
+    for f in &policy.program_files {
+        let (path, is_dir) = rules::canonical_grant("program", f).map_err(wrap_err)?;
+        path_rules.push(PathRule {
+            path,
+            is_dir,
+            grant: Grant::ReadExec,
+        });
+    }
     if let Some(pkg) = &policy.package_dir {
         let (path, is_dir) = rules::canonical_grant("package", pkg).map_err(wrap_err)?;
         path_rules.push(PathRule {

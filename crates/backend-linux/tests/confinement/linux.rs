@@ -65,6 +65,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(parent_death_kills_child, true),
         s!(pinned_program_runs, true),
         s!(exec_outside_grants_denied, true),
+        s!(program_dir_not_granted, true),
         s!(rename_tricks_denied, true),
         s!(read_only_inside_writable_refused, true),
         s!(bad_grant_is_a_clear_error, true),
@@ -1122,4 +1123,28 @@ fn child_fails_closed_without_seccomp() -> Outcome {
 
 fn child_fails_closed_without_userns() -> Outcome {
     child_step_fails_closed(libc::SYS_unshare, libc::EPERM)
+}
+
+/// Breach: the program's own directory used to be granted read + execute,
+/// so `$HOME/a.out $HOME/.ssh/id_rsa` printed the key. Only the program
+/// file (and its loader) is granted now.
+fn program_dir_not_granted() -> Outcome {
+    let c = canary("PROGRAM-DIR-SECRET");
+    let cat = c.path().join("mycat");
+    std::fs::copy("/bin/cat", &cat).unwrap();
+    std::fs::set_permissions(&cat, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = c.path().join("secret");
+    let r = run(spec(
+        cat.to_str().unwrap(),
+        &[secret.to_str().unwrap(), "/dev/null"],
+    ))?;
+    ensure(!r.stdout.contains("PROGRAM-DIR-SECRET"), || {
+        format!("the program's directory was readable: {r}")
+    })?;
+    // The program itself ran (the sentinel: it read /dev/null and failed
+    // only on the secret).
+    ensure(
+        r.outcome == ExitOutcome::Exited(1) && r.stderr.contains("Permission denied"),
+        || format!("the program did not run, or failed for another reason: {r}"),
+    )
 }
