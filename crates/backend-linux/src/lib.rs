@@ -82,20 +82,84 @@ pub const SANDBOX_UID: u32 = 65534;
 /// See [`SANDBOX_UID`].
 pub const SANDBOX_GID: u32 = 65534;
 
-/// The Linux sandbox backend (Landlock + seccomp + user namespace +
-/// rlimits + capability drop). See the crate docs.
+/// Which isolation layers the backend applies on top of the ones it always
+/// applies (user namespace, rlimits, no capabilities, no_new_privs,
+/// Landlock, the seccomp deny-list).
 ///
-/// It holds no state: every call re-checks the host, so a backend created
-/// before the host lost a feature still reports it.
+/// [`LinuxBackend::new`] applies every layer. A backend with fewer layers
+/// is *not* a weaker production option: it fails the conformance probes
+/// that catch what is missing, so the gate refuses it. It exists so that
+/// tests can show each probe catching the breach its layer closes, and so
+/// that `cargo xtask bench` can show what each layer costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Layers {
+    /// A PID namespace with a minimal init as pid 1: no host process can be
+    /// named, and the init's death takes every sandbox process with it.
+    pub pid_namespace: bool,
+    /// An IPC namespace: SysV IPC and POSIX message queues are private and
+    /// freed with the sandbox.
+    pub ipc_namespace: bool,
+    /// A mount namespace in which the host is read-only and `nosuid`, and
+    /// scratch (a size-limited tmpfs, or a `nosuid,nodev` bind of the
+    /// caller's dir) and read-write grants are the only writable places.
+    pub mount_namespace: bool,
+    /// The seccomp allowlist (default deny) instead of the deny-list alone.
+    pub seccomp_allowlist: bool,
+}
+
+impl Layers {
+    /// Every layer: what [`LinuxBackend::new`] applies.
+    pub const ALL: Layers = Layers {
+        pid_namespace: true,
+        ipc_namespace: true,
+        mount_namespace: true,
+        seccomp_allowlist: true,
+    };
+
+    /// Only the layers of the first version (user namespace, rlimits,
+    /// capabilities, no_new_privs, Landlock, seccomp deny-list). It fails
+    /// the conformance probes added for the breaches it leaves open.
+    pub const LEGACY: Layers = Layers {
+        pid_namespace: false,
+        ipc_namespace: false,
+        mount_namespace: false,
+        seccomp_allowlist: false,
+    };
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Layers::ALL
+    }
+}
+
+/// The Linux sandbox backend (Landlock + seccomp + user, PID, IPC and mount
+/// namespaces + rlimits + capability drop). See the crate docs.
+///
+/// It holds no state but its [`Layers`]: every call re-checks the host, so
+/// a backend created before the host lost a feature still reports it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LinuxBackend {
-    _private: (),
+    layers: Layers,
 }
 
 impl LinuxBackend {
-    /// The backend. Cheap: nothing is probed until asked.
+    /// The backend with every layer. Cheap: nothing is probed until asked.
     pub fn new() -> Self {
-        LinuxBackend { _private: () }
+        LinuxBackend {
+            layers: Layers::ALL,
+        }
+    }
+
+    /// A backend with only some layers; see [`Layers`] for why this exists.
+    /// Never admitted by the gate unless it has them all.
+    pub fn with_layers(layers: Layers) -> Self {
+        LinuxBackend { layers }
+    }
+
+    /// The layers this backend applies.
+    pub fn layers(&self) -> Layers {
+        self.layers
     }
 }
 
@@ -121,7 +185,7 @@ impl SandboxBackend for LinuxBackend {
     fn host_facts(&self) -> BTreeMap<String, String> {
         #[cfg(target_os = "linux")]
         {
-            linux::host_facts()
+            linux::host_facts(self.layers)
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -132,7 +196,7 @@ impl SandboxBackend for LinuxBackend {
     fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
         #[cfg(target_os = "linux")]
         {
-            linux::wrap(cmd, policy)
+            linux::wrap(cmd, policy, self.layers)
         }
         #[cfg(not(target_os = "linux"))]
         {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
 
-use crate::{SANDBOX_GID, SANDBOX_UID};
+use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
 mod filter;
 mod probe;
@@ -59,7 +59,7 @@ pub(crate) fn availability() -> Availability {
     }
 }
 
-pub(crate) fn host_facts() -> BTreeMap<String, String> {
+pub(crate) fn host_facts(_layers: Layers) -> BTreeMap<String, String> {
     let mut f = BTreeMap::new();
     match probe::landlock_abi() {
         Ok(abi) => {
@@ -136,7 +136,11 @@ fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
     ]
 }
 
-pub(crate) fn wrap(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+pub(crate) fn wrap(
+    cmd: &mut Command,
+    policy: &SandboxPolicy,
+    _layers: Layers,
+) -> Result<(), WrapError> {
     wrap_inner(cmd, policy).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
