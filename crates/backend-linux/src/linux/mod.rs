@@ -1,18 +1,22 @@
 //! The Linux implementation: probes, `wrap`, and the pre-exec hook.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::Command;
 
 use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
 
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
+mod child;
 mod filter;
+mod mounts;
 mod probe;
 mod rules;
 
+use child::{ChildPlan, IdMaps};
+use mounts::MountPlan;
 use rules::{Grant, PathRule};
 
 const NAME: &str = "linux";
@@ -113,18 +117,6 @@ pub(crate) fn host_facts(_layers: Layers) -> BTreeMap<String, String> {
     f
 }
 
-/// Everything the child needs, computed in the parent. Moved into the
-/// pre-exec closure, so it lives exactly as long as the `Command`.
-struct ChildPlan {
-    drop_to_nobody: bool,
-    parent_pid: libc::pid_t,
-    rlimits: [(libc::__rlimit_resource_t, Option<u64>); 6],
-    last_cap: libc::c_ulong,
-    ruleset: OwnedFd,
-    deny_list: filter::Program,
-    clone3: filter::Program,
-}
-
 fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
     [
         (libc::RLIMIT_NPROC, l.max_processes),
@@ -139,14 +131,14 @@ fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
 pub(crate) fn wrap(
     cmd: &mut Command,
     policy: &SandboxPolicy,
-    _layers: Layers,
+    layers: Layers,
 ) -> Result<(), WrapError> {
-    wrap_inner(cmd, policy).inspect_err(|e| {
+    wrap_inner(cmd, policy, layers).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
 }
 
-fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Result<(), WrapError> {
     match policy.network {
         Network::Deny => {}
         other => {
@@ -208,18 +200,46 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError
         });
     }
     rules::check_no_read_only_under_writable(&path_rules).map_err(wrap_err)?;
+    // A scratch dir backed by a private tmpfs gets its Landlock rule in the
+    // child, on the tmpfs root (see child::add_scratch_rule): a rule on the
+    // host directory underneath would not apply to it.
+    let scratch_is_private = layers.mount_namespace && !policy.scratch_persists;
+    if scratch_is_private {
+        path_rules.retain(|r| r.grant != Grant::Scratch);
+    }
+    let read_write: Vec<PathBuf> = path_rules
+        .iter()
+        .filter(|r| r.grant == Grant::ReadWrite)
+        .map(|r| r.path.clone())
+        .collect();
     path_rules.extend(rules::system_rules());
 
     let ruleset = rules::build(abi, &path_rules).map_err(wrap_err)?;
-    let deny_list = filter::deny_list().map_err(wrap_err)?;
-    let clone3 = filter::clone3().map_err(wrap_err)?;
+    let mut seccomp = vec![filter::deny_list().map_err(wrap_err)?];
+    seccomp.push(filter::clone3().map_err(wrap_err)?);
 
-    // SAFETY: geteuid/getpid have no preconditions.
-    let drop_to_nobody = unsafe { libc::geteuid() } == 0;
+    // SAFETY: geteuid/getegid/getpid have no preconditions.
+    let (euid, egid, parent_pid) = unsafe { (libc::geteuid(), libc::getegid(), libc::getpid()) };
+    let drop_to_nobody = euid == 0;
+    let (uid, gid) = if drop_to_nobody {
+        (SANDBOX_UID, SANDBOX_GID)
+    } else {
+        (euid, egid)
+    };
     // Only a scratch dir the runner made for this child is handed to the
     // sandbox uid; a caller's own dir is left as it is (it must already be
-    // writable by that uid).
-    if drop_to_nobody && policy.scratch_is_fresh {
+    // writable by that uid). A private tmpfs over it makes this moot.
+    let mounts = if layers.mount_namespace {
+        let rw: Vec<&std::path::Path> = read_write.iter().map(PathBuf::as_path).collect();
+        Some(MountPlan::prepare(policy, &scratch, &rw, uid, gid).map_err(wrap_err)?)
+    } else {
+        None
+    };
+    debug_assert_eq!(
+        scratch_is_private,
+        mounts.as_ref().is_some_and(MountPlan::scratch_is_private)
+    );
+    if drop_to_nobody && policy.scratch_is_fresh && !scratch_is_private {
         std::os::unix::fs::chown(&scratch, Some(SANDBOX_UID), Some(SANDBOX_GID)).map_err(|e| {
             wrap_err(format!(
                 "cannot give the scratch dir `{}` to uid {SANDBOX_UID}: {e}",
@@ -229,158 +249,46 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError
         })?;
     }
 
+    let mut unshare_flags = libc::CLONE_NEWUSER;
+    if layers.mount_namespace {
+        unshare_flags |= libc::CLONE_NEWNS;
+    }
+    if layers.pid_namespace {
+        unshare_flags |= libc::CLONE_NEWPID;
+    }
+    if layers.ipc_namespace {
+        unshare_flags |= libc::CLONE_NEWIPC;
+    }
     let plan = ChildPlan {
         drop_to_nobody,
-        // SAFETY: as above.
-        parent_pid: unsafe { libc::getpid() },
+        parent_pid,
+        unshare_flags,
+        id_maps: layers
+            .mount_namespace
+            .then(|| IdMaps::identity(uid, gid)),
+        mounts,
+        scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
         rlimits: rlimits(&policy.limits),
         last_cap: probe::last_cap(),
         ruleset,
-        deny_list,
-        clone3,
+        seccomp,
+        pid_namespace: layers.pid_namespace,
     };
 
     tracing::debug!(
         landlock_abi = abi,
         rules = path_rules.len(),
         scratch = %scratch.display(),
+        scratch_is_private,
         drop_to_nobody,
-        seccomp_insns = plan.deny_list.len(),
+        ?layers,
         "linux backend confining child"
     );
 
     // SAFETY: `confine` only issues raw syscalls on data prepared above and
     // builds io::Error from errno (no allocation): async-signal-safe.
     unsafe {
-        cmd.pre_exec(move || confine(&plan));
-    }
-    Ok(())
-}
-
-/// `struct __user_cap_header_struct`.
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-/// `struct __user_cap_data_struct`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-fn check(r: libc::c_int) -> std::io::Result<()> {
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn check_long(r: libc::c_long) -> std::io::Result<()> {
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// Runs in the child between fork and exec. Async-signal-safe: raw
-/// syscalls only, no allocation, no locks. Any error aborts the spawn.
-fn confine(plan: &ChildPlan) -> std::io::Result<()> {
-    // SAFETY: every call below is a raw syscall on integers or on memory
-    // owned by `plan`, which outlives the call.
-    unsafe {
-        // (1) Root host: become nobody, with no supplementary groups.
-        if plan.drop_to_nobody {
-            check(libc::setgroups(0, std::ptr::null()))?;
-            check(libc::setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID))?;
-            check(libc::setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID))?;
-        }
-        // (2) A user namespace of our own: RLIMIT_NPROC then counts only the
-        // sandbox's processes.
-        check(libc::unshare(libc::CLONE_NEWUSER))?;
-        // (3) Credential changes cleared the parent-death signal.
-        check(libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ))?;
-        if libc::getppid() != plan.parent_pid {
-            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        // (4) Resource limits (soft = hard), never above the current hard
-        // limit (raising it would need CAP_SYS_RESOURCE on the host).
-        for (resource, value) in plan.rlimits {
-            let Some(value) = value else { continue };
-            let mut cur = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            check(libc::getrlimit(resource, &mut cur))?;
-            let v = (value as libc::rlim_t).min(cur.rlim_max);
-            let new = libc::rlimit {
-                rlim_cur: v,
-                rlim_max: v,
-            };
-            check(libc::setrlimit(resource, &new))?;
-        }
-        // (5) No capabilities: ambient, bounding set, then the sets.
-        check(libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ))?;
-        let mut cap: libc::c_ulong = 0;
-        while cap <= plan.last_cap {
-            check(libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0))?;
-            cap += 1;
-        }
-        let header = CapHeader {
-            version: LINUX_CAPABILITY_VERSION_3,
-            pid: 0,
-        };
-        let data = [CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        check_long(libc::syscall(
-            libc::SYS_capset,
-            &header as *const CapHeader,
-            data.as_ptr(),
-        ))?;
-        // (6) No privilege gain through exec (setuid, file caps).
-        check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
-        // (7) Landlock.
-        check_long(libc::syscall(
-            libc::SYS_landlock_restrict_self,
-            plan.ruleset.as_raw_fd(),
-            0u32,
-        ))?;
-        // (8) seccomp, last: the deny-list, then clone3 -> ENOSYS.
-        for prog in [&plan.deny_list, &plan.clone3] {
-            let fprog = libc::sock_fprog {
-                len: prog.len() as libc::c_ushort,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
-            check_long(libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
-                0 as libc::c_ulong,
-                &fprog as *const libc::sock_fprog,
-            ))?;
-        }
+        cmd.pre_exec(move || child::confine(&plan));
     }
     Ok(())
 }

@@ -1,0 +1,195 @@
+//! The sandbox's mount namespace: the host read-only and `nosuid`, scratch
+//! and the read-write grants the only writable places.
+//!
+//! [`MountPlan::prepare`] runs in the parent and turns the policy into
+//! C strings; [`MountPlan::apply`] runs in the child (inside its new user
+//! and mount namespaces, before Landlock and seccomp) and issues raw
+//! syscalls only.
+//!
+//! - Every mount is made private (`MS_REC | MS_PRIVATE`): nothing the
+//!   sandbox mounts propagates to the host, and nothing the host mounts
+//!   later appears inside without the flags below.
+//! - One recursive `mount_setattr(RDONLY | NOSUID)` on `/`: metadata writes
+//!   (`chmod`, `utimensat`, `setxattr`, `chown`) on host files, which
+//!   Landlock does not govern, fail with `EROFS`, and no setuid/setgid bit
+//!   or file capability is honoured anywhere.
+//! - A scratch dir whose contents are discarded gets a size-limited tmpfs
+//!   (`nosuid,nodev`, mode 0700, owned by the sandbox uid) mounted over it:
+//!   nothing the sandbox writes reaches the host's disk, and it vanishes
+//!   with the namespace even when the host is SIGKILLed. A scratch dir the
+//!   host reads afterwards, and each read-write grant, is bind-mounted over
+//!   itself and made writable again with `nosuid,nodev`.
+//!
+//! `nodev` is not applied to the whole host: `/dev/null` and friends live
+//! there, and only the device files Landlock grants can be opened anyway.
+//! Requires `mount_setattr(2)` (Linux 5.12).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use cordon_core::SandboxPolicy;
+
+/// `struct mount_attr` from `<linux/mount.h>`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
+const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// Everything the child needs to set up its mounts, prepared in the parent.
+pub(crate) struct MountPlan {
+    /// The scratch dir (canonical).
+    scratch: CString,
+    /// tmpfs options when scratch is backed by private memory; `None` when
+    /// the host's directory is bind-mounted.
+    tmpfs_options: Option<CString>,
+    /// Read-write grants (canonical), bind-mounted writable.
+    writable: Vec<CString>,
+}
+
+fn c_path(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("path `{}` contains a NUL byte", p.display()))
+}
+
+impl MountPlan {
+    /// Prepares the mounts for `policy`. `scratch` and `read_write` are the
+    /// canonical paths the Landlock rules were built for; `uid`/`gid` are
+    /// the sandbox's ids (mapped to themselves in its user namespace).
+    pub(crate) fn prepare(
+        policy: &SandboxPolicy,
+        scratch: &Path,
+        read_write: &[&Path],
+        uid: u32,
+        gid: u32,
+    ) -> Result<MountPlan, String> {
+        let tmpfs_options = if policy.scratch_persists {
+            None
+        } else {
+            let mut opts = format!("mode=0700,uid={uid},gid={gid}");
+            if let Some(size) = policy.limits.disk_bytes {
+                // tmpfs rounds the size up to whole pages; inodes are not
+                // part of `size`, so bound them too (one per 4 KiB, within
+                // sane limits) or empty files could pin kernel memory.
+                let inodes = (size / 4096).clamp(4096, 1 << 20);
+                opts.push_str(&format!(",size={size},nr_inodes={inodes}"));
+            }
+            Some(CString::new(opts).expect("no NUL in numbers"))
+        };
+        Ok(MountPlan {
+            scratch: c_path(scratch)?,
+            tmpfs_options,
+            writable: read_write
+                .iter()
+                .map(|p| c_path(p))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// True when scratch is a private tmpfs rather than the host's dir.
+    pub(crate) fn scratch_is_private(&self) -> bool {
+        self.tmpfs_options.is_some()
+    }
+
+    /// Runs in the child, inside its new mount namespace, while it still
+    /// holds the namespace's capabilities. Async-signal-safe: raw syscalls
+    /// on data prepared in the parent.
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: raw syscalls on NUL-terminated strings and a struct that
+        // outlive the calls.
+        unsafe {
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            set_attr(c"/".as_ptr(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)?;
+            match &self.tmpfs_options {
+                Some(opts) => check(libc::mount(
+                    c"tmpfs".as_ptr(),
+                    self.scratch.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    opts.as_ptr().cast(),
+                ))?,
+                None => bind_writable(&self.scratch)?,
+            }
+            for p in &self.writable {
+                bind_writable(p)?;
+            }
+            // The cwd still names the host directory under the new mount.
+            check(libc::chdir(self.scratch.as_ptr()))?;
+        }
+        Ok(())
+    }
+}
+
+fn check(r: libc::c_int) -> std::io::Result<()> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {set, clr})`.
+///
+/// # Safety
+/// `path` must be a valid NUL-terminated string.
+unsafe fn set_attr(path: *const libc::c_char, set: u64, clr: u64) -> std::io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: the kernel reads `size_of::<MountAttr>()` bytes from `attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path,
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Bind-mounts `path` over itself and makes the new mount writable,
+/// `nosuid` and `nodev`. The flags were set by this namespace (not locked
+/// by a more privileged one), so clearing `RDONLY` is allowed; a host mount
+/// that is read-only itself stays read-only (the kernel refuses to clear a
+/// locked flag, and the spawn fails).
+fn bind_writable(path: &CString) -> std::io::Result<()> {
+    // SAFETY: raw syscalls on a NUL-terminated string.
+    unsafe {
+        check(libc::mount(
+            path.as_ptr(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ))?;
+        set_attr(
+            path.as_ptr(),
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            MOUNT_ATTR_RDONLY,
+        )
+    }
+}
