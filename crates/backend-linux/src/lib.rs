@@ -171,7 +171,7 @@ impl SandboxBackend for LinuxBackend {
     fn availability(&self) -> Availability {
         #[cfg(target_os = "linux")]
         {
-            linux::availability()
+            linux::availability(self.layers)
         }
         #[cfg(not(target_os = "linux"))]
         {

@@ -170,15 +170,27 @@ fn elf_interpreter(head: &[u8]) -> Option<OsString> {
     let le = head[5] == 1;
     let u16_at = |o: usize| -> Option<u64> {
         let b: [u8; 2] = head.get(o..o + 2)?.try_into().ok()?;
-        Some(u64::from(if le { u16::from_le_bytes(b) } else { u16::from_be_bytes(b) }))
+        Some(u64::from(if le {
+            u16::from_le_bytes(b)
+        } else {
+            u16::from_be_bytes(b)
+        }))
     };
     let u32_at = |o: usize| -> Option<u64> {
         let b: [u8; 4] = head.get(o..o + 4)?.try_into().ok()?;
-        Some(u64::from(if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) }))
+        Some(u64::from(if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        }))
     };
     let u64_at = |o: usize| -> Option<u64> {
         let b: [u8; 8] = head.get(o..o + 8)?.try_into().ok()?;
-        Some(if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) })
+        Some(if le {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        })
     };
     let (phoff, phentsize, phnum) = if is64 {
         (u64_at(0x20)?, u16_at(0x36)?, u16_at(0x38)?)

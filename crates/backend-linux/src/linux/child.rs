@@ -73,6 +73,15 @@ pub(crate) struct IdMaps {
 }
 
 impl IdMaps {
+    /// Writes `setgroups` (`deny`, required before an unprivileged
+    /// `gid_map`), then the uid and gid maps of the calling process.
+    /// Async-signal-safe.
+    pub(crate) fn write(&self) -> std::io::Result<()> {
+        write_file(c"/proc/self/setgroups", b"deny")?;
+        write_file(c"/proc/self/uid_map", &self.uid_map)?;
+        write_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+
     /// Maps `uid`/`gid` to themselves: inside, the sandbox keeps the id it
     /// has outside (65534 when the host is root), and files it creates are
     /// owned by that id on the host.
@@ -165,9 +174,7 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             // hands its /proc/self files to root; writing its own maps needs
             // them to be its own. exec resets dumpability anyway.
             check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
-            write_file(c"/proc/self/setgroups", b"deny")?;
-            write_file(c"/proc/self/uid_map", &maps.uid_map)?;
-            write_file(c"/proc/self/gid_map", &maps.gid_map)?;
+            maps.write()?;
         }
         // Credential changes cleared the parent-death signal.
         check(libc::prctl(

@@ -82,6 +82,11 @@ pub(crate) fn denied_syscalls() -> Vec<(libc::c_long, &'static str)> {
     ]
 }
 
+/// What the installed filters are, for `host_facts()["seccomp"]`.
+pub(crate) fn description(_layers: crate::Layers) -> &'static str {
+    "deny-list (listed syscalls return EPERM, clone3 returns ENOSYS)"
+}
+
 fn target_arch() -> Result<TargetArch, String> {
     if cfg!(target_arch = "x86_64") {
         Ok(TargetArch::x86_64)

@@ -26,7 +26,7 @@ fn wrap_err(message: impl Into<String>) -> WrapError {
 }
 
 /// Why the backend cannot run here, one reason per missing mechanism.
-fn missing() -> Vec<String> {
+fn missing(layers: Layers) -> Vec<String> {
     let mut reasons = Vec::new();
     if let Err(r) = probe::landlock_abi() {
         reasons.push(r);
@@ -37,14 +37,14 @@ fn missing() -> Vec<String> {
     if let Err(r) = filter::deny_list() {
         reasons.push(r);
     }
-    if let Err(r) = probe::user_namespaces() {
+    if let Err(r) = probe::namespaces(layers) {
         reasons.push(r);
     }
     reasons
 }
 
-pub(crate) fn availability() -> Availability {
-    let reasons = missing();
+pub(crate) fn availability(layers: Layers) -> Availability {
+    let reasons = missing(layers);
     if reasons.is_empty() {
         if let Ok(abi) = probe::landlock_abi() {
             if abi < probe::SCOPING_ABI {
@@ -63,7 +63,7 @@ pub(crate) fn availability() -> Availability {
     }
 }
 
-pub(crate) fn host_facts(_layers: Layers) -> BTreeMap<String, String> {
+pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
     let mut f = BTreeMap::new();
     match probe::landlock_abi() {
         Ok(abi) => {
@@ -95,15 +95,44 @@ pub(crate) fn host_facts(_layers: Layers) -> BTreeMap<String, String> {
     f.insert(
         "seccomp".into(),
         match probe::seccomp() {
-            Ok(()) => "filter".into(),
+            Ok(()) => filter::description(layers).into(),
             Err(r) => format!("unavailable: {r}"),
         },
     );
     f.insert(
-        "user_namespaces".into(),
-        match probe::user_namespaces() {
-            Ok(()) => "yes".into(),
-            Err(r) => format!("no: {r}"),
+        "layers".into(),
+        match layers {
+            Layers::ALL => "all".into(),
+            Layers::LEGACY => {
+                "legacy (first version: fails the probes for what it leaves open)".into()
+            }
+            other => format!("partial {other:?} (fails the probes for what it leaves open)"),
+        },
+    );
+    f.insert(
+        "namespaces".into(),
+        match probe::namespaces(layers) {
+            Ok(()) => namespace_names(layers).join(", "),
+            Err(r) => format!("unavailable: {r}"),
+        },
+    );
+    f.insert(
+        "pid1".into(),
+        if layers.pid_namespace {
+            "minimal init; its death kills every sandbox process".into()
+        } else {
+            "none: the program leads a process group in the host's PID namespace".into()
+        },
+    );
+    f.insert(
+        "mounts".into(),
+        if layers.mount_namespace {
+            "host read-only,nosuid (private propagation); discarded scratch: private tmpfs \
+             nosuid,nodev of disk_bytes; kept or caller's scratch and read-write grants: \
+             nosuid,nodev binds"
+                .into()
+        } else {
+            "the host's mount table (no mount namespace)".into()
         },
     );
     // SAFETY: geteuid has no preconditions.
@@ -115,6 +144,37 @@ pub(crate) fn host_facts(_layers: Layers) -> BTreeMap<String, String> {
     );
     f.insert("arch".into(), std::env::consts::ARCH.into());
     f
+}
+
+/// `CLONE_NEWUSER` plus the namespaces of the enabled layers (the user
+/// namespace is created first, so the others belong to it).
+pub(crate) fn unshare_flags(layers: Layers) -> libc::c_int {
+    let mut flags = libc::CLONE_NEWUSER;
+    if layers.mount_namespace {
+        flags |= libc::CLONE_NEWNS;
+    }
+    if layers.pid_namespace {
+        flags |= libc::CLONE_NEWPID;
+    }
+    if layers.ipc_namespace {
+        flags |= libc::CLONE_NEWIPC;
+    }
+    flags
+}
+
+/// The namespaces a sandbox gets with `layers`, for facts and messages.
+pub(crate) fn namespace_names(layers: Layers) -> Vec<&'static str> {
+    let mut names = vec!["user"];
+    if layers.pid_namespace {
+        names.push("pid");
+    }
+    if layers.ipc_namespace {
+        names.push("ipc");
+    }
+    if layers.mount_namespace {
+        names.push("mount");
+    }
+    names
 }
 
 fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
@@ -249,23 +309,11 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
         })?;
     }
 
-    let mut unshare_flags = libc::CLONE_NEWUSER;
-    if layers.mount_namespace {
-        unshare_flags |= libc::CLONE_NEWNS;
-    }
-    if layers.pid_namespace {
-        unshare_flags |= libc::CLONE_NEWPID;
-    }
-    if layers.ipc_namespace {
-        unshare_flags |= libc::CLONE_NEWIPC;
-    }
     let plan = ChildPlan {
         drop_to_nobody,
         parent_pid,
-        unshare_flags,
-        id_maps: layers
-            .mount_namespace
-            .then(|| IdMaps::identity(uid, gid)),
+        unshare_flags: unshare_flags(layers),
+        id_maps: layers.mount_namespace.then(|| IdMaps::identity(uid, gid)),
         mounts,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
         rlimits: rlimits(&policy.limits),

@@ -106,14 +106,7 @@ impl MountPlan {
         // SAFETY: raw syscalls on NUL-terminated strings and a struct that
         // outlive the calls.
         unsafe {
-            check(libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ))?;
-            set_attr(c"/".as_ptr(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)?;
+            make_host_read_only()?;
             match &self.tmpfs_options {
                 Some(opts) => check(libc::mount(
                     c"tmpfs".as_ptr(),
@@ -131,6 +124,22 @@ impl MountPlan {
             check(libc::chdir(self.scratch.as_ptr()))?;
         }
         Ok(())
+    }
+}
+
+/// Makes every mount private and the whole tree read-only and `nosuid`.
+/// Async-signal-safe; also used by the availability probe.
+pub(crate) fn make_host_read_only() -> std::io::Result<()> {
+    // SAFETY: raw syscalls on static NUL-terminated strings.
+    unsafe {
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        set_attr(c"/".as_ptr(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)
     }
 }
 

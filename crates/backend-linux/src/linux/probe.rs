@@ -3,7 +3,9 @@
 
 use std::io;
 
-use crate::{SANDBOX_GID, SANDBOX_UID};
+use super::child::IdMaps;
+use super::{mounts, namespace_names, unshare_flags};
+use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
@@ -82,37 +84,34 @@ pub(crate) fn seccomp() -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the child can create a user namespace, tried for real: a forked
-/// child takes the same credential path as a sandboxed child (drop to
-/// 65534 when root) and calls `unshare(CLONE_NEWUSER)`.
-pub(crate) fn user_namespaces() -> Result<(), String> {
-    // SAFETY: getpid/geteuid have no preconditions.
-    let is_root = unsafe { libc::geteuid() } == 0;
+/// Whether the child can set up its namespaces, tried for real: a forked
+/// child takes the same path as a sandboxed child (drop to 65534 when
+/// root, `unshare` of the same namespaces, its own uid/gid maps, a private
+/// mount tree made read-only with `mount_setattr`) and reports which step
+/// failed, if any.
+pub(crate) fn namespaces(layers: Layers) -> Result<(), String> {
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let is_root = euid == 0;
+    let (uid, gid) = if is_root {
+        (SANDBOX_UID, SANDBOX_GID)
+    } else {
+        (euid, egid)
+    };
+    let maps = IdMaps::identity(uid, gid);
+    let flags = unshare_flags(layers);
     // SAFETY: the child only issues raw syscalls and `_exit`s; it never
     // returns into Rust code, allocates or takes a lock.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!(
-            "cannot fork to test user namespaces: {}",
+            "cannot fork to test namespaces: {}",
             io::Error::last_os_error()
         ));
     }
     if pid == 0 {
-        // Child.
-        unsafe {
-            if is_root
-                && (libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) != 0
-                    || libc::setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) != 0)
-            {
-                libc::_exit(200);
-            }
-            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                let e = *libc::__errno_location();
-                libc::_exit(e.clamp(1, 199));
-            }
-            libc::_exit(0);
-        }
+        // SAFETY: see above.
+        unsafe { probe_child(is_root, flags, layers.mount_namespace, &maps) }
     }
     let mut status = 0;
     loop {
@@ -123,27 +122,74 @@ pub(crate) fn user_namespaces() -> Result<(), String> {
         }
         let err = io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(format!(
-                "cannot wait for the user-namespace test child: {err}"
-            ));
+            return Err(format!("cannot wait for the namespace test child: {err}"));
         }
     }
     if !libc::WIFEXITED(status) {
-        return Err("the user-namespace test child was killed".into());
+        return Err("the namespace test child was killed".into());
     }
-    match libc::WEXITSTATUS(status) {
-        0 => Ok(()),
-        200 => Err(format!(
-            "cannot drop from root to uid/gid {SANDBOX_UID}: the process lacks CAP_SETUID/CAP_SETGID"
+    let code = libc::WEXITSTATUS(status);
+    let (step, errno) = (code / 50, code % 50);
+    let err = io::Error::from_raw_os_error(errno);
+    match step {
+        0 if errno == 0 => Ok(()),
+        1 => Err(format!(
+            "cannot drop from root to uid/gid {SANDBOX_UID}: the process lacks \
+             CAP_SETUID/CAP_SETGID ({err})"
         )),
-        e => Err(format!(
-            "unprivileged user namespaces are not available (unshare(CLONE_NEWUSER): {}): \
+        2 => Err(format!(
+            "unprivileged user namespaces (with {}) are not available (unshare: {err}): \
              allow them (sysctl user.max_user_namespaces > 0, \
              kernel.unprivileged_userns_clone=1 on Debian-patched kernels, \
              kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu) and make sure no \
              seccomp policy of a container runtime blocks unshare",
-            io::Error::from_raw_os_error(e)
+            namespace_names(layers).join(", ")
         )),
+        3 => Err(format!(
+            "cannot write the sandbox's uid/gid map in its user namespace ({err})"
+        )),
+        4 => Err(format!(
+            "cannot make the sandbox's mount tree private and read-only: mount_setattr(2) \
+             needs Linux >= 5.12 ({err})"
+        )),
+        _ => Err(format!("the namespace test child failed ({err})")),
+    }
+}
+
+/// The forked child of [`namespaces`]: exits with `step * 50 + errno`.
+///
+/// # Safety
+/// Only for a freshly forked child; never returns.
+unsafe fn probe_child(is_root: bool, flags: libc::c_int, mounts: bool, maps: &IdMaps) -> ! {
+    let fail = |step: i32| -> ! {
+        let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // SAFETY: _exit ends the child.
+        unsafe { libc::_exit(step * 50 + e.clamp(1, 49)) }
+    };
+    // SAFETY: raw syscalls on integers and on memory owned by the caller.
+    unsafe {
+        if is_root
+            && (libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) != 0
+                || libc::setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) != 0)
+        {
+            fail(1);
+        }
+        if libc::unshare(flags) != 0 {
+            fail(2);
+        }
+        if mounts {
+            if libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 {
+                fail(3);
+            }
+            if maps.write().is_err() {
+                fail(3);
+            }
+            if mounts::make_host_read_only().is_err() {
+                fail(4);
+            }
+        }
+        libc::_exit(0);
     }
 }
 

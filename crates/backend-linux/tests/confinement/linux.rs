@@ -18,6 +18,9 @@ use cordon_core::{
 };
 use tokio::io::AsyncReadExt;
 
+#[path = "breaches.rs"]
+mod breaches;
+
 const SCENARIO_ENV: &str = "CORDON_LINUX_SCENARIO";
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const PYTHON: &str = "/usr/bin/python3";
@@ -32,6 +35,7 @@ struct Scenario {
 }
 
 fn scenarios() -> Vec<Scenario> {
+    use breaches::*;
     macro_rules! s {
         ($name:ident, $nobody:expr) => {
             Scenario {
@@ -60,21 +64,37 @@ fn scenarios() -> Vec<Scenario> {
         s!(kill_host_process_denied, true),
         s!(fork_bomb_stops_at_max_processes, true),
         s!(privileges_dropped, true),
+        s!(setuid_binary_gives_nothing, false),
         s!(setsid_and_namespaces_denied, true),
         s!(background_children_die, true),
         s!(parent_death_kills_child, true),
         s!(pinned_program_runs, true),
         s!(exec_outside_grants_denied, true),
         s!(program_dir_not_granted, true),
+        s!(breach_setuid_planting, true),
+        s!(breach_host_process_control, true),
+        s!(breach_sysv_ipc, true),
+        s!(breach_unix_dgram_sendto, true),
+        s!(breach_metadata_outside_grants, true),
+        s!(breach_outliving_the_host, true),
         s!(rename_tricks_denied, true),
         s!(read_only_inside_writable_refused, true),
         s!(bad_grant_is_a_clear_error, true),
         s!(gate_opens_when_available, true),
         s!(fail_closed_without_landlock, true),
         s!(fail_closed_without_seccomp, true),
+        s!(fail_closed_without_mount_setattr, true),
+        s!(fail_closed_without_pid_namespace, true),
         s!(child_fails_closed_without_restrict_self, true),
         s!(child_fails_closed_without_seccomp, true),
         s!(child_fails_closed_without_userns, true),
+        s!(child_fails_closed_without_setresuid, false),
+        s!(child_fails_closed_without_capset, true),
+        s!(child_fails_closed_without_no_new_privs, true),
+        s!(child_fails_closed_without_setrlimit, true),
+        s!(child_fails_closed_without_mount, true),
+        s!(child_fails_closed_without_mount_setattr, true),
+        s!(child_fails_closed_without_landlock_add_rule, true),
     ]
 }
 
@@ -82,6 +102,9 @@ pub fn main() {
     if let Ok(name) = std::env::var(SCENARIO_ENV) {
         if name == ORPHAN_HELPER {
             orphan_helper();
+        }
+        if name == breaches::KILLED_HOST_HELPER {
+            breaches::killed_host_helper();
         }
         let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
             eprintln!("unknown scenario {name}");
@@ -301,6 +324,21 @@ fn run_with(spawner: &Spawner, spec: ChildSpec) -> Result<Ran, String> {
     })
 }
 
+/// The same program with hygiene only and no sandbox: the control that
+/// shows a check can fail (what the sandbox must stop happens here).
+fn run_unconfined(spec: ChildSpec) -> Result<Ran, String> {
+    run_with(&Spawner::hygiene_only(config()), spec)
+}
+
+/// Gives `path` to the sandbox uid when the host is root, so that only the
+/// sandbox, not file ownership, stands in the way.
+fn chown_to_sandbox(path: &Path) {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(path, Some(65534), Some(65534)).expect("chown");
+    }
+}
+
 fn run(spec: ChildSpec) -> Result<Ran, String> {
     run_with(&spawner(), spec)
 }
@@ -354,7 +392,10 @@ fn available_with_facts() -> Outcome {
     for k in [
         "landlock_abi",
         "seccomp",
-        "user_namespaces",
+        "namespaces",
+        "pid1",
+        "mounts",
+        "layers",
         "uid",
         "sandbox_uid",
     ] {
@@ -362,9 +403,21 @@ fn available_with_facts() -> Outcome {
             format!("host_facts lacks {k}: {facts:?}")
         })?;
     }
-    ensure(facts["user_namespaces"] == "yes", || format!("{facts:?}"))?;
-    ensure(facts["seccomp"] == "filter", || format!("{facts:?}"))?;
-    ensure(facts["sandbox_uid"] == "65534", || format!("{facts:?}"))?;
+    ensure(facts["namespaces"] == "user, pid, ipc, mount", || {
+        format!("{facts:?}")
+    })?;
+    ensure(facts["layers"] == "all", || format!("{facts:?}"))?;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let sandbox_uid = if uid == 0 { 65534 } else { uid };
+    ensure(facts["sandbox_uid"] == sandbox_uid.to_string(), || {
+        format!("{facts:?}")
+    })?;
+    let legacy = LinuxBackend::with_layers(cordon_backend_linux::Layers::LEGACY).host_facts();
+    ensure(
+        legacy["namespaces"] == "user" && legacy["layers"].starts_with("legacy"),
+        || format!("{legacy:?}"),
+    )?;
     Ok(())
 }
 
@@ -405,16 +458,20 @@ fn git_init() -> Outcome {
 fn write_outside_scratch_denied() -> Outcome {
     let outside = canary("x");
     let marker = outside.path().join("marker");
+    let secret = outside.path().join("secret");
     let tmp_marker =
         std::env::temp_dir().join(format!("cordon-marker-{}-{}", std::process::id(), "w"));
     let script = format!(
         "echo pwned > {m}; echo pwned > {t}; mkdir {m}.d; touch {m}.t; \
-         mv secret {m}.mv 2>/dev/null; echo pwned >> {s}; true > {s}; exit 0",
+         mv {s} {m}.mv; echo pwned >> {s}; true > {s}; echo SENTINEL; exit 0",
         m = marker.display(),
         t = tmp_marker.display(),
-        s = outside.path().join("secret").display(),
+        s = secret.display(),
     );
     let r = expect_ok(sh(&script))?;
+    ensure(r.stdout.contains("SENTINEL"), || {
+        format!("the script did not run: {r}")
+    })?;
     ensure(!marker.exists(), || format!("marker created: {r}"))?;
     ensure(!tmp_marker.exists(), || format!("/tmp marker created: {r}"))?;
     ensure(!outside.path().join("marker.d").exists(), || {
@@ -423,35 +480,56 @@ fn write_outside_scratch_denied() -> Outcome {
     ensure(!outside.path().join("marker.t").exists(), || {
         format!("touch: {r}")
     })?;
-    let content = std::fs::read_to_string(outside.path().join("secret")).unwrap();
+    ensure(!outside.path().join("marker.mv").exists(), || {
+        format!("the secret was moved: {r}")
+    })?;
+    let content = std::fs::read_to_string(&secret).unwrap();
     ensure(content == "x", || {
         format!("outside file modified to {content:?}: {r}")
     })?;
-    // The sentinel that the shell ran and was refused: a denial by Landlock
-    // (EACCES) or by the read-only host mount (EROFS).
+    // The shell was refused: by Landlock (EACCES) or by the read-only host
+    // mount (EROFS).
     ensure(
         r.stderr.contains("Permission denied") || r.stderr.contains("Read-only file system"),
         || format!("{r}"),
-    )
+    )?;
+    // Control: without the sandbox the same script does write there, so
+    // the checks above can fail.
+    let r = run_unconfined(sh(&script))?;
+    let wrote = marker.exists();
+    let _ = std::fs::remove_file(&tmp_marker);
+    ensure(wrote, || {
+        format!("the control run could not write either: {r}")
+    })
 }
 
 fn read_canary_denied() -> Outcome {
     let c = canary("CANARY-7f3a");
     let secret = c.path().join("secret");
-    let r = run(sh(&format!(
-        "cat {s}; ls {d}; head -c 100 {s}",
+    let script = format!(
+        "cat {s}; ls {d}; head -c 100 {s}; echo SENTINEL",
         s = secret.display(),
         d = c.path().display()
-    )))?;
+    );
+    let r = run(sh(&script))?;
+    ensure(r.stdout.ends_with("SENTINEL\n"), || {
+        format!("the script did not run: {r}")
+    })?;
     ensure(!r.stdout.contains("CANARY-7f3a"), || {
         format!("canary read: {r}")
     })?;
     ensure(!r.stdout.contains("secret"), || format!("dir listed: {r}"))?;
-    ensure(r.outcome != ExitOutcome::Exited(0), || format!("{r}"))?;
-    // The host's home dir and /etc/shadow are not readable either.
-    let r = run(sh("cat /etc/shadow; ls /root; ls /home; ls /etc"))?;
+    let r = run_unconfined(sh(&script))?;
     ensure(
-        !r.stdout.contains("root:") && r.stdout.trim().is_empty(),
+        r.stdout.contains("CANARY-7f3a") && r.stdout.contains("secret"),
+        || format!("control: the canary is unreadable even without a sandbox: {r}"),
+    )?;
+    // The host's home dir and /etc are not readable either.
+    let r = run(sh(
+        "cat /etc/shadow; ls /root; ls /home; ls /etc; echo SENTINEL",
+    ))?;
+    ensure(
+        !r.stdout.contains("root:") && r.stdout.trim() == "SENTINEL",
         || format!("read outside grants: {r}"),
     )
 }
@@ -506,35 +584,63 @@ fn symlink_escape_denied() -> Outcome {
     let c = canary("LINKED-SECRET");
     let secret = c.path().join("secret");
     let target_new = c.path().join("created-through-link");
-    let r = run(sh(&format!(
+    let script = format!(
         "ln -s {s} link && cat link; ln -s {d} dirlink && ls dirlink/; \
-         ln -s {n} link2 && echo pwned > link2; exit 0",
+         ln -s {n} link2 && echo pwned > link2; echo SENTINEL",
         s = secret.display(),
         d = c.path().display(),
         n = target_new.display()
-    )))?;
+    );
+    let r = run(sh(&script))?;
+    ensure(r.stdout.ends_with("SENTINEL\n"), || {
+        format!("the script did not run: {r}")
+    })?;
     ensure(!r.stdout.contains("LINKED-SECRET"), || {
         format!("read via symlink: {r}")
     })?;
     ensure(!r.stdout.contains("secret"), || {
         format!("listed via symlink: {r}")
     })?;
-    ensure(!target_new.exists(), || format!("created via symlink: {r}"))
+    ensure(!target_new.exists(), || format!("created via symlink: {r}"))?;
+    let r = run_unconfined(sh(&script))?;
+    ensure(
+        r.stdout.contains("LINKED-SECRET") && target_new.exists(),
+        || format!("control: the links do not work even without a sandbox: {r}"),
+    )
 }
 
 fn hardlink_denied() -> Outcome {
-    let scratch = existing_scratch();
+    // A scratch dir the sandbox can write and a canary it owns: neither
+    // file modes nor protected_hardlinks stand in the way, only the sandbox.
     let c = canary("HARD");
-    let r = run(sh(&format!(
-        "ln /etc/passwd x; ln {s} y; exit 0",
-        s = c.path().join("secret").display()
-    ))
-    .scratch(Scratch::Existing(scratch.path().to_path_buf())))?;
-    ensure(!scratch.path().join("x").exists(), || {
-        format!("hardlinked /etc/passwd: {r}")
+    let secret = c.path().join("secret");
+    chown_to_sandbox(&secret);
+    let script = format!(
+        "ln /etc/passwd x; ln {s} y; echo mine > a && ln a b && echo LINK-IN-SCRATCH",
+        s = secret.display()
+    );
+    let attempt = |sp: &Spawner| -> Result<(Ran, bool, bool), String> {
+        let scratch = existing_scratch();
+        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let r = run_with(
+            sp,
+            sh(&script).scratch(Scratch::Existing(scratch.path().to_path_buf())),
+        )?;
+        Ok((
+            r,
+            scratch.path().join("x").exists(),
+            scratch.path().join("y").exists(),
+        ))
+    };
+    let (r, x, y) = attempt(&spawner())?;
+    ensure(r.stdout.contains("LINK-IN-SCRATCH"), || {
+        format!("a hard link inside scratch failed: {r}")
     })?;
-    ensure(!scratch.path().join("y").exists(), || {
-        format!("hardlinked canary: {r}")
+    ensure(!x, || format!("hardlinked /etc/passwd: {r}"))?;
+    ensure(!y, || format!("hardlinked the canary: {r}"))?;
+    let (r, _, y) = attempt(&Spawner::hygiene_only(config()))?;
+    ensure(y, || {
+        format!("control: the canary cannot be linked even without a sandbox: {r}")
     })
 }
 
@@ -552,10 +658,14 @@ fn mknod_denied_fifo_allowed() -> Outcome {
 
 fn proc_of_host_denied() -> Outcome {
     let me = std::process::id();
-    let r = run(sh(&format!(
-        "cat /proc/{me}/environ; cat /proc/$PPID/environ; ls /proc/{me}/fd; cat /proc/self/status; exit 0"
-    )))?;
-    ensure(r.stdout.is_empty(), || format!("/proc readable: {r}"))
+    let script =
+        format!("cat /proc/{me}/environ; ls /proc/{me}/fd; cat /proc/self/status; echo SENTINEL");
+    let r = run(sh(&script))?;
+    ensure(r.stdout == "SENTINEL\n", || format!("/proc readable: {r}"))?;
+    let r = run_unconfined(sh(&script))?;
+    ensure(r.stdout.contains("Name:"), || {
+        format!("control: /proc is unreadable even without a sandbox: {r}")
+    })
 }
 
 fn tcp_connect_denied() -> Outcome {
@@ -695,36 +805,158 @@ print(n)
     })
 }
 
+/// Runs `program args… token` (which must print one line and then wait for
+/// stdin to close) under `sp`, and returns the host's view of it: the
+/// `/proc/<pid>/status` of the process carrying `token`, found on the host.
+fn status_of_held(sp: &Spawner, spec: ChildSpec, token: &str) -> Result<String, String> {
+    rt().block_on(async {
+        let mut child = sp
+            .spawn(&spec.arg(token))
+            .map_err(|e| format!("spawn failed: {e}"))?;
+        let mut stdout = child.stdout.take().unwrap();
+        let mut buf = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(10), stdout.read_exact(&mut buf))
+            .await
+            .map_err(|_| "the program did not start".to_string())?
+            .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&child.stderr_tail())))?;
+        let pids = host_pids_with_arg(token);
+        let status = match pids.as_slice() {
+            [pid] => {
+                std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())
+            }
+            other => Err(format!(
+                "expected one process with the token, found {other:?}"
+            )),
+        };
+        drop(child.stdin.take());
+        child.wait().await.map_err(|e| e.to_string())?;
+        status
+    })
+}
+
+/// The lines of a `/proc/<pid>/status` that say who a process is and what
+/// it may do.
+fn privileges(status: &str) -> Vec<&str> {
+    status
+        .lines()
+        .filter(|l| {
+            ["Uid:", "Gid:", "Groups:", "NoNewPrivs:", "Seccomp:", "Cap"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .collect()
+}
+
+fn field<'a>(status: &'a str, key: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+        .unwrap_or("")
+}
+
+/// Host-side: the program's credentials, capability sets, no_new_privs and
+/// seccomp mode, read by the host from `/proc/<pid>/status` of the live
+/// program (inside the user namespace every unmapped uid reads as 65534,
+/// so the program's own word could not tell a missing drop from root).
 fn privileges_dropped() -> Outcome {
-    let code = r#"
-import ctypes, os, resource
-libc = ctypes.CDLL(None, use_errno=True)
-nnp = libc.prctl(39, 0, 0, 0, 0)
-bset = [libc.prctl(23, c, 0, 0, 0) for c in range(0, 41)]
-amb = [libc.prctl(47, 1, c, 0, 0) for c in range(0, 41)]
-hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
-data = (ctypes.c_uint32 * 6)()
-rc = libc.syscall(125, hdr, data)
-print("nnp=%d bset=%d amb=%d capget=%d caps=%s uid=%d euid=%d gid=%d groups=%d" % (
-    nnp, sum(1 for b in bset if b == 1), sum(1 for a in amb if a == 1), rc,
-    ",".join(str(x) for x in data), os.getuid(), os.geteuid(), os.getgid(), len(os.getgroups())))
-print("core=%s nofile=%s" % (resource.getrlimit(resource.RLIMIT_CORE), resource.getrlimit(resource.RLIMIT_NOFILE)))
-"#;
-    let r = expect_ok(py(code).limits(Limits {
+    let held = || spec("/bin/sh", &["-c", "echo held; read x", "sh"]);
+    // SAFETY: geteuid/getegid cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = if euid == 0 {
+        (65534, 65534)
+    } else {
+        (euid, egid)
+    };
+    let st = status_of_held(&spawner(), held(), &sleep_token())?;
+    let want_ids = format!("{uid}\t{uid}\t{uid}\t{uid}");
+    ensure(field(&st, "Uid:") == want_ids, || {
+        format!("uid: {:?}", privileges(&st))
+    })?;
+    let want_gids = format!("{gid}\t{gid}\t{gid}\t{gid}");
+    ensure(field(&st, "Gid:") == want_gids, || {
+        format!("gid: {:?}", privileges(&st))
+    })?;
+    if euid == 0 {
+        ensure(field(&st, "Groups:").is_empty(), || {
+            format!("supplementary groups kept: {:?}", privileges(&st))
+        })?;
+    }
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        ensure(field(&st, cap) == "0000000000000000", || {
+            format!("{cap} not empty: {:?}", privileges(&st))
+        })?;
+    }
+    ensure(field(&st, "NoNewPrivs:") == "1", || {
+        format!("{:?}", privileges(&st))
+    })?;
+    ensure(field(&st, "Seccomp:") == "2", || {
+        format!("{:?}", privileges(&st))
+    })?;
+    // Control: the same inspection of an unconfined run sees a difference
+    // (root's uid and capabilities, or no no_new_privs and no seccomp).
+    let control = status_of_held(&Spawner::hygiene_only(config()), held(), &sleep_token())?;
+    ensure(privileges(&control) != privileges(&st), || {
+        "control: an unconfined program looks the same to the host".into()
+    })?;
+    // rlimits as the host sees them.
+    let r = expect_ok(py("import resource\nprint(resource.getrlimit(resource.RLIMIT_CORE), resource.getrlimit(resource.RLIMIT_NOFILE))").limits(Limits {
         open_files: Some(50),
         deadline: Some(Duration::from_secs(60)),
         ..Limits::default()
     }))?;
-    let want = "nnp=1 bset=0 amb=0 capget=0 caps=0,0,0,0,0,0 uid=65534 euid=65534 gid=65534";
-    ensure(r.stdout.starts_with(want), || format!("want {want:?}: {r}"))?;
-    ensure(r.stdout.contains("core=(0, 0) nofile=(50, 50)"), || {
-        format!("{r}")
+    ensure(r.stdout == "(0, 0) (50, 50)\n", || format!("{r}"))
+}
+
+/// As root: a setuid-root binary the sandbox may execute gives it nothing
+/// (nosuid mounts, no_new_privs). The control runs the same binary on the
+/// host as uid 65534, where the bit is honoured, so the check can fail.
+fn setuid_binary_gives_nothing() -> Outcome {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("this scenario needs root (it plants a setuid-root binary)".into());
+    }
+    let dir = canary("x");
+    let suid = dir.path().join("suid-sh");
+    std::fs::copy("/bin/dash", &suid).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut cfg = config();
+    cfg.read_only = vec![dir.path().to_path_buf()];
+    let program = suid.to_str().unwrap().to_string();
+    // dash keeps its euid (no -p dropping for a set-uid dash).
+    let held = || spec(&program, &["-p", "-c", "echo held; read x", "sh"]);
+    let st = status_of_held(&spawner_with(cfg), held(), &sleep_token())?;
+    ensure(field(&st, "Uid:") == "65534\t65534\t65534\t65534", || {
+        format!(
+            "the setuid bit was honoured in the sandbox: {:?}",
+            privileges(&st)
+        )
     })?;
-    // A setuid binary gives nothing (su/sudo need the parent's creds).
-    let r = run(sh("su -c id root </dev/null; sudo -n id; id -u"))?;
+    // Control: on the host, as uid 65534, the same file runs as root.
+    let token = sleep_token();
+    let mut host = Command::new(&suid);
+    host.args(["-p", "-c", "echo held; read x", "sh", &token])
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut host = host.spawn().map_err(|e| e.to_string())?;
+    let mut line = [0u8; 5];
+    host.stdout
+        .take()
+        .unwrap()
+        .read_exact(&mut line)
+        .map_err(|e| e.to_string())?;
+    let pids = host_pids_with_arg(&token);
+    let control = pids
+        .first()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .unwrap_or_default();
+    drop(host.stdin.take());
+    let _ = host.wait();
     ensure(
-        !r.stdout.contains("uid=0") && r.stdout.trim_end().ends_with("65534"),
-        || format!("setuid gave privilege: {r}"),
+        field(&control, "Uid:").split('\t').nth(1) == Some("0"),
+        || format!("control: the setuid bit is not honoured on the host either: {control}"),
     )
 }
 
@@ -1013,6 +1245,30 @@ fn fail_closed_without_seccomp() -> Outcome {
     assert_fail_closed("seccomp")
 }
 
+/// A kernel without `mount_setattr` (Linux < 5.12): the mount namespace
+/// layer cannot be built, so the backend is unavailable and nothing runs.
+fn fail_closed_without_mount_setattr() -> Outcome {
+    install_fake_kernel(&[(libc::SYS_mount_setattr, vec![], libc::ENOSYS as u32)]);
+    assert_fail_closed("mount_setattr")
+}
+
+/// A host that refuses PID namespaces (e.g. a container runtime's seccomp
+/// policy): unavailable, nothing runs.
+fn fail_closed_without_pid_namespace() -> Outcome {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    let newpid = libc::CLONE_NEWPID as u64;
+    let rule = SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(newpid),
+        newpid,
+    )
+    .unwrap()])
+    .unwrap();
+    install_fake_kernel(&[(libc::SYS_unshare, vec![rule], libc::EPERM as u32)]);
+    assert_fail_closed("pid")
+}
+
 const ORPHAN_HELPER: &str = "orphan_helper";
 
 /// Helper process for `parent_death_kills_child`: spawns a sandboxed
@@ -1082,10 +1338,14 @@ fn exec_outside_grants_denied() -> Outcome {
     let bin = c.path().join("mytrue");
     std::fs::copy("/bin/true", &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let script = format!("{} && echo EXECUTED; exit 0", bin.display());
+    let script = format!("{} && echo EXECUTED; echo SENTINEL", bin.display());
     let r = run(sh(&script))?;
-    ensure(!r.stdout.contains("EXECUTED"), || {
-        format!("ran an ungranted binary: {r}")
+    ensure(r.stdout == "SENTINEL\n", || {
+        format!("ran an ungranted binary, or the script did not run: {r}")
+    })?;
+    let r = run_unconfined(sh(&script))?;
+    ensure(r.stdout.contains("EXECUTED"), || {
+        format!("control: the binary does not run even without a sandbox: {r}")
     })?;
     // Granted read-only through a symlink to its dir: canonicalised, runs.
     let link_dir = existing_scratch();
@@ -1145,22 +1405,31 @@ fn read_only_inside_writable_refused() -> Outcome {
     }
 }
 
-/// `wrap` succeeds on a working host; then the feature disappears before
-/// fork (a filter on this process, inherited by the child): the child's own
-/// step must fail and the program must not run.
-fn child_step_fails_closed(nr: i64, errno: i32) -> Outcome {
+/// `wrap` succeeds on a working host; then one step of the child's setup
+/// stops working before fork (a filter on this process, inherited by the
+/// child): the child's step must fail, the spawn must report that errno,
+/// and the program must not run. `private_scratch` asks for a discarded
+/// scratch, which the backend backs with a tmpfs.
+fn child_step_fails_closed(
+    nr: i64,
+    conds: Vec<seccompiler::SeccompRule>,
+    errno: i32,
+    private_scratch: bool,
+) -> Outcome {
     let scratch = existing_scratch();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let marker = scratch.path().join("ran");
     let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "echo pwned > ran"])
+    cmd.args(["-c", &format!("echo pwned > {}", marker.display())])
         .current_dir(scratch.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let policy = cordon_core::SandboxPolicy::new(scratch.path(), Limits::probe());
+    let mut policy = cordon_core::SandboxPolicy::new(scratch.path(), Limits::probe());
+    policy.scratch_persists = !private_scratch;
     LinuxBackend::new()
         .wrap(&mut cmd, &policy)
         .map_err(|e| format!("wrap failed on a working host: {e}"))?;
-    install_fake_kernel(&[(nr, vec![], errno as u32)]);
+    install_fake_kernel(&[(nr, conds, errno as u32)]);
     match cmd.spawn() {
         Ok(mut child) => {
             let status = child.wait();
@@ -1173,16 +1442,74 @@ fn child_step_fails_closed(nr: i64, errno: i32) -> Outcome {
     ensure(!marker.exists(), || "the program ran".into())
 }
 
+/// A seccomp rule matching `prctl(option, …)`.
+fn prctl_option(option: i32) -> Vec<seccompiler::SeccompRule> {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    vec![SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        option as u64,
+    )
+    .unwrap()])
+    .unwrap()]
+}
+
 fn child_fails_closed_without_restrict_self() -> Outcome {
-    child_step_fails_closed(libc::SYS_landlock_restrict_self, libc::ENOSYS)
+    child_step_fails_closed(
+        libc::SYS_landlock_restrict_self,
+        vec![],
+        libc::ENOSYS,
+        false,
+    )
 }
 
 fn child_fails_closed_without_seccomp() -> Outcome {
-    child_step_fails_closed(libc::SYS_seccomp, libc::ENOSYS)
+    child_step_fails_closed(libc::SYS_seccomp, vec![], libc::ENOSYS, false)
 }
 
 fn child_fails_closed_without_userns() -> Outcome {
-    child_step_fails_closed(libc::SYS_unshare, libc::EPERM)
+    child_step_fails_closed(libc::SYS_unshare, vec![], libc::EPERM, false)
+}
+
+/// Root only: the drop to uid 65534 is a step of its own.
+fn child_fails_closed_without_setresuid() -> Outcome {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("this scenario needs root (only a root host drops its uid)".into());
+    }
+    child_step_fails_closed(libc::SYS_setresuid, vec![], libc::EPERM, false)
+}
+
+fn child_fails_closed_without_capset() -> Outcome {
+    child_step_fails_closed(libc::SYS_capset, vec![], libc::EPERM, false)
+}
+
+fn child_fails_closed_without_no_new_privs() -> Outcome {
+    child_step_fails_closed(
+        libc::SYS_prctl,
+        prctl_option(libc::PR_SET_NO_NEW_PRIVS),
+        libc::EINVAL,
+        false,
+    )
+}
+
+fn child_fails_closed_without_setrlimit() -> Outcome {
+    // glibc's setrlimit is the prlimit64 syscall.
+    child_step_fails_closed(libc::SYS_prlimit64, vec![], libc::EPERM, false)
+}
+
+fn child_fails_closed_without_mount() -> Outcome {
+    child_step_fails_closed(libc::SYS_mount, vec![], libc::EPERM, true)
+}
+
+fn child_fails_closed_without_mount_setattr() -> Outcome {
+    child_step_fails_closed(libc::SYS_mount_setattr, vec![], libc::ENOSYS, false)
+}
+
+/// The rule for a private tmpfs scratch is added in the child.
+fn child_fails_closed_without_landlock_add_rule() -> Outcome {
+    child_step_fails_closed(libc::SYS_landlock_add_rule, vec![], libc::ENOSYS, true)
 }
 
 /// Breach: the program's own directory used to be granted read + execute,
@@ -1208,4 +1535,3 @@ fn program_dir_not_granted() -> Outcome {
         || format!("the program did not run, or failed for another reason: {r}"),
     )
 }
-
