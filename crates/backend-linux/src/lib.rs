@@ -7,27 +7,32 @@
 //! async-signal-safe syscalls. If any step fails the child does not exec
 //! and the spawn fails: nothing ever runs unconfined.
 //!
-//! In the child, in this order:
+//! In the child, in this order (see the crate's README for each step's
+//! reason):
 //!
 //! 1. if the host runs as root: `setgroups(0)`, `setresgid(65534)`,
-//!    `setresuid(65534)` (the scratch dir is chowned to 65534 in `wrap`);
-//! 2. `unshare(CLONE_NEWUSER)`, so `RLIMIT_NPROC` counts only the sandbox's
-//!    own processes;
+//!    `setresuid(65534)`;
+//! 2. `unshare` of a user namespace and, inside it, PID, IPC and mount
+//!    namespaces, with identity uid/gid maps;
 //! 3. `PR_SET_PDEATHSIG(SIGKILL)` again (credential changes clear it) and a
 //!    `getppid` check;
-//! 4. `setrlimit` for NPROC, AS, NOFILE, CPU, FSIZE and CORE=0;
-//! 5. all capabilities dropped (ambient, bounding set, then `capset` to 0);
-//! 6. `PR_SET_NO_NEW_PRIVS`;
-//! 7. `landlock_restrict_self` with a ruleset built in the parent that
+//! 4. the mounts: the host read-only and `nosuid`, a discarded scratch a
+//!    private size-limited tmpfs, a kept scratch and read-write grants
+//!    `nosuid,nodev` binds;
+//! 5. `setrlimit` for NPROC, AS, NOFILE, CPU, FSIZE and CORE=0;
+//! 6. all capabilities dropped (ambient, bounding set, then `capset` to 0);
+//! 7. `PR_SET_NO_NEW_PRIVS`;
+//! 8. `landlock_restrict_self` with a ruleset built in the parent that
 //!    handles every access right of the running kernel's ABI;
-//! 8. two seccomp filters (a deny-list returning `EPERM`, and `clone3` →
-//!    `ENOSYS`).
+//! 9. the seccomp filters;
+//! 10. the PID namespace's process tree: a monitor (the pid the host sees),
+//!     a minimal init as pid 1, and the program as pid 2 — when the program
+//!     ends, or the host dies, every process of the sandbox dies with it.
 //!
 //! The child's `HOME` and `TMPDIR` are its scratch dir (core's spawner sets
 //! them for every sandboxed child): `git` and `gcc` need both writable.
-//! When the host is root, a fresh scratch dir is handed to uid 65534; a
-//! caller's own scratch dir (`Scratch::Existing`) is never chowned and must
-//! already be writable by that uid.
+//! A caller's own scratch dir (`Scratch::Existing`) is never chowned and,
+//! when the host is root, must already be writable by uid 65534.
 //!
 //! See [`docs`] (the crate's `README.md`) for every seccomp rule and every
 //! Landlock right with the reason it exists, the minimal system set, the
