@@ -51,6 +51,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(python_runs_in_scratch, true),
         s!(gcc_compiles_and_runs, true),
         s!(git_init, true),
+        s!(make_tar_and_cp_p_work, true),
         s!(write_outside_scratch_denied, true),
         s!(read_canary_denied, true),
         s!(grants_read_only_and_read_write, true),
@@ -445,6 +446,25 @@ fn gcc_compiles_and_runs() -> Outcome {
          && gcc -O1 hello.c -o hello && ./hello",
     ))?;
     ensure(r.stdout == "compiled ok\n", || format!("{r}"))
+}
+
+/// make, tar (create + extract) and `cp -p` (mode and times kept) work in
+/// scratch, with every layer on.
+fn make_tar_and_cp_p_work() -> Outcome {
+    for tool in ["/usr/bin/make", "/usr/bin/tar", "/usr/bin/cp"] {
+        ensure(Path::new(tool).exists(), || {
+            format!("{tool} is not installed: install it (the CI script does) to run this test")
+        })?;
+    }
+    let r = expect_ok(sh(
+        "printf 'all: out.txt\\nout.txt: in.txt\\n\\tcp in.txt out.txt\\n' > Makefile && \
+         echo made > in.txt && make -s && cat out.txt && \
+         mkdir d && echo one > d/f && chmod 640 d/f && touch -d @981158400 d/f && \
+         tar cf a.tar d && rm -r d && tar xf a.tar && stat -c '%a %Y' d/f && \
+         cp -p d/f g && stat -c '%a %Y' g",
+    ))?;
+    let want = "made\n640 981158400\n640 981158400\n";
+    ensure(r.stdout == want, || format!("want {want:?}: {r}"))
 }
 
 fn git_init() -> Outcome {
