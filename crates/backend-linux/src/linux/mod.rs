@@ -30,7 +30,7 @@ fn missing() -> Vec<String> {
     if let Err(r) = probe::seccomp() {
         reasons.push(r);
     }
-    if let Err(r) = filter::deny_list() {
+    if let Err(r) = filter::programs() {
         reasons.push(r);
     }
     if let Err(r) = probe::user_namespaces() {
@@ -121,8 +121,8 @@ struct ChildPlan {
     rlimits: [(libc::__rlimit_resource_t, Option<u64>); 6],
     last_cap: libc::c_ulong,
     ruleset: OwnedFd,
-    deny_list: filter::Program,
-    clone3: filter::Program,
+    /// The seccomp filters, in install order.
+    seccomp: Vec<filter::Program>,
 }
 
 fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
@@ -139,14 +139,14 @@ fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
 pub(crate) fn wrap(
     cmd: &mut Command,
     policy: &SandboxPolicy,
-    _layers: Layers,
+    layers: Layers,
 ) -> Result<(), WrapError> {
-    wrap_inner(cmd, policy).inspect_err(|e| {
+    wrap_inner(cmd, policy, layers).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
 }
 
-fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Result<(), WrapError> {
     match policy.network {
         Network::Deny => {}
         other => {
@@ -211,8 +211,17 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError
     path_rules.extend(rules::system_rules());
 
     let ruleset = rules::build(abi, &path_rules).map_err(wrap_err)?;
-    let deny_list = filter::deny_list().map_err(wrap_err)?;
-    let clone3 = filter::clone3().map_err(wrap_err)?;
+    let seccomp = if layers.seccomp_allowlist {
+        filter::programs()
+    } else {
+        filter::legacy_programs()
+    }
+    .map_err(wrap_err)?;
+    if seccomp.is_empty() {
+        return Err(wrap_err(
+            "no seccomp filter was built: refusing to run unfiltered",
+        ));
+    }
 
     // SAFETY: geteuid/getpid have no preconditions.
     let drop_to_nobody = unsafe { libc::geteuid() } == 0;
@@ -236,8 +245,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError
         rlimits: rlimits(&policy.limits),
         last_cap: probe::last_cap(),
         ruleset,
-        deny_list,
-        clone3,
+        seccomp,
     };
 
     tracing::debug!(
@@ -245,7 +253,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError
         rules = path_rules.len(),
         scratch = %scratch.display(),
         drop_to_nobody,
-        seccomp_insns = plan.deny_list.len(),
+        seccomp_insns = plan.seccomp.iter().map(Vec::len).sum::<usize>(),
         "linux backend confining child"
     );
 
@@ -368,8 +376,8 @@ fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             plan.ruleset.as_raw_fd(),
             0u32,
         ))?;
-        // (8) seccomp, last: the deny-list, then clone3 -> ENOSYS.
-        for prog in [&plan.deny_list, &plan.clone3] {
+        // (8) seccomp, last, in the order `filter` gives.
+        for prog in &plan.seccomp {
             let fprog = libc::sock_fprog {
                 len: prog.len() as libc::c_ushort,
                 filter: prog.as_ptr() as *mut libc::sock_filter,
