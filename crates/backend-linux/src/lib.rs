@@ -89,7 +89,7 @@ pub const SANDBOX_GID: u32 = 65534;
 
 /// Which isolation layers the backend applies on top of the ones it always
 /// applies (user namespace, rlimits, no capabilities, no_new_privs,
-/// Landlock, the seccomp deny-list).
+/// Landlock, seccomp).
 ///
 /// [`LinuxBackend::new`] applies every layer. A backend with fewer layers
 /// is *not* a weaker production option: it fails the conformance probes
@@ -108,7 +108,9 @@ pub struct Layers {
     /// scratch (a size-limited tmpfs, or a `nosuid,nodev` bind of the
     /// caller's dir) and read-write grants are the only writable places.
     pub mount_namespace: bool,
-    /// The seccomp allowlist (default deny) instead of the deny-list alone.
+    /// The seccomp allowlist (unlisted syscalls return `ENOSYS`, dangerous
+    /// ones `EPERM`, argument checks where a call is needed but dangerous)
+    /// instead of the first version's deny-list.
     pub seccomp_allowlist: bool,
 }
 

@@ -34,7 +34,7 @@ fn missing(layers: Layers) -> Vec<String> {
     if let Err(r) = probe::seccomp() {
         reasons.push(r);
     }
-    if let Err(r) = filter::deny_list() {
+    if let Err(r) = filter::programs() {
         reasons.push(r);
     }
     if let Err(r) = probe::namespaces(layers) {
@@ -95,7 +95,7 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
     f.insert(
         "seccomp".into(),
         match probe::seccomp() {
-            Ok(()) => filter::description(layers).into(),
+            Ok(()) => filter::description(layers.seccomp_allowlist).into(),
             Err(r) => format!("unavailable: {r}"),
         },
     );
@@ -275,8 +275,17 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
     path_rules.extend(rules::system_rules());
 
     let ruleset = rules::build(abi, &path_rules).map_err(wrap_err)?;
-    let mut seccomp = vec![filter::deny_list().map_err(wrap_err)?];
-    seccomp.push(filter::clone3().map_err(wrap_err)?);
+    let seccomp = if layers.seccomp_allowlist {
+        filter::programs()
+    } else {
+        filter::legacy_programs()
+    }
+    .map_err(wrap_err)?;
+    if seccomp.is_empty() {
+        return Err(wrap_err(
+            "no seccomp filter was built: refusing to run unfiltered",
+        ));
+    }
 
     // SAFETY: geteuid/getegid/getpid have no preconditions.
     let (euid, egid, parent_pid) = unsafe { (libc::geteuid(), libc::getegid(), libc::getpid()) };
@@ -330,6 +339,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
         scratch_is_private,
         drop_to_nobody,
         ?layers,
+        seccomp_insns = plan.seccomp.iter().map(Vec::len).sum::<usize>(),
         "linux backend confining child"
     );
 
