@@ -129,6 +129,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         open_files: args.fds.or(defaults.open_files),
         cpu_seconds: args.cpu.or(defaults.cpu_seconds),
         file_size_bytes: defaults.file_size_bytes,
+        disk_bytes: defaults.disk_bytes,
         deadline: args.timeout,
     };
     let config = RunnerConfig {

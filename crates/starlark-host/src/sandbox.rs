@@ -1215,6 +1215,7 @@ impl Inner {
             open_files: clamp(want.open_files, ceil.open_files),
             cpu_seconds: clamp(want.cpu_seconds, ceil.cpu_seconds),
             file_size_bytes: clamp(want.file_size_bytes, ceil.file_size_bytes),
+            disk_bytes: ceil.disk_bytes,
             deadline: Some(
                 ceil.deadline
                     .map_or(want.lifetime, |c| want.lifetime.min(c)),
