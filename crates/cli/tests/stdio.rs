@@ -16,7 +16,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{cordon, text, unprivileged};
+use common::{cordon, spawn, text, unprivileged};
 
 /// A hostile program, in C so that it runs unchanged inside the sandbox
 /// (the system library dirs are readable there; an interpreter's modules
@@ -145,12 +145,11 @@ fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
 /// bounded by 60 s (the first run of a cache dir includes the conformance
 /// gate).
 fn run_with_input(mut cmd: Command, input: Vec<u8>, what: &str) -> (ExitStatus, Vec<u8>, Vec<u8>) {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
@@ -193,12 +192,12 @@ fn the_program_cannot_rewrite_the_callers_append_only_log() {
         // flags afterwards.
         let ours = file.try_clone().unwrap();
         let (status, stderr) = {
-            let mut child = cordon_run(way, dir.path(), &prog, &["log"])
-                .stdin(Stdio::null())
-                .stdout(file)
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let mut child = spawn(
+                cordon_run(way, dir.path(), &prog, &["log"])
+                    .stdin(Stdio::null())
+                    .stdout(file)
+                    .stderr(Stdio::piped()),
+            );
             let mut stderr = String::new();
             child
                 .stderr
@@ -331,7 +330,7 @@ fn the_program_cannot_change_the_callers_terminal() {
         let mode_before = mode(&pty.slave);
         let mut cmd = cordon_run(way, dir.path(), &prog, &["tty"]);
         on_terminal(&mut cmd, &pty.slave);
-        let mut child = cmd.spawn().unwrap();
+        let mut child = spawn(&mut cmd);
         drop(cmd);
         let status = wait_bounded(&mut child, Duration::from_secs(60), "tty attack");
         let output = terminal_output(&pty.master);
@@ -417,12 +416,12 @@ fn a_closed_stdout_ends_the_program_with_sigpipe() {
         sandboxed: true,
         unprivileged: false,
     };
-    let mut child = cordon_run(way, dir.path(), Path::new("/usr/bin/yes"), &[])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(
+        cordon_run(way, dir.path(), Path::new("/usr/bin/yes"), &[])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 2];
     stdout.read_exact(&mut first).unwrap();
@@ -473,7 +472,7 @@ fn a_background_cordon_is_not_stopped_by_its_terminal_and_takes_no_input() {
         (&std::fs::File::from(pty.master.try_clone().unwrap()))
             .write_all(b"typed\n")
             .unwrap();
-        let mut child = sh.spawn().unwrap();
+        let mut child = spawn(&mut sh);
         drop(sh);
         let status = wait_bounded(&mut child, Duration::from_secs(60), "background cordon");
         let output = terminal_output(&pty.master);
