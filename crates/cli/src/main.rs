@@ -42,6 +42,11 @@ enum Command {
         cordon run -- /bin/sh -c 'echo ok'\n  \
         cordon run --ro /usr/share/dict --mem 512M --timeout 10 -- python3 script.py\n  \
         cordon run --env LANG --env MODE=fast --scratch ./work -- ./tool\n\n\
+        Standard streams: the program's stdin, stdout and stderr are pipes that cordon\n\
+        copies to and from its own, so the program never holds your terminal or your\n\
+        files (it cannot change a terminal's modes or a log's append flag). It sees pipes,\n\
+        not a terminal. Its output is complete when cordon exits; when cordon's stdout\n\
+        is closed (| head -1), the program gets SIGPIPE as in a plain pipeline.\n\n\
         Exit status: the program's own; 128+N if killed by signal N; 124 on --timeout;\n\
         125 if cordon itself failed (bad flags, no conforming sandbox, spawn error).")]
     Run(run::RunArgs),

@@ -145,7 +145,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let program = command.next().ok_or("no PROGRAM given")?;
     let mut spec = ChildSpec::new(PathBuf::from(program))
         .args(command)
-        .stdio(StdioMode::Inherit)
+        // Never the caller's own fds: the program could change what the
+        // caller shares (a log's O_APPEND, a terminal's modes).
+        .stdio(StdioMode::Relay)
         .scratch(match (&args.scratch, args.keep_scratch) {
             (Some(dir), _) => Scratch::Existing(dir.clone()),
             (None, true) => Scratch::FreshKept,

@@ -1,4 +1,5 @@
-//! A started child: its pipes, its stderr tail, and how it ends.
+//! A started child: its pipes or stdio relay, its stderr tail, and how it
+//! ends.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -6,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStdin, ChildStdout};
+
+use crate::relay::{Relay, GRACE};
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,10 +88,36 @@ impl Drop for ScratchGuard {
     }
 }
 
-struct StderrRing {
+/// The newest bytes a child wrote to stderr, at most `cap` of them.
+pub(crate) struct StderrRing {
     buf: VecDeque<u8>,
     cap: usize,
     dropped: u64,
+}
+
+/// A [`StderrRing`] shared between its writer (a task or relay thread) and
+/// the [`RunningChild`].
+pub(crate) type SharedRing = Arc<Mutex<StderrRing>>;
+
+impl StderrRing {
+    /// An empty ring keeping at most `cap` bytes.
+    pub(crate) fn shared(cap: usize) -> SharedRing {
+        Arc::new(Mutex::new(StderrRing {
+            buf: VecDeque::new(),
+            cap,
+            dropped: 0,
+        }))
+    }
+
+    /// Appends `bytes`, dropping the oldest ones beyond the cap.
+    pub(crate) fn push(ring: &SharedRing, bytes: &[u8]) {
+        let mut r = ring.lock().unwrap_or_else(|p| p.into_inner());
+        let keep = &bytes[bytes.len().saturating_sub(r.cap)..];
+        let over = (r.buf.len() + keep.len()).saturating_sub(r.cap);
+        r.buf.drain(..over);
+        r.buf.extend(keep);
+        r.dropped += (over + bytes.len() - keep.len()) as u64;
+    }
 }
 
 /// A running child started by a [`Runner`](crate::Runner).
@@ -102,10 +131,18 @@ pub struct RunningChild {
     pub stdin: Option<ChildStdin>,
     /// The child's stdout, when piped.
     pub stdout: Option<ChildStdout>,
-    stderr: Arc<Mutex<StderrRing>>,
+    stderr: SharedRing,
     stderr_task: Option<tokio::task::JoinHandle<()>>,
+    /// The threads copying the host's stdio, in [`StdioMode::Relay`].
+    ///
+    /// [`StdioMode::Relay`]: crate::StdioMode::Relay
+    relay: Option<Relay>,
     deadline: Option<tokio::time::Instant>,
     scratch: ScratchGuard,
+    /// How the child ended, once reaped (its pid may then be reused).
+    reaped: Option<ExitOutcome>,
+    /// Set when [`wait`](Self::wait) has finished everything: reaped, the
+    /// group gone, output relayed, scratch removed.
     outcome: Option<ExitOutcome>,
     label: Option<String>,
     #[cfg(target_os = "linux")]
@@ -128,15 +165,11 @@ impl RunningChild {
         mut child: tokio::process::Child,
         scratch: ScratchGuard,
         deadline: Option<std::time::Duration>,
-        ring_bytes: usize,
+        stderr: SharedRing,
+        relay: Option<Relay>,
         label: Option<String>,
     ) -> Self {
         let pid = child.id().unwrap_or(0);
-        let stderr = Arc::new(Mutex::new(StderrRing {
-            buf: VecDeque::new(),
-            cap: ring_bytes,
-            dropped: 0,
-        }));
         let stderr_task = child.stderr.take().map(|mut pipe| {
             let ring = Arc::clone(&stderr);
             tokio::spawn(async move {
@@ -145,12 +178,7 @@ impl RunningChild {
                     if n == 0 {
                         break;
                     }
-                    let mut r = ring.lock().unwrap_or_else(|p| p.into_inner());
-                    r.buf.extend(&chunk[..n]);
-                    while r.buf.len() > r.cap {
-                        r.buf.pop_front();
-                        r.dropped += 1;
-                    }
+                    StderrRing::push(&ring, &chunk[..n]);
                 }
             })
         });
@@ -161,8 +189,10 @@ impl RunningChild {
             child,
             stderr,
             stderr_task,
+            relay,
             deadline: deadline.map(|d| tokio::time::Instant::now() + d),
             scratch,
+            reaped: None,
             outcome: None,
             label,
             #[cfg(target_os = "linux")]
@@ -181,7 +211,13 @@ impl RunningChild {
     }
 
     /// The newest bytes the child wrote to stderr (bounded by the runner's
-    /// `stderr_ring_bytes`). Empty unless stdio is piped.
+    /// `stderr_ring_bytes`). Kept in [`StdioMode::Piped`], and in
+    /// [`StdioMode::Relay`] when the host's stderr is not the same file as
+    /// its stdout (otherwise both streams share one pipe and stay
+    /// interleaved, so stderr alone cannot be told apart).
+    ///
+    /// [`StdioMode::Piped`]: crate::StdioMode::Piped
+    /// [`StdioMode::Relay`]: crate::StdioMode::Relay
     pub fn stderr_tail(&self) -> Vec<u8> {
         let r = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
         r.buf.iter().copied().collect()
@@ -195,21 +231,58 @@ impl RunningChild {
             .dropped
     }
 
-    /// Sends SIGKILL to the child's whole process group. Does nothing once
-    /// the child has been reaped by [`wait`](Self::wait).
+    /// Sends SIGKILL to the child's whole process group (not once the child
+    /// has been reaped by [`wait`](Self::wait): its pid may be reused), and
+    /// stops relaying its stdio at once: output still in the pipes is
+    /// dropped.
     pub fn kill(&mut self) {
-        if self.outcome.is_none() {
+        if self.reaped.is_none() {
             kill_group(self.pid);
+        }
+        if let Some(relay) = &mut self.relay {
+            relay.abort();
         }
     }
 
     /// Waits for the child to end, enforcing the deadline. Afterwards kills
     /// whatever is left of its process group (background children do not
-    /// outlive it) and removes the fresh scratch dir.
+    /// outlive it), lets the stdio relay finish, and removes the fresh
+    /// scratch dir.
+    ///
+    /// With [`StdioMode::Relay`], it returns once everything the sandbox
+    /// wrote before its last process died has reached the host's stdout and
+    /// stderr, however slowly the host reads them (a descendant that escaped
+    /// the process group and still holds a pipe gets at most 200 ms more);
+    /// after [`kill`](Self::kill), within 200 ms. Cancel-safe: dropping the
+    /// future and calling `wait` again resumes where it stopped.
+    ///
+    /// [`StdioMode::Relay`]: crate::StdioMode::Relay
     pub async fn wait(&mut self) -> std::io::Result<ExitOutcome> {
         if let Some(outcome) = self.outcome {
             return Ok(outcome);
         }
+        let outcome = match self.reaped {
+            Some(outcome) => outcome,
+            None => self.reap().await?,
+        };
+        wait_group_gone(self.pid).await;
+        if let Some(relay) = &mut self.relay {
+            relay.finish().await;
+        }
+        self.relay = None;
+        if let Some(task) = self.stderr_task.take() {
+            // The pipe closes once every holder is dead; don't hang on a
+            // descendant that escaped the group.
+            let _ = tokio::time::timeout(GRACE, task).await;
+        }
+        self.scratch.remove();
+        self.outcome = Some(outcome);
+        Ok(outcome)
+    }
+
+    /// Waits for the leader to exit (or the deadline), kills what is left
+    /// of its group, and reaps it.
+    async fn reap(&mut self) -> std::io::Result<ExitOutcome> {
         let deadline_hit = match self.deadline {
             Some(deadline) => tokio::select! {
                 r = self.exited() => { r?; false }
@@ -235,14 +308,7 @@ impl RunningChild {
         } else {
             from_status(status)
         };
-        self.outcome = Some(outcome);
-        wait_group_gone(self.pid).await;
-        if let Some(task) = self.stderr_task.take() {
-            // The pipe closes once every holder is dead; don't hang on a
-            // descendant that escaped the group.
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), task).await;
-        }
-        self.scratch.remove();
+        self.reaped = Some(outcome);
         Ok(outcome)
     }
 
@@ -281,9 +347,10 @@ fn open_pidfd(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>
 
 impl Drop for RunningChild {
     fn drop(&mut self) {
-        if self.outcome.is_none() {
+        if self.reaped.is_none() {
             kill_group(self.pid);
         }
+        // Dropping `relay` closes its stop pipes: the relay threads end.
     }
 }
 
@@ -353,4 +420,29 @@ pub(crate) fn live_group_members(pgid: u32) -> usize {
             pgrp == Some(pgid) && state != Some("Z") && state != Some("X")
         })
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StderrRing;
+
+    fn contents(ring: &super::SharedRing) -> (Vec<u8>, u64) {
+        let r = ring.lock().unwrap();
+        (r.buf.iter().copied().collect(), r.dropped)
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_bytes_and_counts_the_rest() {
+        let ring = StderrRing::shared(4);
+        StderrRing::push(&ring, b"ab");
+        assert_eq!(contents(&ring), (b"ab".to_vec(), 0));
+        StderrRing::push(&ring, b"cde");
+        assert_eq!(contents(&ring), (b"bcde".to_vec(), 1));
+        // A chunk longer than the ring: only its tail stays.
+        StderrRing::push(&ring, b"0123456");
+        assert_eq!(contents(&ring), (b"3456".to_vec(), 1 + 4 + 3));
+        let empty = StderrRing::shared(0);
+        StderrRing::push(&empty, b"xyz");
+        assert_eq!(contents(&empty), (Vec::new(), 3));
+    }
 }

@@ -63,6 +63,10 @@ pub enum SpawnError {
         /// The panic payload, if it was a string.
         message: String,
     },
+    /// The pipes or threads that relay the host's stdio
+    /// ([`StdioMode::Relay`](crate::StdioMode::Relay)) could not be created.
+    #[error("cannot set up the child's stdio relay: {0}")]
+    StdioRelay(std::io::Error),
     /// An untrusted spec was given to the trusted runner.
     #[error(
         "refusing to run an untrusted child under the trusted runner; \

@@ -47,6 +47,7 @@ mod error;
 mod policy;
 mod program;
 pub mod protocol;
+mod relay;
 mod report;
 mod runner;
 mod spawn;

@@ -9,6 +9,10 @@
 //! - no fd other than 0, 1, 2 survives exec, even one the host opened
 //!   without `O_CLOEXEC` (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`, with a
 //!   per-fd fallback for kernels before 5.11);
+//! - fds 0, 1, 2 are pipes the runner created, never the host's own: the
+//!   embedder's ends ([`StdioMode::Piped`]) or the relay's
+//!   ([`StdioMode::Relay`], see `relay.rs`), so a child cannot change a
+//!   file description the host shares (flags, offset, a terminal's modes);
 //! - a per-instance scratch dir (0700) is the cwd;
 //! - the child starts a new session (so it leads a new process group that
 //!   `kill()` reaches, and has no controlling terminal) and, on Linux, gets
@@ -29,10 +33,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use crate::backend::SandboxBackend;
-use crate::child::{RunningChild, ScratchGuard};
+use crate::child::{RunningChild, ScratchGuard, StderrRing};
 use crate::error::SpawnError;
 use crate::policy::{Limits, Network, SandboxPolicy};
 use crate::program;
+use crate::relay::Relay;
 use crate::spec::{ChildSpec, Scratch, StdioMode};
 
 /// The environment variables every child may receive from the host.
@@ -55,7 +60,8 @@ pub struct RunnerConfig {
     pub read_write: Vec<PathBuf>,
     /// Network policy for sandboxed children.
     pub network: Network,
-    /// How many bytes of stderr a piped child keeps (the newest ones).
+    /// How many bytes of stderr a child keeps (the newest ones); see
+    /// [`RunningChild::stderr_tail`].
     pub stderr_ring_bytes: usize,
 }
 
@@ -184,16 +190,24 @@ impl Spawner {
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(scratch.path());
+        let stderr_ring = StderrRing::shared(self.config.stderr_ring_bytes);
+        let mut relay = None;
         match spec.stdio {
             StdioMode::Piped => {
                 cmd.stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
             }
-            StdioMode::Inherit => {
-                cmd.stdin(Stdio::inherit())
-                    .stdout(Stdio::inherit())
-                    .stderr(Stdio::inherit());
+            StdioMode::Relay => {
+                // Pipes and relay threads exist before the fork, so a
+                // failure here means nothing ran; the child only gets the
+                // pipe ends (std dup2s them onto 0, 1, 2 after fork).
+                let (ends, r) =
+                    Relay::start(Arc::clone(&stderr_ring)).map_err(SpawnError::StdioRelay)?;
+                cmd.stdin(Stdio::from(ends.stdin))
+                    .stdout(Stdio::from(ends.stdout))
+                    .stderr(Stdio::from(ends.stderr));
+                relay = Some(r);
             }
         }
         install_hygiene(&mut cmd, self.hygiene);
@@ -226,8 +240,14 @@ impl Spawner {
             source,
         })?;
         // The child has exec'd (or failed, which `spawn` reported): the
-        // parent's copy of the verified program fd is no longer needed.
+        // parent's copy of the verified program fd is no longer needed, nor
+        // its copies of the child's pipe ends (held by the command), which
+        // would keep the relay from ever seeing EOF.
+        drop(cmd);
         drop(program_file);
+        if let Some(relay) = &mut relay {
+            relay.go();
+        }
         let backend_name = self.backend.as_ref().map(|b| b.name().to_string());
         tracing::debug!(
             label = spec.label.as_deref().unwrap_or(""),
@@ -240,7 +260,8 @@ impl Spawner {
             child,
             scratch,
             limits.deadline,
-            self.config.stderr_ring_bytes,
+            stderr_ring,
+            relay,
             spec.label.clone(),
         ))
     }

@@ -57,10 +57,27 @@ pub enum StdioMode {
     /// [`RunningChild::stdout`]: crate::RunningChild::stdout
     #[default]
     Piped,
-    /// The child shares the host's stdin, stdout and stderr (a CLI passing
-    /// its terminal through). The child still gets a new session, so the
-    /// terminal is not its controlling terminal.
-    Inherit,
+    /// The host's own stdin, stdout and stderr reach the child through
+    /// pipes the runner creates and copies (a CLI passing its terminal or
+    /// its redirections through). The child never holds one of the host's
+    /// own descriptors, so it cannot change what the host shares with
+    /// others: not the flags or offset of the caller's `>> log` (clear
+    /// `O_APPEND`, truncate, write over it), not the modes or permissions of
+    /// the caller's terminal.
+    ///
+    /// The runner copies the host's stdin to the child until host EOF (the
+    /// child then sees EOF) or until the child ends, and the child's stdout
+    /// and stderr to the host's until every writer in the sandbox is gone;
+    /// [`RunningChild::wait`] returns after that output arrived. The host's
+    /// fds are never made non-blocking. When the host's stdout refuses
+    /// writes (`EPIPE`, as in `| head -1`), the child's stdout pipe is
+    /// closed, so the child gets `EPIPE`/`SIGPIPE` as in a plain pipeline.
+    /// When the host's stdout and stderr are the same file (a terminal,
+    /// `2>&1`), the child's stdout and stderr share one pipe, so their order
+    /// is kept. The child sees pipes, not a terminal (`isatty` is false).
+    ///
+    /// [`RunningChild::wait`]: crate::RunningChild::wait
+    Relay,
 }
 
 /// The per-instance working directory of a child.

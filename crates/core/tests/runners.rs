@@ -308,23 +308,40 @@ async fn untrusted_selection_fails_closed_with_the_report() {
     assert!(err.to_string().contains("kernel feature X missing"));
     assert!(err.report.probes.is_empty());
 
-    // A report that passes for another backend's name is not accepted.
+    // A report that conforms, but for another backend, is not accepted: the
+    // suite ran against (or was copied from) something else. The report
+    // itself is available and all-pass, so the only thing that refuses it
+    // is the runner's check that it names the backend being admitted.
+    struct Other;
+    impl SandboxBackend for Other {
+        fn name(&self) -> &str {
+            "other"
+        }
+        fn availability(&self) -> Availability {
+            Availability::Available
+        }
+        fn wrap(&self, _: &mut Command, _: &SandboxPolicy) -> Result<(), WrapError> {
+            Ok(())
+        }
+    }
     struct Liar;
     #[async_trait::async_trait]
     impl ConformanceSuite for Liar {
         async fn run(&self, _: Arc<dyn SandboxBackend>) -> ConformanceReport {
-            FixedSuite(ProbeStatus::Pass)
-                .run(Arc::new(Unavailable))
-                .await
+            FixedSuite(ProbeStatus::Pass).run(Arc::new(Other)).await
         }
     }
-    assert!(SandboxRunner::new(
+    let lie = Liar.run(Arc::new(FailingBackend { panic: false })).await;
+    assert!(lie.conforms(), "the lie must be a conforming report");
+    assert_eq!(lie.backend, "other");
+    let err = SandboxRunner::new(
         Arc::new(FailingBackend { panic: false }),
         &Liar,
-        RunnerConfig::default()
+        RunnerConfig::default(),
     )
     .await
-    .is_err());
+    .expect_err("a report naming another backend admitted `failing`");
+    assert_eq!(err.report.backend, "other");
 
     // The default tier is untrusted and the trusted runner refuses it.
     let err = trusted_runner

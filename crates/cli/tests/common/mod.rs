@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 pub const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
 
@@ -19,7 +19,27 @@ pub fn text(b: &[u8]) -> String {
 }
 
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("cordon runs")
+    retry_busy(|| cmd.output())
+}
+
+/// Spawns `cmd` (see [`run`] for the retry).
+pub fn spawn(cmd: &mut Command) -> Child {
+    retry_busy(|| cmd.spawn())
+}
+
+/// Retries while exec fails with `ETXTBSY`: [`unprivileged`] runs a copy of
+/// cordon this process just wrote, and a sibling test's fork may briefly
+/// hold that copy's write fd (until the forked child's own exec closes it).
+fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> T {
+    for _ in 0..100 {
+        match start() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r.expect("cordon runs"),
+        }
+    }
+    start().expect("cordon runs")
 }
 
 /// Copies the binary where an unprivileged uid can execute it (into
