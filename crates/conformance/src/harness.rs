@@ -70,6 +70,9 @@ pub(crate) fn check(name: &str, status: ProbeStatus, detail: impl Into<String>) 
         name: name.to_string(),
         status,
         detail: detail.into(),
+        // Filled in by the suite in the next step.
+        evidence: cordon_core::Evidence::Child,
+        passes_without_sandbox: false,
     }
 }
 
