@@ -60,8 +60,11 @@
 
 #![warn(missing_docs)]
 
+mod baseline;
 mod child;
 mod harness;
+mod inspect;
+mod kernel;
 mod probes;
 mod suite;
 
@@ -98,10 +101,26 @@ fn run_probe_child(args: &[String]) -> i32 {
             std::thread::sleep(std::time::Duration::from_secs(60));
             return 0;
         }
+        "kernel" => {
+            kernel::child();
+            return 0;
+        }
+        "ids" => {
+            // SAFETY: the get*id calls cannot fail.
+            let ids = unsafe { (libc::geteuid(), libc::getegid()) };
+            println!("IDS\t{}\t{}", ids.0, ids.1);
+            return 0;
+        }
         "P6-tree" => {
             probes::p6::tree(&mut r);
             return 0;
         }
+        _ => {}
+    }
+    // Positive controls first: a probe that kills its child (P6's memory
+    // limit) must not take them with it.
+    child::common_controls(&mut r, &package_file);
+    match mode {
         "P1" => probes::p1::child(&mut r, &kv),
         "P2" => probes::p2::child(&mut r, &kv),
         "P3" => probes::p3::child(&mut r, &kv),
@@ -114,7 +133,6 @@ fn run_probe_child(args: &[String]) -> i32 {
             return 2;
         }
     }
-    child::common_controls(&mut r, &package_file);
     r.done();
     0
 }

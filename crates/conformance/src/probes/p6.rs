@@ -12,7 +12,8 @@ use cordon_core::{CheckResult, ExitOutcome, Limits, ProbeStatus};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::child::{errno, errno_name, Reporter};
-use crate::harness::{alive, fail, pass, unreachable, Ctx};
+use crate::harness::{fail, pass, unreachable, Ctx};
+use crate::inspect::alive;
 
 /// Extra processes tolerated above the limit (the probe itself).
 const PROC_SLACK: u64 = 2;
@@ -68,7 +69,7 @@ async fn deadline_tree(ctx: &Ctx) -> CheckResult {
         ..Limits::default()
     };
     let mut child = match ctx.spawn("P6-tree", &[], limits) {
-        Ok(c) => c,
+        Ok(c) => c.child,
         Err(e) => return unreachable(NAME, format!("could not start: {e}")),
     };
     let mut grandchild = None;
