@@ -88,8 +88,6 @@ pub(crate) struct ChildRun {
     pub done: bool,
     pub outcome: Option<ExitOutcome>,
     pub stderr: String,
-    /// Owner uid of `uid-marker` in the child's scratch dir, if it made one.
-    pub marker_owner: Option<u32>,
 }
 
 impl ChildRun {
@@ -102,7 +100,6 @@ impl ChildRun {
             done: false,
             outcome: None,
             stderr: String::new(),
-            marker_owner: None,
         }
     }
 
@@ -329,12 +326,6 @@ impl Ctx {
             }
         }
         drop(stdin);
-        run.marker_owner = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::symlink_metadata(child.scratch_dir().join("uid-marker"))
-                .ok()
-                .map(|m| m.uid())
-        };
         run.outcome = child.wait().await.ok();
         run.stderr = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
         run

@@ -111,6 +111,10 @@ fn run_probe_child(args: &[String]) -> i32 {
             println!("IDS\t{}\t{}", ids.0, ids.1);
             return 0;
         }
+        "sacrificial" => {
+            probes::p1::sacrificial(&kv);
+            return 0;
+        }
         "P6-tree" => {
             probes::p6::tree(&mut r);
             return 0;
