@@ -92,6 +92,10 @@ pub fn legacy_fails(_as_root: bool) -> BTreeSet<Check> {
         (P1, "host-sysv-shm-unchanged"),
         (P1, "host-sysv-sem-unchanged"),
         (P1, "host-ipc-left-behind"),
+        // Pathname datagrams without socket().
+        (P4, "host-unix-dgram-listener"),
+        (P4, "unix-dgram-sendto"),
+        (P4, "unix-dgram-connect"),
     ]);
     if several_cpus() {
         fails.insert((P1, "host-sacrificial-affinity".into()));
