@@ -66,7 +66,7 @@ fn several_cpus() -> bool {
 /// The checks `Layers::LEGACY` (the first version of the Linux backend:
 /// user namespace, rlimits, no capabilities, no_new_privs, Landlock, the
 /// seccomp deny-list) fails: the breaches of issue #12 the probes now catch.
-pub fn legacy_fails(_as_root: bool) -> BTreeSet<Check> {
+pub fn legacy_fails(as_root: bool) -> BTreeSet<Check> {
     use ProbeId::*;
     let mut fails = set(&[
         // Same-uid host processes can be named and controlled.
@@ -96,9 +96,22 @@ pub fn legacy_fails(_as_root: bool) -> BTreeSet<Check> {
         (P4, "host-unix-dgram-listener"),
         (P4, "unix-dgram-sendto"),
         (P4, "unix-dgram-connect"),
+        // Metadata writes outside the grants.
+        (P5, "host-meta-unchanged"),
+        (P5, "chmod-outside"),
+        (P5, "chmod-setid-outside"),
+        (P5, "fchmodat-outside"),
+        (P5, "utimensat-outside"),
+        (P5, "setxattr-outside"),
+        (P5, "chown-outside"),
+        // Setuid planting in scratch.
+        (P5, "host-setid-scratch-mount"),
     ]);
     if several_cpus() {
         fails.insert((P1, "host-sacrificial-affinity".into()));
+    }
+    if as_root {
+        fails.insert((P5, "host-setid-scratch-exec".into()));
     }
     fails
 }
