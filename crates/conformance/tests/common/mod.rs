@@ -106,6 +106,8 @@ pub fn legacy_fails(as_root: bool) -> BTreeSet<Check> {
         (P5, "chown-outside"),
         // Setuid planting in scratch.
         (P5, "host-setid-scratch-mount"),
+        // Outliving the host.
+        (P6, "parent-killed-leaves-nothing"),
     ]);
     if several_cpus() {
         fails.insert((P1, "host-sacrificial-affinity".into()));
