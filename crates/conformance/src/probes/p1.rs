@@ -169,13 +169,15 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         ],
     ));
 
-    match sacrificial.try_wait() {
-        Ok(None) => checks.push(pass("host-process-alive", "sacrificial process survived")),
-        Ok(Some(status)) => checks.push(fail(
+    // A signal takes effect asynchronously: give a kill time to land
+    // before calling the process alive.
+    match tokio::time::timeout(Duration::from_millis(200), sacrificial.wait()).await {
+        Err(_) => checks.push(pass("host-process-alive", "sacrificial process survived")),
+        Ok(Ok(status)) => checks.push(fail(
             "host-process-alive",
             format!("the child killed a host process ({status})"),
         )),
-        Err(e) => checks.push(unreachable("host-process-alive", e.to_string())),
+        Ok(Err(e)) => checks.push(unreachable("host-process-alive", e.to_string())),
     }
     for (name, listener) in [
         ("host-abstract-listener", abstract_listener),
