@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use cordon_backend_linux::{Layers, LinuxBackend};
@@ -22,16 +21,17 @@ async fn legacy_layers_fail_exactly_the_new_checks() {
         "the Linux backend must be available here: {why:?}"
     );
     let report = common::run(common::suite(), Arc::new(backend)).await;
-    let statuses = common::statuses(&report);
-    let failing: BTreeSet<common::Check> = statuses
-        .iter()
-        .filter(|(_, s)| **s == ProbeStatus::Fail)
-        .map(|(c, _)| c.clone())
-        .collect();
-    assert_eq!(
-        failing,
-        common::legacy_fails(common::is_root()),
-        "\nreport:\n{}",
+    let as_root = common::is_root();
+    let diff = common::differences(
+        &report,
+        &common::all_checks(as_root),
+        &common::legacy_fails(as_root),
+    );
+    assert!(
+        diff.is_empty(),
+        "LEGACY (as {}) differs from the table:\n{}\n\nreport:\n{}",
+        if as_root { "root" } else { "non-root" },
+        diff.join("\n"),
         common::dump(&report)
     );
     for p in &report.probes {
