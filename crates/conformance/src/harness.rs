@@ -417,7 +417,7 @@ pub(crate) fn random_token() -> String {
 pub(crate) fn kill_token_survivors(token: &str) -> usize {
     let mut n = 0;
     for pid in inspect::token_pids(token) {
-        if inspect::token_pids(token).contains(&pid) {
+        if inspect::bears_token(pid, token) {
             // SAFETY: kill on a pid that bears our token right now.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             n += 1;

@@ -17,16 +17,18 @@ pub(crate) const TOKEN_ARG: &str = "token=";
 /// Pids of live (non-zombie) processes whose argv holds `token=<token>`:
 /// the probe program and whatever it forked without exec.
 pub(crate) fn token_pids(token: &str) -> Vec<i32> {
-    let wanted = format!("{TOKEN_ARG}{token}");
     all_pids()
         .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| c.split(|b| *b == 0).any(|a| a == wanted.as_bytes()))
-                .unwrap_or(false)
-        })
-        .filter(|pid| alive(*pid))
+        .filter(|pid| bears_token(*pid, token) && alive(*pid))
         .collect()
+}
+
+/// Whether `pid`'s argv holds `token=<token>` right now.
+pub(crate) fn bears_token(pid: i32, token: &str) -> bool {
+    let wanted = format!("{TOKEN_ARG}{token}");
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| c.split(|b| *b == 0).any(|a| a == wanted.as_bytes()))
+        .unwrap_or(false)
 }
 
 /// The probe program: the token-bearing process whose parent does not
