@@ -4,10 +4,15 @@
 //! ```text
 //! CHECK <tab> name <tab> pass|fail|unreachable <tab> detail
 //! INFO  <tab> key  <tab> value
+//! HOLD  <tab> label
 //! DONE
 //! ```
 //!
-//! The harness treats missing `DONE`, garbage or silence as `Unreachable`.
+//! `HOLD` is the hold protocol: the child stops, blocked reading one line
+//! from stdin, while the host inspects it from outside (`/proc/<program>/
+//! {status,fd,limits,environ,root,mountinfo}`, see `inspect.rs`); the host's
+//! newline releases it. The harness treats missing `DONE`, garbage or
+//! silence as `Unreachable`.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -41,10 +46,35 @@ pub(crate) fn errno_name(e: i32) -> String {
         libc::EAFNOSUPPORT => "EAFNOSUPPORT",
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::ENETUNREACH => "ENETUNREACH",
+        libc::EROFS => "EROFS",
+        libc::EINTR => "EINTR",
+        libc::EISCONN => "EISCONN",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ENOSPC => "ENOSPC",
+        libc::EUSERS => "EUSERS",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTCONN => "ENOTCONN",
         _ => return format!("errno {e}"),
     };
     name.to_string()
 }
+
+/// The denials every check accepts: a policy said no.
+pub(crate) const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
+
+/// Denials for a syscall aimed at a host pid. `ESRCH` counts too: the
+/// kernel resolves a pid in the caller's own pid namespace
+/// (`find_task_by_vpid()`, kernel/pid.c), so a live host process (the host
+/// confirms it is alive, in a check of its own) that yields `ESRCH` cannot
+/// be named from inside the sandbox at all.
+pub(crate) const HOST_PID_DENIED: [i32; 3] = [libc::EPERM, libc::EACCES, libc::ESRCH];
+
+/// Denials for opening `/proc/<host pid>/...`. `ENOENT` counts too: procfs
+/// looks a pid up in the pid namespace of its own mount
+/// (`proc_pid_lookup()`, fs/proc/base.c), so a sandbox with its own pid
+/// namespace and procfs (or with no procfs) has no entry for a host process
+/// the host knows to be alive.
+pub(crate) const PROC_PID_DENIED: [i32; 3] = [libc::EPERM, libc::EACCES, libc::ENOENT];
 
 /// Collects and prints check lines.
 pub(crate) struct Reporter {
@@ -72,6 +102,25 @@ impl Reporter {
     pub(crate) fn info(&mut self, key: &str, value: impl std::fmt::Display) {
         let _ = writeln!(self.out, "INFO\t{key}\t{value}");
         let _ = self.out.flush();
+    }
+
+    /// Stops until the host has inspected this process: prints
+    /// `HOLD <label>` and blocks on one line from stdin. EOF (the host gave
+    /// up) releases it too.
+    pub(crate) fn hold(&mut self, label: &str) {
+        let _ = writeln!(self.out, "HOLD\t{label}");
+        let _ = self.out.flush();
+        let mut b = 0u8;
+        loop {
+            // SAFETY: reading one byte into a local from fd 0.
+            let n = unsafe { libc::read(0, (&mut b as *mut u8).cast(), 1) };
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            if n <= 0 || b == b'\n' {
+                return;
+            }
+        }
     }
 
     pub(crate) fn done(&mut self) {

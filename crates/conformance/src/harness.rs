@@ -1,22 +1,31 @@
 //! The host's side: plants what the child must not reach, spawns each probe
-//! child through the production spawn path ([`Spawner::confined`]), and
-//! turns the child's lines plus its own host-side checks into results.
+//! child through the production spawn path ([`Spawner::confined`]), answers
+//! its `HOLD`s after inspecting it from outside, and turns the child's lines
+//! plus its own host-side checks into results.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_core::{
-    CheckResult, ChildSpec, ExitOutcome, Limits, ProbeId, ProbeResult, ProbeStatus, RunnerConfig,
-    RunningChild, SandboxBackend, Spawner,
+    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, ProbeId, ProbeResult, ProbeStatus,
+    RunningChild, Spawner,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::child::PROBE_ARG;
+use crate::inspect::{self, TOKEN_ARG};
+use crate::kernel::KernelFacts;
 
 /// Name of the explicitly granted variable every probe child receives.
 pub(crate) const GRANTED_ENV: &str = "CORDON_PROBE_GRANTED";
+
+/// The uid and gid the sandboxed program runs as, as the host sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+}
 
 /// Everything the probes share for one suite run.
 pub(crate) struct Ctx {
@@ -27,25 +36,73 @@ pub(crate) struct Ctx {
     /// The probe executable, copied into the package dir.
     pub exe: PathBuf,
     pub package_file: PathBuf,
+    /// A world-writable (0777) suite dir outside every grant: where the
+    /// canaries and other targets sit, so that only the sandbox, not file
+    /// modes, stands between them and the child.
+    pub outside_dir: PathBuf,
+    /// A stand-in for a home directory (0777, under the suite dir), so no
+    /// probe depends on `$HOME`.
+    pub home_dir: PathBuf,
     pub canary_file: PathBuf,
     pub canary_content: Vec<u8>,
     pub granted_value: String,
     pub timeout: Duration,
     pub host_uid: u32,
+    /// Who the sandboxed program runs as (the backend's `sandbox_uid` fact,
+    /// else the host's own ids).
+    pub sandbox: Ids,
+    /// Which probed syscalls the running kernel has.
+    pub kernel: KernelFacts,
 }
+
+/// A started probe child and the token that finds it in `/proc`.
+pub(crate) struct Spawned {
+    pub child: RunningChild,
+    pub token: String,
+}
+
+/// What the host sees at one `HOLD`.
+pub(crate) struct Hold<'a> {
+    /// The label the child gave.
+    pub label: &'a str,
+    /// The program's host pid, found by its token; `None` if it cannot be
+    /// found (every check of the hold is then `Unreachable`).
+    pub pid: Option<i32>,
+    /// The child's scratch dir, as a host path.
+    pub scratch: &'a Path,
+    /// The child's token.
+    pub token: &'a str,
+}
+
+/// The host's answer to a `HOLD`: checks it made while the child waited.
+pub(crate) type OnHold<'a> = &'a mut (dyn FnMut(&Hold<'_>) -> Vec<CheckResult> + Send);
 
 /// Lines a probe child reported, and how it ended.
 pub(crate) struct ChildRun {
+    /// The child's token (empty if it could not be started).
+    pub token: String,
     pub checks: Vec<CheckResult>,
     pub info: BTreeMap<String, String>,
+    /// Labels of the `HOLD`s the host answered.
+    pub held: BTreeSet<String>,
     pub done: bool,
     pub outcome: Option<ExitOutcome>,
     pub stderr: String,
-    /// Owner uid of `uid-marker` in the child's scratch dir, if it made one.
-    pub marker_owner: Option<u32>,
 }
 
 impl ChildRun {
+    fn new() -> Self {
+        ChildRun {
+            token: String::new(),
+            checks: Vec::new(),
+            info: BTreeMap::new(),
+            held: BTreeSet::new(),
+            done: false,
+            outcome: None,
+            stderr: String::new(),
+        }
+    }
+
     /// The child's checks plus an `Unreachable` entry if it did not finish
     /// its report.
     pub fn into_checks(self) -> Vec<CheckResult> {
@@ -63,13 +120,28 @@ impl ChildRun {
         }
         checks
     }
+
+    /// `Unreachable` results for host checks `names` if the child never
+    /// reached hold `label` (so they were never made).
+    pub fn missed_hold(&self, label: &str, names: &[&str]) -> Vec<CheckResult> {
+        if self.held.contains(label) {
+            return Vec::new();
+        }
+        names
+            .iter()
+            .map(|n| unreachable(n, format!("the child never reached hold `{label}`")))
+            .collect()
+    }
 }
 
+/// A host-made check result.
 pub(crate) fn check(name: &str, status: ProbeStatus, detail: impl Into<String>) -> CheckResult {
     CheckResult {
         name: name.to_string(),
         status,
         detail: detail.into(),
+        evidence: Evidence::Host,
+        passes_without_sandbox: false,
     }
 }
 
@@ -85,129 +157,175 @@ pub(crate) fn unreachable(name: &str, detail: impl Into<String>) -> CheckResult 
     check(name, ProbeStatus::Unreachable, detail)
 }
 
+/// `pass` if `ok`, else `fail`, with one detail.
+pub(crate) fn verdict(name: &str, ok: bool, detail: impl Into<String>) -> CheckResult {
+    check(
+        name,
+        if ok {
+            ProbeStatus::Pass
+        } else {
+            ProbeStatus::Fail
+        },
+        detail,
+    )
+}
+
+fn mkdir_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+fn write_mode(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, content)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
 impl Ctx {
-    pub(crate) async fn new(
-        backend: Arc<dyn SandboxBackend>,
+    /// Prepares the suite dir: the package dir with a copy of the probe
+    /// executable, and the world-accessible dirs holding the targets.
+    pub(crate) fn new(
+        spawner: Spawner,
         probe_exe: &Path,
         timeout: Duration,
-        #[cfg(feature = "test-hooks")] hygiene: Option<cordon_core::HygieneOverrides>,
+        sandbox: Ids,
+        kernel: KernelFacts,
     ) -> std::io::Result<Ctx> {
-        use std::os::unix::fs::PermissionsExt;
-        let config = RunnerConfig {
-            ceilings: Limits {
-                deadline: Some(timeout),
-                ..Limits::probe()
-            },
-            ..RunnerConfig::default()
-        };
-        #[cfg(feature = "test-hooks")]
-        let spawner = match hygiene {
-            Some(o) => Spawner::without_hygiene_for_tests(backend, config, o),
-            None => Spawner::confined(backend, config),
-        };
-        #[cfg(not(feature = "test-hooks"))]
-        let spawner = Spawner::confined(backend, config);
-
         // World-readable dirs, so that only the sandbox — not file
         // permissions — stands between the child and the canaries.
         let root = tempfile::Builder::new()
             .prefix("cordon-conformance-")
             .tempdir()?;
-        let open = std::fs::Permissions::from_mode(0o755);
-        std::fs::set_permissions(root.path(), open.clone())?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))?;
+        }
         let pkg_dir = root.path().join("package");
-        std::fs::create_dir(&pkg_dir)?;
-        std::fs::set_permissions(&pkg_dir, open.clone())?;
+        mkdir_mode(&pkg_dir, 0o755)?;
         let exe = pkg_dir.join("cordon-probe");
         std::fs::copy(probe_exe, &exe)?;
-        std::fs::set_permissions(&exe, open.clone())?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))?;
+        }
         let package_file = pkg_dir.join("package-data.txt");
-        std::fs::write(&package_file, b"package data\n")?;
-        std::fs::set_permissions(&package_file, std::fs::Permissions::from_mode(0o644))?;
-        let canary_dir = root.path().join("outside");
-        std::fs::create_dir(&canary_dir)?;
-        std::fs::set_permissions(&canary_dir, std::fs::Permissions::from_mode(0o777))?;
-        let canary_file = canary_dir.join("secret.txt");
+        write_mode(&package_file, b"package data\n", 0o644)?;
+        let outside_dir = root.path().join("outside");
+        mkdir_mode(&outside_dir, 0o777)?;
+        let home_dir = root.path().join("home");
+        mkdir_mode(&home_dir, 0o777)?;
+        let canary_file = outside_dir.join("secret.txt");
         let canary_content = format!("cordon canary {}\n", random_token()).into_bytes();
-        std::fs::write(&canary_file, &canary_content)?;
-        std::fs::set_permissions(&canary_file, std::fs::Permissions::from_mode(0o666))?;
+        write_mode(&canary_file, &canary_content, 0o666)?;
         let root = root.path().canonicalize().map(|_| root)?;
         Ok(Ctx {
             spawner,
             pkg_dir: pkg_dir.canonicalize()?,
             exe: exe.canonicalize()?,
             package_file: package_file.canonicalize()?,
+            outside_dir: outside_dir.canonicalize()?,
+            home_dir: home_dir.canonicalize()?,
             canary_file: canary_file.canonicalize()?,
             canary_content,
             granted_value: format!("granted-{}", random_token()),
             timeout,
+            // SAFETY: geteuid has no preconditions.
             host_uid: unsafe { libc::geteuid() },
+            sandbox,
+            kernel,
             root,
         })
     }
 
-    /// Spawns the probe child for `mode` with `key=value` arguments.
+    /// Spawns the probe child for `mode` with `key=value` arguments and a
+    /// fresh token.
     pub(crate) fn spawn(
         &self,
         mode: &str,
         args: &[(String, String)],
         limits: Limits,
-    ) -> Result<RunningChild, cordon_core::SpawnError> {
+    ) -> Result<Spawned, cordon_core::SpawnError> {
+        let token = random_token();
         let mut spec = ChildSpec::new(&self.exe)
             .arg(PROBE_ARG)
             .arg(mode)
+            .arg(format!("{TOKEN_ARG}{token}"))
             .arg(format!("package_file={}", self.package_file.display()))
             .args(args.iter().map(|(k, v)| format!("{k}={v}")))
             .env(GRANTED_ENV, &self.granted_value)
             .limits(limits);
         spec.package_dir = Some(self.pkg_dir.clone());
         spec.label = Some(format!("conformance {mode}"));
-        self.spawner.spawn(&spec)
+        let child = self.spawner.spawn(&spec)?;
+        Ok(Spawned { child, token })
     }
 
-    /// Spawns the probe child and collects its report.
+    /// Spawns the probe child and collects its report; it must not hold.
     pub(crate) async fn run(&self, mode: &str, args: &[(String, String)]) -> ChildRun {
+        self.run_held(mode, args, &mut |h: &Hold<'_>| {
+            vec![unreachable(
+                "hold",
+                format!("unexpected HOLD {} from the probe child", h.label),
+            )]
+        })
+        .await
+    }
+
+    /// Spawns the probe child and collects its report, calling `on_hold`
+    /// for each `HOLD` while the child waits.
+    pub(crate) async fn run_held(
+        &self,
+        mode: &str,
+        args: &[(String, String)],
+        on_hold: OnHold<'_>,
+    ) -> ChildRun {
         match self.spawn(mode, args, Limits::default()) {
-            Ok(child) => self.collect(child).await,
-            Err(e) => ChildRun {
-                checks: vec![unreachable(
+            Ok(s) => self.collect(s, on_hold).await,
+            Err(e) => {
+                let mut run = ChildRun::new();
+                run.checks.push(unreachable(
                     "spawn",
                     format!("could not start probe child: {e}"),
-                )],
-                info: BTreeMap::new(),
-                done: true,
-                outcome: None,
-                stderr: String::new(),
-                marker_owner: None,
-            },
+                ));
+                run.done = true;
+                run
+            }
         }
     }
 
-    /// Reads the child's report to EOF (bounded by the timeout), then reaps it.
-    pub(crate) async fn collect(&self, mut child: RunningChild) -> ChildRun {
-        let mut run = ChildRun {
-            checks: Vec::new(),
-            info: BTreeMap::new(),
-            done: false,
-            outcome: None,
-            stderr: String::new(),
-            marker_owner: None,
-        };
+    /// Reads the child's report to EOF (bounded by the timeout), answering
+    /// each `HOLD`, then reaps it.
+    pub(crate) async fn collect(&self, spawned: Spawned, on_hold: OnHold<'_>) -> ChildRun {
+        let Spawned { mut child, token } = spawned;
+        let mut run = ChildRun::new();
+        run.token = token.clone();
+        let mut stdin = child.stdin.take();
         if let Some(stdout) = child.stdout.take() {
             let mut lines = BufReader::new(stdout).lines();
             let deadline = tokio::time::Instant::now() + self.timeout + Duration::from_secs(1);
             while let Ok(Ok(Some(line))) =
                 tokio::time::timeout_at(deadline, lines.next_line()).await
             {
+                if let Some(label) = line.strip_prefix("HOLD\t") {
+                    let hold = Hold {
+                        label,
+                        pid: inspect::program_pid(&token),
+                        scratch: child.scratch_dir(),
+                        token: &token,
+                    };
+                    run.checks.extend(on_hold(&hold));
+                    run.held.insert(label.to_string());
+                    if let Some(w) = stdin.as_mut() {
+                        let _ = w.write_all(b"\n").await;
+                        let _ = w.flush().await;
+                    }
+                    continue;
+                }
                 parse_line(&line, &mut run);
             }
         }
-        run.marker_owner = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::symlink_metadata(child.scratch_dir().join("uid-marker"))
-                .ok()
-                .map(|m| m.uid())
-        };
+        drop(stdin);
         run.outcome = child.wait().await.ok();
         run.stderr = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
         run
@@ -224,8 +342,9 @@ fn parse_line(line: &str, run: &mut ChildRun) {
                 Some("fail") => ProbeStatus::Fail,
                 _ => ProbeStatus::Unreachable,
             };
-            run.checks
-                .push(check(name, status, parts.next().unwrap_or("").to_string()));
+            let mut c = check(name, status, parts.next().unwrap_or("").to_string());
+            c.evidence = Evidence::Child;
+            run.checks.push(c);
         }
         Some("INFO") => {
             if let (Some(k), Some(v)) = (parts.next(), parts.next()) {
@@ -292,16 +411,17 @@ pub(crate) fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Whether `pid` is a live (non-zombie) process.
-pub(crate) fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|s| s.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X") | None)
+/// SIGKILLs every live process bearing `token` (what a breach left
+/// behind), re-checking the token just before each kill so a reused pid is
+/// never hit. Returns how many it killed.
+pub(crate) fn kill_token_survivors(token: &str) -> usize {
+    let mut n = 0;
+    for pid in inspect::token_pids(token) {
+        if inspect::bears_token(pid, token) {
+            // SAFETY: kill on a pid that bears our token right now.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            n += 1;
         }
-        Err(_) => false,
     }
+    n
 }

@@ -3,21 +3,42 @@
 //! The gate: a sandbox backend may run untrusted code only after it passes
 //! the seven probes on the host where it runs.
 //!
-//! | probe | checks |
+//! | probe | checks (host-verified ones marked ⌂) |
 //! |---|---|
-//! | P1 | no signal/ptrace/`process_vm_readv`/`/proc` access to a host process, no connect to host UNIX sockets, no controlling tty, not uid 0 |
-//! | P2 | host-only env vars absent; canary files in the temp dir and `$HOME` unreadable |
-//! | P3 | no fd beyond 0–2, host fds not reachable via `/proc` or `pidfd_getfd` |
-//! | P4 | no TCP (127.0.0.1, ::1), UDP, raw, packet, ICMP or io_uring egress |
-//! | P5 | no read/write/create/rename/link outside the grants |
-//! | P6 | process, memory, fd, CPU, file-size limits; the deadline kills the whole tree |
-//! | P7 | NoNewPrivs, no capabilities, no setuid(0), no user namespace, no bpf/perf/userfaultfd/keyctl/kexec/modules/mount |
+//! | P1 | a sacrificial process of the sandbox's own uid: no signal, ptrace (⌂ tracer), `process_vm_readv`, `/proc/<pid>` read, pidfd, `getpgid`, enumeration by `getpgid`/`kill(0)`/`stat /proc`; no `prlimit`, `setpriority`, `sched_setscheduler`, `sched_setaffinity`, `ioprio_set` on it (⌂ its limits, nice, policy, affinity, I/O class unchanged, ⌂ alive); no connect to host UNIX sockets (⌂ listeners); no use of the host's SysV queue, segment, semaphore or POSIX queue (⌂ unchanged) and no IPC object left behind (⌂); no opening the harness's pty, no controlling terminal (⌂ `tty_nr`, ⌂ pty modes); ⌂ not uid 0 |
+//! | P2 | ⌂ no host-only variable in the program's environment; canaries in suite-made, world-readable dirs (temp dir, a stand-in home) and the host's `/proc/<pid>/environ` unreadable |
+//! | P3 | ⌂ no fd beyond 0–2; host fds not fetched via `/proc` or `pidfd_getfd` (⌂ none of the program's fds is the host's file) |
+//! | P4 | no TCP (127.0.0.1, ::1), UDP, raw, packet, ICMP or io_uring egress; no datagram to a host pathname or abstract UNIX socket from a `socketpair` (⌂ every listener received nothing) |
+//! | P5 | no read/write/create/rename/link outside the grants (⌂ nothing created, ⌂ canary intact with one link); no `chmod`/`fchmodat`/`utimensat`/`setxattr`/`chown` of a same-uid host file (⌂ metadata unchanged); ⌂ setuid/setgid bits planted in scratch not honoured (nosuid mount; as root, run as another uid) |
+//! | P6 | ⌂ fd, process, CPU and file-size limits in force; memory limit (`ENOMEM` or the OOM killer's `SIGKILL`, after the controls); ⌂ the deadline kills the whole tree; ⌂ SIGKILL of the spawned process leaves nothing behind |
+//! | P7 | ⌂ NoNewPrivs, ⌂ seccomp filter, ⌂ no capabilities, ⌂ no uid 0 after `setuid(0)`, ⌂ no new user namespace; no bpf/perf/userfaultfd/keyctl/kexec/modules/mount |
 //!
-//! Every probe also runs positive controls (write in scratch, read the
-//! package dir, fork, pipe, `socketpair`), so a backend that breaks
-//! everything cannot pass; and the host verifies outcomes itself where it
-//! can (listeners received nothing, canaries unchanged, the sacrificial
-//! process alive). A probe is `Pass` only when every check passed.
+//! Every probe also runs positive controls first (write in scratch, read
+//! the package dir, fork, pipe, `socketpair`), so a backend that breaks
+//! everything cannot pass. A probe is `Pass` only when every check passed.
+//!
+//! ## How the host verifies
+//! Each check says who observed its outcome (`evidence`: `host` or
+//! `child`). The host finds the program by a random token in its arguments
+//! (never by the pid it spawned: a backend may put a monitor and an init in
+//! between), and while the child stops at a `HOLD` it reads
+//! `/proc/<program>/{status,fd,limits,environ,root,mountinfo}`; after the
+//! child it checks its listeners, files, IPC objects and processes.
+//!
+//! Only `EPERM`/`EACCES` count as a denial, unless a check documents the
+//! kernel-source reason another errno proves the protection (`ESRCH` and
+//! `ENOENT` for a host pid another pid namespace cannot name, `EINVAL` and
+//! `ENOENT` for IPC objects another IPC namespace cannot name, `EROFS` for
+//! metadata writes on a read-only mount, `EXDEV` on one filesystem, and
+//! `ENOSYS` only where the host confirms the kernel lacks the call).
+//!
+//! ## Passing without a sandbox
+//! Every probe also runs once with no sandbox at all (same harness and
+//! hygiene, a private backend whose `wrap` does nothing), concurrently.
+//! A check that passes there too is marked `passes_without_sandbox`: the
+//! kernel, file modes or hygiene refuse it on this host, so its passing is
+//! no evidence of confinement, and the summary lists it. The baseline runs
+//! hostile code unconfined, so every target is one the suite created.
 //!
 //! ## Using it in an application
 //! The probe child is the application's own executable re-invoked in probe
@@ -34,7 +55,11 @@
 //! ## Certifying your own backend
 //! Third parties run the suite against their backend from their own tests,
 //! with the probe binary this crate ships (`cordon-probe`) or their own
-//! test executable:
+//! test executable. A backend that runs the program as another user says
+//! so in [`host_facts`](cordon_core::SandboxBackend::host_facts)
+//! (`sandbox_uid`, and `sandbox_gid` unless it is that user's primary
+//! group): the suite's targets, such as the sacrificial process, are then
+//! that user's, so that only the sandbox, not credentials, protects them.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -60,8 +85,11 @@
 
 #![warn(missing_docs)]
 
+mod baseline;
 mod child;
 mod harness;
+mod inspect;
+mod kernel;
 mod probes;
 mod suite;
 
@@ -98,10 +126,30 @@ fn run_probe_child(args: &[String]) -> i32 {
             std::thread::sleep(std::time::Duration::from_secs(60));
             return 0;
         }
+        "kernel" => {
+            kernel::child();
+            return 0;
+        }
+        "ids" => {
+            // SAFETY: the get*id calls cannot fail.
+            let ids = unsafe { (libc::geteuid(), libc::getegid()) };
+            println!("IDS\t{}\t{}", ids.0, ids.1);
+            return 0;
+        }
+        "sacrificial" => {
+            probes::p1::sacrificial(&kv);
+            return 0;
+        }
         "P6-tree" => {
             probes::p6::tree(&mut r);
             return 0;
         }
+        _ => {}
+    }
+    // Positive controls first: a probe that kills its child (P6's memory
+    // limit) must not take them with it.
+    child::common_controls(&mut r, &package_file);
+    match mode {
         "P1" => probes::p1::child(&mut r, &kv),
         "P2" => probes::p2::child(&mut r, &kv),
         "P3" => probes::p3::child(&mut r, &kv),
@@ -114,7 +162,6 @@ fn run_probe_child(args: &[String]) -> i32 {
             return 2;
         }
     }
-    child::common_controls(&mut r, &package_file);
     r.done();
     0
 }

@@ -1,15 +1,18 @@
-//! [`StandardSuite`]: runs P1–P7 against a backend and builds the report.
+//! [`StandardSuite`]: runs P1–P7 against a backend (and, beside it, the
+//! unconfined baseline) and builds the report.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_core::{
-    ConformanceReport, ConformanceSuite, HostFacts, ProbeId, ProbeResult, ProbeStatus,
-    SandboxBackend,
+    ConformanceReport, ConformanceSuite, HostFacts, Limits, ProbeId, ProbeResult, ProbeStatus,
+    RunnerConfig, SandboxBackend, Spawner,
 };
 
-use crate::harness::{fold, unreachable, Ctx};
+use crate::baseline::{self, Unconfined};
+use crate::harness::{fold, unreachable, Ctx, Ids};
+use crate::kernel::KernelFacts;
 use crate::probes;
 
 /// Where the probe child executable comes from.
@@ -22,7 +25,9 @@ pub enum ProbeExecutable {
     Path(PathBuf),
 }
 
-/// The standard P1–P7 conformance suite.
+/// The standard P1–P7 conformance suite. Each probe runs twice,
+/// concurrently: against the backend, and with no sandbox at all (the
+/// baseline that marks checks passing without one).
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -98,6 +103,23 @@ impl StandardSuite {
         }
     }
 
+    /// The spawner for one side: `backend` confined, with the test-only
+    /// hygiene overrides if any.
+    fn spawner(&self, backend: Arc<dyn SandboxBackend>) -> Spawner {
+        let config = RunnerConfig {
+            ceilings: Limits {
+                deadline: Some(self.timeout),
+                ..Limits::probe()
+            },
+            ..RunnerConfig::default()
+        };
+        #[cfg(feature = "test-hooks")]
+        if let Some(o) = self.hygiene {
+            return Spawner::without_hygiene_for_tests(backend, config, o);
+        }
+        Spawner::confined(backend, config)
+    }
+
     async fn run_probe(ctx: &Ctx, id: ProbeId) -> ProbeResult {
         let started = Instant::now();
         let checks = match id {
@@ -126,24 +148,39 @@ impl ConformanceSuite for StandardSuite {
         }
         let ids = self.only.clone().unwrap_or_else(|| ProbeId::ALL.to_vec());
         let name = backend.name().to_string();
-        let ctx = match self.probe_exe() {
-            Ok(exe) => {
-                Ctx::new(
-                    backend,
-                    &exe,
-                    self.timeout,
-                    #[cfg(feature = "test-hooks")]
-                    self.hygiene,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        let probes = match ctx {
-            // The probes are independent: run them concurrently.
-            Ok(ctx) => {
-                let futures = ids.iter().map(|id| Self::run_probe(&ctx, *id));
-                futures_join_all(futures).await
+        let sandbox = sandbox_ids(&host.backend_facts);
+        let contexts = self.probe_exe().and_then(|exe| {
+            let kernel = KernelFacts::learn(&exe);
+            let real = Ctx::new(
+                self.spawner(backend),
+                &exe,
+                self.timeout,
+                sandbox,
+                kernel.clone(),
+            )?;
+            let base = Ctx::new(
+                self.spawner(Arc::new(Unconfined)),
+                &exe,
+                self.timeout,
+                sandbox,
+                kernel,
+            )?;
+            Ok((real, base))
+        });
+        let probes = match contexts {
+            // The probes are independent, and so is the baseline: run them
+            // all concurrently.
+            Ok((real, base)) => {
+                let runs = ids.iter().map(|id| async {
+                    let (r, b) =
+                        futures_join2(Self::run_probe(&real, *id), Self::run_probe(&base, *id))
+                            .await;
+                    (r, b)
+                });
+                let (mut real, base): (Vec<_>, Vec<_>) =
+                    futures_join_all(runs).await.into_iter().unzip();
+                baseline::mark(&mut real, &base);
+                real
             }
             Err(e) => ids
                 .iter()
@@ -172,6 +209,75 @@ impl ConformanceSuite for StandardSuite {
             .all(|p| p.status != ProbeStatus::Pass || !p.checks.is_empty()));
         report
     }
+}
+
+/// Who the sandboxed program runs as: the backend's `sandbox_uid` /
+/// `sandbox_gid` facts, else (no such fact) the host's own ids. A uid
+/// without a gid takes that user's primary group from the user database.
+fn sandbox_ids(facts: &std::collections::BTreeMap<String, String>) -> Ids {
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (host_uid, host_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let uid = facts
+        .get("sandbox_uid")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(host_uid);
+    let gid = facts
+        .get("sandbox_gid")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            if uid == host_uid {
+                host_gid
+            } else {
+                primary_gid(uid).unwrap_or(uid)
+            }
+        });
+    Ids { uid, gid }
+}
+
+/// The primary gid of `uid` in the user database.
+fn primary_gid(uid: u32) -> Option<u32> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: passwd is plain data; getpwuid_r writes into pw and buf,
+    // whose size we pass.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
+        (rc == 0 && !out.is_null()).then_some(pw.pw_gid)
+    }
+}
+
+/// Polls two futures concurrently on the current task.
+async fn futures_join2<A: std::future::Future, B: std::future::Future>(
+    a: A,
+    b: B,
+) -> (A::Output, B::Output) {
+    let mut a = Box::pin(a);
+    let mut b = Box::pin(b);
+    let mut ra = None;
+    let mut rb = None;
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let std::task::Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        if ra.is_some() && rb.is_some() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    (
+        ra.expect("polled to completion"),
+        rb.expect("polled to completion"),
+    )
 }
 
 /// Polls futures concurrently on the current task and keeps their order.

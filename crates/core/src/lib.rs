@@ -58,7 +58,7 @@ pub use child::{ExitOutcome, RunningChild};
 pub use error::{SandboxUnavailable, SpawnError};
 pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};
 pub use report::{
-    kernel_release, CheckResult, ConformanceReport, ConformanceSuite, HostFacts, ProbeId,
+    kernel_release, CheckResult, ConformanceReport, ConformanceSuite, Evidence, HostFacts, ProbeId,
     ProbeResult, ProbeStatus, REPORT_SCHEMA,
 };
 pub use runner::{select_runner, Runner, SandboxRunner, TrustedProcessRunner};

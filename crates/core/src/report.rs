@@ -20,7 +20,10 @@
 //!     {"id": "P1", "title": "Process isolation",
 //!      "status": "pass" | "fail" | "unreachable",
 //!      "detail": "...",                        // why, for anything not pass
-//!      "checks": [{"name": "...", "status": "pass", "detail": "..."}],
+//!      "checks": [{"name": "...", "status": "pass", "detail": "...",
+//!                  "evidence": "host" | "child",   // who observed the outcome
+//!                  "passes_without_sandbox": false}], // true: no evidence of confinement
+
 //!      "duration_ms": 12.5}
 //!   ],
 //!   "total_duration_ms": 140.2,
@@ -29,6 +32,10 @@
 //! ```
 //! `conforms` is written for convenience and recomputed on read: a report
 //! whose stored `conforms` disagrees with its probes does not deserialize.
+//!
+//! `evidence` and `passes_without_sandbox` were added to schema 1 without
+//! changing its tag: a report written before them still reads, as
+//! `"child"` and `false` (the weaker claim).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -111,6 +118,20 @@ pub enum ProbeStatus {
     Unreachable,
 }
 
+/// Who observed a check's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Evidence {
+    /// The host saw the effect itself (the live child's `/proc` entries, a
+    /// listener, a file, an IPC object, a process) and did not rely on
+    /// what the probe child said.
+    Host,
+    /// The probe child reported it (e.g. the errno a call failed with).
+    /// The default: it is the weaker claim.
+    #[default]
+    Child,
+}
+
 /// One named check inside a probe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
@@ -120,6 +141,15 @@ pub struct CheckResult {
     pub status: ProbeStatus,
     /// What happened.
     pub detail: String,
+    /// Who observed the outcome.
+    #[serde(default)]
+    pub evidence: Evidence,
+    /// The same check also passes when the probe runs with no sandbox at
+    /// all on this host (the kernel, file modes or hygiene refuse it), so
+    /// its passing is no evidence of confinement. Always false for the
+    /// positive controls (`control-*`).
+    #[serde(default)]
+    pub passes_without_sandbox: bool,
 }
 
 /// The result of one probe.
@@ -288,7 +318,9 @@ impl ConformanceReport {
     }
 
     /// A human summary: one line per probe, the reason for anything that is
-    /// not `Pass`, and a final `CONFORMS` / `NOT CONFORMING` line.
+    /// not `Pass`, how many checks the host verified itself, the checks that
+    /// pass without a sandbox on this host, and a final `CONFORMS` /
+    /// `NOT CONFORMING` line.
     pub fn summary(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
@@ -309,6 +341,35 @@ impl ConformanceReport {
                 let _ = write!(s, "  {}", p.detail);
             }
             s.push('\n');
+        }
+        let checks = self.probes.iter().flat_map(|p| &p.checks);
+        let host = checks
+            .clone()
+            .filter(|c| c.evidence == Evidence::Host)
+            .count();
+        if !self.probes.is_empty() {
+            let _ = writeln!(
+                s,
+                "evidence: {host} of {} checks verified by the host, the rest reported by the probe child",
+                checks.clone().count()
+            );
+        }
+        let unsandboxed: Vec<String> = self
+            .probes
+            .iter()
+            .flat_map(|p| {
+                p.checks
+                    .iter()
+                    .filter(|c| c.passes_without_sandbox)
+                    .map(move |c| format!("{} {}", p.id, c.name))
+            })
+            .collect();
+        if !unsandboxed.is_empty() {
+            let _ = writeln!(
+                s,
+                "pass without a sandbox on this host too (no evidence of confinement): {}",
+                unsandboxed.join(", ")
+            );
         }
         if self.availability.is_available() && self.probes.len() < ProbeId::ALL.len() {
             let _ = writeln!(
@@ -390,6 +451,37 @@ mod tests {
         assert_eq!(back, r);
         let tampered = json.replace("\"status\":\"pass\"", "\"status\":\"fail\"");
         assert!(serde_json::from_str::<ConformanceReport>(&tampered).is_err());
+    }
+
+    #[test]
+    fn reports_without_evidence_fields_still_read() {
+        let r = report(&[ProbeStatus::Pass; 7]);
+        let mut json: serde_json::Value = serde_json::to_value(&r).unwrap();
+        json["probes"][0]["checks"] = serde_json::json!([
+            {"name": "old", "status": "pass", "detail": ""}
+        ]);
+        let back: ConformanceReport = serde_json::from_value(json).unwrap();
+        let c = &back.probes[0].checks[0];
+        assert_eq!(c.evidence, Evidence::Child);
+        assert!(!c.passes_without_sandbox);
+    }
+
+    #[test]
+    fn summary_lists_checks_that_pass_without_a_sandbox() {
+        let mut r = report(&[ProbeStatus::Pass; 7]);
+        r.probes[3].checks = vec![CheckResult {
+            name: "icmp-socket".into(),
+            status: ProbeStatus::Pass,
+            detail: String::new(),
+            evidence: Evidence::Child,
+            passes_without_sandbox: true,
+        }];
+        let text = r.summary();
+        assert!(text.contains("P4 icmp-socket"), "{text}");
+        assert!(
+            text.contains("0 of 1 checks verified by the host"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,16 +1,23 @@
-//! P2 — no inherited secret: host-only environment variables are absent;
-//! canary files outside the grants (host temp dir and `$HOME`) and the
-//! host's `/proc/<pid>/environ` cannot be read; the explicitly granted
-//! variable and the package file can (positive controls).
+//! P2 — no inherited secret: while the child is held, the host reads the
+//! program's initial environment (`/proc/<pid>/environ`) and finds none of
+//! the host's own variables outside the allowlist in it. The child cannot
+//! read canary files outside the grants — one in the suite's temp dir, one
+//! in a stand-in home dir, both world-readable in world-accessible dirs the
+//! suite made (never the real `$HOME`, so the verdict does not depend on
+//! who runs the suite or where `$HOME` points) — nor the host's
+//! `/proc/<pid>/environ`. The explicitly granted variable and the package
+//! file are readable (positive controls).
 
 use std::collections::BTreeMap;
 
 use cordon_core::{CheckResult, ProbeStatus, DEFAULT_ENV_ALLOWLIST};
 
-use crate::child::{self, Reporter};
-use crate::harness::{random_token, unreachable, Ctx, GRANTED_ENV};
+use crate::child::{self, Reporter, DENIED, PROC_PID_DENIED};
+use crate::harness::{random_token, unreachable, verdict, Ctx, Hold, GRANTED_ENV};
+use crate::inspect;
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
+    use std::os::unix::fs::PermissionsExt;
     let mut checks = Vec::new();
     let allowed: Vec<&str> = DEFAULT_ENV_ALLOWLIST
         .iter()
@@ -19,23 +26,13 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         .collect();
     let forbidden: Vec<String> = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| !allowed.contains(&k.as_str()) && !k.contains([',', '=']))
+        .filter(|k| !allowed.contains(&k.as_str()))
         .collect();
 
-    // A canary in $HOME, readable by anyone, so only the sandbox stops it.
-    let home_canary = std::env::var_os("HOME")
-        .map(|h| std::path::PathBuf::from(h).join(format!(".cordon-canary-{}", random_token())));
-    let home_planted = match &home_canary {
-        Some(p) => {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::write(p, b"home canary\n")
-                .and_then(|_| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)))
-                .map_err(|e| format!("cannot plant {}: {e}", p.display()))
-        }
-        None => Err("HOME is not set".to_string()),
-    };
+    let home_canary = ctx
+        .home_dir
+        .join(format!(".cordon-canary-{}", random_token()));
     let mut args = vec![
-        ("forbidden_env".to_string(), forbidden.join(",")),
         ("granted".to_string(), ctx.granted_value.clone()),
         (
             "tmp_canary".to_string(),
@@ -43,53 +40,66 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         ),
         ("host_pid".to_string(), std::process::id().to_string()),
     ];
-    match (&home_planted, &home_canary) {
-        (Ok(()), Some(p)) => args.push(("home_canary".into(), p.display().to_string())),
-        (Err(e), _) => checks.push(unreachable(
-            "home-canary",
-            format!("{e}; set HOME to a writable directory"),
+    match std::fs::write(&home_canary, b"home canary\n").and_then(|_| {
+        std::fs::set_permissions(&home_canary, std::fs::Permissions::from_mode(0o644))
+    }) {
+        Ok(()) => args.push(("home_canary".into(), home_canary.display().to_string())),
+        Err(e) => checks.push(unreachable(
+            "read-home-canary",
+            format!("cannot plant {}: {e}", home_canary.display()),
         )),
-        _ => {}
     }
-    let run = ctx.run("P2", &args).await;
-    if let Some(p) = &home_canary {
-        let _ = std::fs::remove_file(p);
-    }
+    let mut on_hold = |h: &Hold<'_>| vec![env_canary(h.pid, &forbidden)];
+    let run = ctx.run_held("P2", &args, &mut on_hold).await;
+    checks.extend(run.missed_hold("env", &["env-canary"]));
+    let _ = std::fs::remove_file(&home_canary);
     checks.extend(run.into_checks());
     checks
 }
 
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    let forbidden: Vec<&str> = args
-        .get("forbidden_env")
-        .map(|s| s.split(',').filter(|n| !n.is_empty()).collect())
-        .unwrap_or_default();
+/// At the hold: none of the host's variables outside the allowlist is in
+/// the program's environment.
+fn env_canary(pid: Option<i32>, forbidden: &[String]) -> CheckResult {
+    const NAME: &str = "env-canary";
     if forbidden.is_empty() {
-        r.check(
-            "env-canary",
-            ProbeStatus::Unreachable,
-            "the host has no variable outside the allowlist to test with; call dispatch_probe_child() at the top of main",
+        return unreachable(
+            NAME,
+            "the host has no variable outside the allowlist to test with; call \
+             dispatch_probe_child() at the top of main",
         );
-    } else {
-        let leaked: Vec<&str> = forbidden
-            .iter()
-            .copied()
-            .filter(|n| std::env::var_os(n).is_some())
-            .collect();
-        if leaked.is_empty() {
-            r.check(
-                "env-canary",
-                ProbeStatus::Pass,
-                format!("none of {} host-only variables is present", forbidden.len()),
-            );
-        } else {
-            r.check(
-                "env-canary",
-                ProbeStatus::Fail,
-                format!("host variables leaked: {}", leaked.join(", ")),
-            );
-        }
     }
+    let Some(pid) = pid else {
+        return unreachable(NAME, "the program was not found by its token");
+    };
+    match inspect::environ_names(pid) {
+        Ok(names) => {
+            let leaked: Vec<&String> = forbidden.iter().filter(|f| names.contains(f)).collect();
+            verdict(
+                NAME,
+                leaked.is_empty(),
+                if leaked.is_empty() {
+                    format!(
+                        "none of {} host-only variables is in the program's environment",
+                        forbidden.len()
+                    )
+                } else {
+                    format!(
+                        "host variables leaked: {}",
+                        leaked
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            )
+        }
+        Err(e) => unreachable(NAME, format!("cannot read the program's environ: {e}")),
+    }
+}
+
+pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
+    r.hold("env");
     let granted = std::env::var(GRANTED_ENV).ok();
     r.control(
         "control-granted-env",
@@ -99,18 +109,22 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             Err(format!("{GRANTED_ENV} is {granted:?}"))
         },
     );
-    let denied = [libc::EACCES, libc::EPERM];
-    if let Some(p) = args.get("tmp_canary") {
-        r.forbidden("read-tmp-canary", child::read_file(p), &denied);
+    match args.get("tmp_canary") {
+        Some(p) => r.forbidden("read-tmp-canary", child::read_file(p), &DENIED),
+        None => r.check(
+            "read-tmp-canary",
+            ProbeStatus::Unreachable,
+            "no canary given",
+        ),
     }
     if let Some(p) = args.get("home_canary") {
-        r.forbidden("read-home-canary", child::read_file(p), &denied);
+        r.forbidden("read-home-canary", child::read_file(p), &DENIED);
     }
     if let Some(pid) = args.get("host_pid") {
         r.forbidden(
             "read-host-environ",
             child::read_file(&format!("/proc/{pid}/environ")),
-            &denied,
+            &PROC_PID_DENIED,
         );
     }
 }

@@ -1,100 +1,134 @@
-//! P3 — no inherited fd: with the host holding an fd open without
-//! `O_CLOEXEC`, no fd other than 0, 1, 2 is open in the child (each number
-//! checked with `fcntl(F_GETFD)`), and the host's fd cannot be fetched
-//! either through `/proc/<host>/fd/N` or `pidfd_getfd`.
+//! P3 — no inherited fd: the host holds an fd open without `O_CLOEXEC`;
+//! while the child is held, the host lists the program's fds
+//! (`/proc/<pid>/fd`) and finds nothing beyond 0, 1, 2. The child then
+//! tries to fetch the host's fd through `/proc/<host>/fd/N` and
+//! `pidfd_getfd`, keeps whatever it got open and is held again: the host
+//! confirms no fd of the program refers to the host's file.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 
 use cordon_core::{CheckResult, ProbeStatus};
 
-use crate::child::{self, errno, Reporter};
-use crate::harness::{unreachable, Ctx};
+use crate::child::{self, errno, Reporter, HOST_PID_DENIED, PROC_PID_DENIED};
+use crate::harness::{unreachable, verdict, Ctx, Hold};
+use crate::inspect;
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
+    use std::os::unix::fs::MetadataExt;
     let leaked = match std::fs::File::open(&ctx.package_file) {
         Ok(f) => f,
         Err(e) => return vec![unreachable("leak-fd", e.to_string())],
     };
     let fd = leaked.as_raw_fd();
+    let target = leaked.metadata().map(|m| (m.dev(), m.ino())).ok();
     // SAFETY: clearing FD_CLOEXEC on an fd we own.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
         libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
     }
+    let mut on_hold = |h: &Hold<'_>| match h.label {
+        "start" => vec![inherited(h.pid)],
+        _ => vec![not_fetched(h.pid, target)],
+    };
     let run = ctx
-        .run(
+        .run_held(
             "P3",
             &[
                 ("fd".into(), fd.to_string()),
                 ("host_pid".into(), std::process::id().to_string()),
             ],
+            &mut on_hold,
         )
         .await;
     drop(leaked);
-    run.into_checks()
+    let mut checks = run.missed_hold("start", &["inherited-fds"]);
+    checks.extend(run.missed_hold("fetched", &["host-fd-not-fetched"]));
+    checks.extend(run.into_checks());
+    checks
+}
+
+/// At the first hold: the program has fds 0, 1, 2 and nothing else.
+fn inherited(pid: Option<i32>) -> CheckResult {
+    const NAME: &str = "inherited-fds";
+    let Some(pid) = pid else {
+        return unreachable(NAME, "the program was not found by its token");
+    };
+    match inspect::fds(pid) {
+        Ok(fds) => {
+            // Positive control: the listing shows the stdio the child has.
+            if !(0..3).all(|n| fds.iter().any(|(f, _)| *f == n)) {
+                return unreachable(NAME, format!("fds 0-2 missing from the listing: {fds:?}"));
+            }
+            let extra: Vec<String> = fds
+                .iter()
+                .filter(|(n, _)| *n > 2)
+                .map(|(n, p)| format!("{n} -> {}", p.display()))
+                .collect();
+            verdict(
+                NAME,
+                extra.is_empty(),
+                if extra.is_empty() {
+                    "the program holds only fds 0, 1, 2".to_string()
+                } else {
+                    format!("open fds beyond stdio: {}", extra.join(", "))
+                },
+            )
+        }
+        Err(e) => unreachable(NAME, format!("cannot list the program's fds: {e}")),
+    }
+}
+
+/// At the second hold: no fd of the program refers to the host's file.
+fn not_fetched(pid: Option<i32>, target: Option<(u64, u64)>) -> CheckResult {
+    use std::os::unix::fs::MetadataExt;
+    const NAME: &str = "host-fd-not-fetched";
+    let (Some(pid), Some(target)) = (pid, target) else {
+        return unreachable(NAME, "the program or the host's file cannot be identified");
+    };
+    match inspect::fds(pid) {
+        Ok(fds) => {
+            let hits: Vec<i32> = fds
+                .iter()
+                .filter(|(n, _)| {
+                    std::fs::metadata(format!("/proc/{pid}/fd/{n}"))
+                        .is_ok_and(|m| (m.dev(), m.ino()) == target)
+                })
+                .map(|(n, _)| *n)
+                .collect();
+            verdict(
+                NAME,
+                hits.is_empty(),
+                if hits.is_empty() {
+                    "no fd of the program refers to the host's file".to_string()
+                } else {
+                    format!("the program holds the host's file as fd {hits:?}")
+                },
+            )
+        }
+        Err(e) => unreachable(NAME, format!("cannot list the program's fds: {e}")),
+    }
 }
 
 pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
+    r.hold("start");
     let leaked: i32 = args.get("fd").and_then(|s| s.parse().ok()).unwrap_or(-1);
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into rl.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
-    let upper = (rl.rlim_cur.min(65536) as i32).max(leaked + 1);
-
-    // Positive control: the scan does see an fd that is open.
-    match child::open("/dev/null", libc::O_RDONLY).or_else(|_| child::open(".", libc::O_RDONLY)) {
-        Ok(probe_fd) => {
-            // SAFETY: fcntl on an int.
-            let seen = unsafe { libc::fcntl(probe_fd, libc::F_GETFD) } >= 0;
-            child::close(probe_fd);
-            r.control(
-                "control-fd-scan",
-                if seen {
-                    Ok(())
-                } else {
-                    Err("fcntl missed an open fd".into())
-                },
-            );
-        }
-        Err(e) => r.control("control-fd-scan", Err(child::errno_name(e))),
-    }
-
-    let open: Vec<i32> = (3..upper)
-        // SAFETY: fcntl on an int.
-        .filter(|fd| unsafe { libc::fcntl(*fd, libc::F_GETFD) } >= 0)
-        .collect();
-    if open.is_empty() {
-        r.check(
-            "inherited-fds",
-            ProbeStatus::Pass,
-            format!("fds 3..{upper} are all closed"),
-        );
-    } else {
-        r.check(
-            "inherited-fds",
-            ProbeStatus::Fail,
-            format!("open fds beyond stdio: {open:?}"),
-        );
-    }
-
     let Some(host_pid) = args.get("host_pid").and_then(|s| s.parse::<i32>().ok()) else {
+        r.check("args", ProbeStatus::Unreachable, "no host pid given");
         return;
     };
-    let denied = [libc::EACCES, libc::EPERM];
+    let mut got = Vec::new();
+    let reopened = child::open(&format!("/proc/{host_pid}/fd/{leaked}"), libc::O_RDONLY);
+    if let Ok(fd) = reopened {
+        got.push(fd);
+    }
     r.forbidden(
         "reopen-host-fd-via-proc",
-        child::open(&format!("/proc/{host_pid}/fd/{leaked}"), libc::O_RDONLY).map(|fd| {
-            child::close(fd);
-            "reopened the host's fd".into()
-        }),
-        &denied,
+        reopened.map(|_| "reopened the host's fd".to_string()),
+        &PROC_PID_DENIED,
     );
     // SAFETY: raw pidfd syscalls on integers.
-    let got = unsafe {
+    let fetched = unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, host_pid, 0);
         if pidfd < 0 {
             Err(errno())
@@ -103,12 +137,17 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             let e = errno();
             libc::close(pidfd as i32);
             if fd >= 0 {
-                libc::close(fd as i32);
+                got.push(fd as i32);
                 Ok("copied the host's fd".to_string())
             } else {
                 Err(e)
             }
         }
     };
-    r.forbidden("pidfd-getfd", got, &denied);
+    r.forbidden("pidfd-getfd", fetched, &HOST_PID_DENIED);
+    // The host looks for the fetched fds while they are open.
+    r.hold("fetched");
+    for fd in got {
+        child::close(fd);
+    }
 }

@@ -1,18 +1,34 @@
 //! P4 — no network egress: TCP connects to host listeners on 127.0.0.1 and
 //! ::1, a UDP send to a host socket, raw, packet and ICMP socket creation,
-//! and the same TCP connect issued through io_uring (which bypasses seccomp
-//! socket filters) all fail, and the host confirms nothing arrived.
+//! the same TCP connect issued through io_uring (which bypasses seccomp
+//! socket filters), and datagrams to host UNIX sockets sent without
+//! `socket()` — from a `socketpair(AF_UNIX, SOCK_DGRAM)` end, with
+//! `sendto` to a pathname or abstract address or after `connect` (think
+//! `/dev/log`) — all fail, and the host confirms nothing arrived.
 //!
 //! Only a denial (`EPERM`/`EACCES`) counts as a pass: `ECONNREFUSED` or a
-//! timeout means the packet reached the network stack, which proves nothing.
+//! timeout means the packet reached the network stack, which proves
+//! nothing. `io_uring_setup` failing with `ENOSYS` counts only where the
+//! host saw `ENOSYS` too (the kernel has no io_uring, see `kernel.rs`).
+//!
+//! A `SOCK_SEQPACKET` pair is tried as well: the kernel ignores the address
+//! of a `sendto` on a connected seqpacket socket (`unix_seqpacket_sendmsg()`
+//! in net/unix/af_unix.c clears `msg_namelen`), so the datagram goes to the
+//! pair's own peer; the child checks it did, and the host's seqpacket
+//! listener confirms it got no connection. That check passes without a
+//! sandbox, and the report says so.
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};
 
 use cordon_core::{CheckResult, ProbeStatus};
 
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+
 use crate::child::{errno, errno_name, Reporter};
-use crate::harness::{fail, pass, unreachable, Ctx};
+use crate::harness::{fail, pass, random_token, unreachable, Ctx};
+use crate::probes::p1::unix_addr;
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
     let mut checks = Vec::new();
@@ -38,7 +54,77 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
             u.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
         ));
     }
+    // Host UNIX sockets: a pathname and an abstract datagram socket, and
+    // a pathname seqpacket listener; world-writable so that only the
+    // sandbox stands in the way.
+    let dgram_path = ctx.root.path().join("p4-dgram.sock");
+    let dgram = UnixDatagram::bind(&dgram_path);
+    let abstract_name = format!("cordon-p4-{}", random_token());
+    let abstract_dgram = SocketAddr::from_abstract_name(abstract_name.as_bytes())
+        .and_then(|a| UnixDatagram::bind_addr(&a));
+    let seqpacket_path = ctx.root.path().join("p4-seqpacket.sock");
+    let seqpacket = seqpacket_listener(&seqpacket_path);
+    for p in [&dgram_path, &seqpacket_path] {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777));
+    }
+    args.push(("dgram_path".into(), dgram_path.display().to_string()));
+    args.push(("dgram_abstract".into(), abstract_name));
+    args.push((
+        "seqpacket_path".into(),
+        seqpacket_path.display().to_string(),
+    ));
+    args.push(("kernel_missing".into(), ctx.kernel.missing_arg()));
     let run = ctx.run("P4", &args).await;
+    for (name, sock) in [
+        ("host-unix-dgram-listener", dgram),
+        ("host-abstract-dgram-listener", abstract_dgram),
+    ] {
+        checks.push(match sock {
+            Ok(s) => {
+                let _ = s.set_nonblocking(true);
+                let mut buf = [0u8; 16];
+                match s.recv(&mut buf) {
+                    Ok(_) => fail(name, "received a datagram from the child"),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        pass(name, "no datagram arrived")
+                    }
+                    Err(e) => unreachable(name, e.to_string()),
+                }
+            }
+            Err(e) => unreachable(name, format!("the host cannot bind: {e}")),
+        });
+    }
+    checks.push(match seqpacket {
+        // SAFETY: accept4 on our own non-blocking listener; closed at once.
+        Ok(fd) => unsafe {
+            let c = libc::accept4(
+                fd,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            );
+            let e = errno();
+            libc::close(fd);
+            if c >= 0 {
+                libc::close(c);
+                fail(
+                    "host-unix-seqpacket-listener",
+                    "accepted a connection from the child",
+                )
+            } else if e == libc::EAGAIN {
+                pass("host-unix-seqpacket-listener", "no connection arrived")
+            } else {
+                unreachable("host-unix-seqpacket-listener", errno_name(e))
+            }
+        },
+        Err(e) => unreachable(
+            "host-unix-seqpacket-listener",
+            format!("the host cannot listen: {e}"),
+        ),
+    });
+    let _ = std::fs::remove_file(&dgram_path);
+    let _ = std::fs::remove_file(&seqpacket_path);
     for (name, listener) in [("host-tcp4-listener", tcp4), ("host-tcp6-listener", tcp6)] {
         match listener {
             Ok(l) => {
@@ -133,13 +219,153 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
         };
         r.forbidden(name, res, &DENIED);
     }
+    let kernel_missing: Vec<&str> = args
+        .get("kernel_missing")
+        .map(|s| s.split(',').collect())
+        .unwrap_or_default();
     match port("tcp4") {
-        Some(p) => io_uring_connect(r, p),
+        Some(p) => io_uring_connect(r, p, &kernel_missing),
         None => r.check(
             "io-uring-connect",
             ProbeStatus::Unreachable,
             "the host had no IPv4 listener",
         ),
+    }
+    unix_datagrams(r, args);
+}
+
+/// A `socketpair` of `ty`, or the errno.
+fn pair(ty: i32) -> Result<[i32; 2], i32> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for two fds.
+    if unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } == 0
+    {
+        Ok(fds)
+    } else {
+        Err(errno())
+    }
+}
+
+fn close_pair(fds: [i32; 2]) {
+    // SAFETY: closing fds we own.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+/// `sendto` from a socketpair end to a UNIX address.
+fn sendto_unix(fd: i32, name: &[u8], abstract_ns: bool) -> Result<String, i32> {
+    let (addr, len) = unix_addr(name, abstract_ns);
+    // SAFETY: a 1-byte buffer and a valid sockaddr_un of length len.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            b"x".as_ptr().cast(),
+            1,
+            libc::MSG_DONTWAIT,
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if n == 1 {
+        Ok("sent a datagram to the host's socket".into())
+    } else {
+        Err(errno())
+    }
+}
+
+/// Datagrams to host UNIX sockets without `socket()`.
+fn unix_datagrams(r: &mut Reporter, args: &BTreeMap<String, String>) {
+    let path = args.get("dgram_path").cloned().unwrap_or_default();
+    let abstract_name = args.get("dgram_abstract").cloned().unwrap_or_default();
+    let res = pair(libc::SOCK_DGRAM).and_then(|fds| {
+        let res = sendto_unix(fds[0], path.as_bytes(), false);
+        close_pair(fds);
+        res
+    });
+    r.forbidden("unix-dgram-sendto", res, &DENIED);
+    let res = pair(libc::SOCK_DGRAM).and_then(|fds| {
+        let (addr, len) = unix_addr(path.as_bytes(), false);
+        // SAFETY: connect with a valid sockaddr_un, then a 1-byte send.
+        let res = unsafe {
+            if libc::connect(fds[0], (&addr as *const libc::sockaddr_un).cast(), len) != 0 {
+                Err(errno())
+            } else if libc::send(fds[0], b"x".as_ptr().cast(), 1, libc::MSG_DONTWAIT) == 1 {
+                Ok("connected to the host's socket and sent".to_string())
+            } else {
+                Err(errno())
+            }
+        };
+        close_pair(fds);
+        res
+    });
+    r.forbidden("unix-dgram-connect", res, &DENIED);
+    let res = pair(libc::SOCK_DGRAM).and_then(|fds| {
+        let res = sendto_unix(fds[0], abstract_name.as_bytes(), true);
+        close_pair(fds);
+        res
+    });
+    r.forbidden("unix-dgram-sendto-abstract", res, &DENIED);
+    seqpacket(
+        r,
+        args.get("seqpacket_path").map(String::as_str).unwrap_or(""),
+    );
+}
+
+/// `sendto` with the host listener's address on a connected seqpacket
+/// pair: the kernel sends to the peer instead (see the module doc).
+fn seqpacket(r: &mut Reporter, path: &str) {
+    const NAME: &str = "unix-seqpacket-sendto";
+    let fds = match pair(libc::SOCK_SEQPACKET) {
+        Ok(fds) => fds,
+        Err(e) => {
+            r.forbidden(NAME, Err(e), &DENIED);
+            return;
+        }
+    };
+    let sent = sendto_unix(fds[0], path.as_bytes(), false);
+    let mut b = [0u8; 1];
+    // SAFETY: a non-blocking 1-byte read from the pair's other end.
+    let at_peer = unsafe { libc::recv(fds[1], b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) } == 1;
+    close_pair(fds);
+    match sent {
+        Ok(_) if at_peer => r.check(
+            NAME,
+            ProbeStatus::Pass,
+            "the address was ignored: the datagram went to the pair's own peer",
+        ),
+        Ok(_) => r.check(
+            NAME,
+            ProbeStatus::Fail,
+            "sent, and not to the pair's own peer",
+        ),
+        Err(e) => r.forbidden(NAME, Err(e), &DENIED),
+    }
+}
+
+/// A non-blocking `SOCK_SEQPACKET` listener bound at `path`.
+fn seqpacket_listener(path: &std::path::Path) -> std::io::Result<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let (addr, len) = unix_addr(path.as_os_str().as_bytes(), false);
+    // SAFETY: socket/bind/listen with a valid sockaddr_un; closed on error.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0
+            || libc::listen(fd, 4) != 0
+        {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok(fd)
     }
 }
 
@@ -222,23 +448,28 @@ fn udp_send(addr: Addr) -> Result<String, i32> {
 }
 
 /// Creates a socket and connects it entirely through io_uring.
-fn io_uring_connect(r: &mut Reporter, port: u16) {
+fn io_uring_connect(r: &mut Reporter, port: u16, kernel_missing: &[&str]) {
     use io_uring::{opcode, types, IoUring};
     let mut ring = match IoUring::new(4) {
         Ok(ring) => ring,
         Err(e) => {
             let code = e.raw_os_error().unwrap_or(0);
-            // No io_uring at all (refused or not built) is the safe outcome.
-            let status = if [libc::EPERM, libc::EACCES, libc::ENOSYS].contains(&code) {
-                ProbeStatus::Pass
+            if code == libc::ENOSYS && kernel_missing.contains(&"io_uring_setup") {
+                r.check(
+                    "io-uring-connect",
+                    ProbeStatus::Pass,
+                    "the kernel has no io_uring (the host sees ENOSYS too)",
+                );
+            } else if code == libc::ENOSYS {
+                r.check(
+                    "io-uring-connect",
+                    ProbeStatus::Unreachable,
+                    "io_uring_setup said ENOSYS but the kernel has io_uring: a filter answered; \
+                     refuse it with EPERM so refusal and absence can be told apart",
+                );
             } else {
-                ProbeStatus::Unreachable
-            };
-            r.check(
-                "io-uring-connect",
-                status,
-                format!("io_uring_setup refused ({})", errno_name(code)),
-            );
+                r.forbidden("io-uring-connect", Err(code), &DENIED);
+            }
             return;
         }
     };

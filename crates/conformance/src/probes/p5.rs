@@ -1,60 +1,182 @@
-//! P5 — filesystem confinement: reading a canary outside the grants and
-//! `/etc/shadow` fails; creating, writing, truncating or renaming into a
-//! place outside scratch (host temp dir, `$HOME`, the package dir) fails;
-//! symlinks and hardlinks made in scratch do not reach outside. Reading and
-//! executing the package dir and read/write/delete in scratch work.
-//! The host verifies that nothing was created and the canary is unchanged.
+//! P5 — filesystem confinement: reading a canary outside the grants fails;
+//! creating, writing,
+//! truncating or renaming into a place outside scratch (host temp dir, the
+//! suite's stand-in home, the package dir) fails; symlinks and hardlinks
+//! made in scratch do not reach outside; metadata writes to a host file of
+//! the sandbox's own uid outside every grant (`chmod` incl. 06777,
+//! `fchmodat`, `utimensat`, `setxattr`, `chown`) fail; and setuid/setgid
+//! bits the child plants on a copy of an executable in scratch are not
+//! honoured. Reading and executing the package dir and read/write/delete in
+//! scratch work.
+//!
+//! The canary is world-readable in a world-accessible dir the suite made,
+//! so only the sandbox stands in the way. (The host's own secrets, such as
+//! `/etc/shadow`, are not tried: file modes protect those from any
+//! non-root reader, so they prove little, and the unconfined baseline runs
+//! this same code, so it may only aim at what the suite planted.)
+//!
+//! The host verifies: nothing was created outside, the canary is unchanged
+//! and has one link, the metadata target's mode, owner, times and xattrs
+//! are unchanged; while the child is held, it inspects the planted files
+//! through `/proc/<program>/root/<scratch>` and the mount they live on
+//! (`statvfs`'s `ST_NOSUID`, `/proc/<program>/mountinfo`), and, as root,
+//! executes them as another uid and reads the resulting euid/egid.
+//!
+//! Denials: `EPERM`/`EACCES`; `EXDEV` for a link or rename only when the
+//! host confirms canary, scratch and temp dir share one filesystem (it is
+//! how Landlock refuses to move a file across its rules, but also what any
+//! kernel says across filesystems); and `EROFS` for the metadata writes:
+//! `chmod`, `chown`, `utimensat` and `setxattr` all call `mnt_want_write()`
+//! (fs/namespace.c) on the path's mount before any permission check, and
+//! it refuses with `EROFS` when that mount is read-only — a refusal of the
+//! write itself, which the host confirms changed nothing.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cordon_core::{CheckResult, ProbeStatus};
 
-use crate::child::{self, errno, Reporter, PROBE_ARG};
-use crate::harness::{fail, pass, random_token, Ctx};
+use crate::child::{self, errno, Reporter, DENIED, PROBE_ARG};
+use crate::harness::{fail, pass, random_token, unreachable, verdict, Ctx, Hold, Ids};
+use crate::inspect;
+
+/// The xattr the host plants on the metadata target.
+const XATTR: &str = "user.cordon";
+/// Its value.
+const XATTR_VALUE: &[u8] = b"planted";
+/// The atime and mtime the host gives the metadata target (2001-09-09).
+const PLANTED_TIME: i64 = 1_000_000_000;
+
+/// Denials for a metadata write: see the module doc for `EROFS`.
+const META_DENIED: [i32; 3] = [libc::EPERM, libc::EACCES, libc::EROFS];
+
+/// The planted files in scratch: name and mode the child gives them.
+const SETID_FILES: [(&str, u32); 2] = [("sid", 0o4755), ("sgid", 0o6755)];
+
+/// What the host can observe of the metadata target.
+#[derive(Debug, PartialEq)]
+struct Meta {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    atime: (i64, i64),
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    xattr: Option<Vec<u8>>,
+}
+
+fn meta_of(path: &Path) -> std::io::Result<Meta> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path)?;
+    Ok(Meta {
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        atime: (m.atime(), m.atime_nsec()),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+        xattr: get_xattr(path),
+    })
+}
+
+fn get_xattr(path: &Path) -> Option<Vec<u8>> {
+    let p = child::cstr(&path.display().to_string());
+    let name = child::cstr(XATTR);
+    let mut buf = [0u8; 64];
+    // SAFETY: lgetxattr writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::lgetxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    (n >= 0).then(|| buf[..n as usize].to_vec())
+}
+
+/// Plants the metadata target: the sandbox uid's own file (so only the
+/// sandbox stands in the way), with an xattr and old times.
+fn plant_meta(path: &Path, sandbox: Ids, host_uid: u32) -> std::io::Result<Meta> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, b"metadata target\n")?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+    if host_uid == 0 {
+        std::os::unix::fs::chown(path, Some(sandbox.uid), Some(sandbox.gid))?;
+    }
+    let p = child::cstr(&path.display().to_string());
+    let name = child::cstr(XATTR);
+    let t = libc::timespec {
+        tv_sec: PLANTED_TIME,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid C strings, buffer and timespec pair.
+    unsafe {
+        if libc::setxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            XATTR_VALUE.as_ptr().cast(),
+            XATTR_VALUE.len(),
+            0,
+        ) != 0
+            || libc::utimensat(libc::AT_FDCWD, p.as_ptr(), [t, t].as_ptr(), 0) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    meta_of(path)
+}
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
+    use std::os::unix::fs::MetadataExt;
     let token = random_token();
     let tmp_dir = std::env::temp_dir()
         .canonicalize()
         .unwrap_or_else(|_| std::env::temp_dir());
-    let targets: Vec<(&str, PathBuf)> = [
-        Some(("out_tmp", tmp_dir.join(format!("cordon-p5-{token}")))),
-        std::env::var_os("HOME").map(|h| {
-            (
-                "out_home",
-                PathBuf::from(h).join(format!(".cordon-p5-{token}")),
-            )
-        }),
-        Some(("out_pkg", ctx.pkg_dir.join(format!("p5-{token}")))),
-        Some((
+    let targets: Vec<(&str, PathBuf)> = vec![
+        ("out_tmp", tmp_dir.join(format!("cordon-p5-{token}"))),
+        ("out_home", ctx.home_dir.join(format!(".cordon-p5-{token}"))),
+        ("out_pkg", ctx.pkg_dir.join(format!("p5-{token}"))),
+        (
             "rename_to",
             tmp_dir.join(format!("cordon-p5-renamed-{token}")),
-        )),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+        ),
+    ];
     let mut args: Vec<(String, String)> = targets
         .iter()
         .map(|(k, p)| (k.to_string(), p.display().to_string()))
         .collect();
     args.push(("canary".into(), ctx.canary_file.display().to_string()));
-    // EXDEV is how Landlock refuses a link or rename across its rules, but
-    // also what any kernel says across filesystems: it only counts as a
-    // denial when canary, scratch and temp dir share one filesystem.
     let same_fs = {
-        use std::os::unix::fs::MetadataExt;
-        let dev = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+        let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
         let scratch_base = ctx.spawner.config().scratch_base.clone();
         let d = dev(&ctx.canary_file);
         d.is_some() && d == dev(&scratch_base) && d == dev(&tmp_dir)
     };
     args.push(("same_fs".into(), same_fs.to_string()));
     args.push(("exe".into(), ctx.exe.display().to_string()));
-    let run = ctx.run("P5", &args).await;
-
     let mut checks = Vec::new();
+    let meta_path = ctx.outside_dir.join(format!("meta-{token}.txt"));
+    let meta_before = match plant_meta(&meta_path, ctx.sandbox, ctx.host_uid) {
+        Ok(m) => {
+            args.push(("meta".into(), meta_path.display().to_string()));
+            Some(m)
+        }
+        Err(e) => {
+            checks.push(unreachable(
+                "host-meta-unchanged",
+                format!("cannot plant {}: {e}", meta_path.display()),
+            ));
+            None
+        }
+    };
+
+    let exe_bytes = std::fs::read(&ctx.exe).unwrap_or_default();
+    let mut on_hold = |h: &Hold<'_>| {
+        let mut out = vec![canary_links(&ctx.canary_file)];
+        out.extend(setid_planted(h, ctx, &exe_bytes));
+        out
+    };
+    let run = ctx.run_held("P5", &args, &mut on_hold).await;
+    let mut hold_checks = vec!["host-canary-not-linked", "host-setid-scratch-mount"];
+    if ctx.host_uid == 0 {
+        hold_checks.push("host-setid-scratch-exec");
+    }
+    checks.extend(run.missed_hold("planted", &hold_checks));
+
     for (key, path) in &targets {
         let name = format!("host-{key}-absent");
         if path.symlink_metadata().is_ok() {
@@ -74,11 +196,192 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         )),
         Err(e) => checks.push(fail("host-canary-unchanged", format!("canary gone: {e}"))),
     }
+    if let Some(before) = meta_before {
+        checks.push(match meta_of(&meta_path) {
+            Ok(now) => verdict(
+                "host-meta-unchanged",
+                now == before,
+                if now == before {
+                    "mode, owner, times and xattr unchanged".to_string()
+                } else {
+                    format!("the child changed the host file's metadata: {before:?} -> {now:?}")
+                },
+            ),
+            Err(e) => fail("host-meta-unchanged", format!("the host file is gone: {e}")),
+        });
+    }
     checks.extend(run.into_checks());
     checks
 }
 
-const DENIED: [i32; 2] = [libc::EACCES, libc::EPERM];
+/// At the hold: the canary has one link (no hardlink to it in scratch).
+fn canary_links(canary: &Path) -> CheckResult {
+    use std::os::unix::fs::MetadataExt;
+    const NAME: &str = "host-canary-not-linked";
+    match std::fs::metadata(canary) {
+        Ok(m) => verdict(
+            NAME,
+            m.nlink() == 1,
+            format!("the canary has {} link(s)", m.nlink()),
+        ),
+        Err(e) => fail(NAME, format!("canary gone: {e}")),
+    }
+}
+
+/// One planted file as the host sees it through the program's root.
+struct Planted {
+    path: PathBuf,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+/// At the hold: the setuid/setgid copies in scratch mean nothing.
+fn setid_planted(h: &Hold<'_>, ctx: &Ctx, exe_bytes: &[u8]) -> Vec<CheckResult> {
+    use std::os::unix::fs::MetadataExt;
+    const MOUNT: &str = "host-setid-scratch-mount";
+    const EXEC: &str = "host-setid-scratch-exec";
+    let as_root = ctx.host_uid == 0;
+    let Some(pid) = h.pid else {
+        let mut out = vec![unreachable(MOUNT, "the program was not found by its token")];
+        if as_root {
+            out.push(unreachable(EXEC, "the program was not found by its token"));
+        }
+        return out;
+    };
+    // The scratch dir as the program sees it: its host path under the
+    // program's root (the sandbox may mount over it), else its cwd.
+    let mut dir = inspect::in_root(pid, h.scratch);
+    if !dir.join(SETID_FILES[0].0).exists() {
+        dir = PathBuf::from(format!("/proc/{pid}/cwd"));
+    }
+    let planted: Vec<Planted> = SETID_FILES
+        .iter()
+        .filter_map(|(name, _)| {
+            let path = dir.join(name);
+            let m = std::fs::metadata(&path).ok()?;
+            Some(Planted {
+                path,
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+            })
+        })
+        .collect();
+    let with_bits: Vec<&Planted> = planted.iter().filter(|p| p.mode & 0o6000 != 0).collect();
+    let mount = inspect::mount_of(pid, h.scratch)
+        .map(|(mp, opts)| format!("mounted at {mp} with {opts}"))
+        .unwrap_or_else(|| "mount not found in mountinfo".into());
+    let mut out = Vec::new();
+    let nosuid = with_bits.first().map(|p| inspect::is_nosuid(&p.path));
+    out.push(match nosuid {
+        None if planted.is_empty() => unreachable(
+            MOUNT,
+            "the child planted no file in scratch (see its setid-copy info)",
+        ),
+        None => pass(
+            MOUNT,
+            format!("the setuid/setgid bits did not stick ({mount})"),
+        ),
+        Some(Ok(true)) => pass(MOUNT, format!("scratch is nosuid ({mount})")),
+        Some(Ok(false)) => fail(
+            MOUNT,
+            format!(
+                "{} on a mount without nosuid ({mount}): anyone may run it as its owner",
+                with_bits
+                    .iter()
+                    .map(|p| format!("{:o} uid {} gid {}", p.mode, p.uid, p.gid))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(Err(e)) => unreachable(MOUNT, format!("statvfs: {e}")),
+    });
+    if as_root {
+        out.push(exec_as_other(&with_bits, ctx.sandbox, exe_bytes));
+    }
+    out
+}
+
+/// As root: runs each planted setid file as an unrelated uid and reads the
+/// euid/egid it got. Never runs a file owned by root, nor one whose bytes
+/// are not the probe executable's.
+fn exec_as_other(files: &[&Planted], sandbox: Ids, exe_bytes: &[u8]) -> CheckResult {
+    const NAME: &str = "host-setid-scratch-exec";
+    if files.is_empty() {
+        return pass(NAME, "no planted file kept a setuid/setgid bit");
+    }
+    let mut honoured = Vec::new();
+    for f in files {
+        if f.uid == 0 || f.gid == 0 {
+            honoured.push(format!(
+                "{} is setid root on a suid mount (not executed, for safety)",
+                f.path.display()
+            ));
+            continue;
+        }
+        let Some(other) = [65533u32, 65532, 65531]
+            .into_iter()
+            .find(|u| *u != sandbox.uid && *u != f.uid && *u != f.gid)
+        else {
+            return unreachable(NAME, "no spare uid to run the file as");
+        };
+        match run_ids(&f.path, other, exe_bytes) {
+            Ok((euid, egid)) => {
+                if euid != other || egid != other {
+                    honoured.push(format!(
+                        "{} ({:o}) run by uid {other} got euid {euid}, egid {egid}",
+                        f.path.display(),
+                        f.mode
+                    ));
+                }
+            }
+            Err(e) => return unreachable(NAME, format!("{}: {e}", f.path.display())),
+        }
+    }
+    verdict(
+        NAME,
+        honoured.is_empty(),
+        if honoured.is_empty() {
+            "run as another uid, the planted files gave it no other id".to_string()
+        } else {
+            honoured.join("; ")
+        },
+    )
+}
+
+/// Opens `path`, checks its bytes are the probe executable's, and runs it
+/// from that very fd (`/proc/self/fd/N`) as `uid` in `ids` mode.
+fn run_ids(path: &Path, uid: u32, exe_bytes: &[u8]) -> Result<(u32, u32), String> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes != exe_bytes {
+        return Err("not the probe executable: refusing to run it".into());
+    }
+    let out = std::process::Command::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .arg(PROBE_ARG)
+        .arg("ids")
+        .env_clear()
+        .current_dir("/")
+        .uid(uid)
+        .gid(uid)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("exec as uid {uid}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut f = text.trim().split('\t');
+    match (f.next(), f.next(), f.next()) {
+        (Some("IDS"), Some(e), Some(g)) => Ok((
+            e.parse().map_err(|_| "bad euid")?,
+            g.parse().map_err(|_| "bad egid")?,
+        )),
+        _ => Err(format!("unexpected output {text:?} ({})", out.status)),
+    }
+}
 
 pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     let get = |k: &str| args.get(k).cloned().unwrap_or_default();
@@ -89,14 +392,6 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     };
     let canary = get("canary");
     r.forbidden("read-outside-canary", child::read_file(&canary), &DENIED);
-    match child::read_file("/etc/shadow") {
-        Err(libc::ENOENT) => r.check(
-            "read-etc-shadow",
-            ProbeStatus::Pass,
-            "no /etc/shadow on this host",
-        ),
-        res => r.forbidden("read-etc-shadow", res, &DENIED),
-    }
     for key in ["out_tmp", "out_home", "out_pkg"] {
         if let Some(p) = args.get(key) {
             r.forbidden(
@@ -154,6 +449,7 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             ),
         );
     }
+    // The link, if made, stays until the host has counted the canary's links.
     let hard = child::cstr("hard-out");
     // SAFETY: valid C strings.
     let rc = unsafe { libc::link(target.as_ptr(), hard.as_ptr()) };
@@ -167,8 +463,97 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
         cross_denied,
     );
 
+    if let Some(meta) = args.get("meta") {
+        metadata_writes(r, meta);
+    }
+    plant_setid(r, &get("exe"));
+    r.hold("planted");
+
     // Positive control: a program in the package dir can be executed.
     r.control("control-package-exec", exec_package(&get("exe")));
+}
+
+/// Copies the executable into scratch twice and sets setuid / setgid bits;
+/// the host judges what they are worth.
+fn plant_setid(r: &mut Reporter, exe: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, mode) in SETID_FILES {
+        let res = std::fs::copy(exe, name)
+            .and_then(|_| std::fs::set_permissions(name, std::fs::Permissions::from_mode(mode)));
+        r.info(
+            &format!("setid-copy-{name}"),
+            match res {
+                Ok(()) => format!("chmod {mode:o} ok"),
+                Err(e) => e.to_string(),
+            },
+        );
+    }
+}
+
+/// Writes to a host file's metadata only, never its contents.
+fn metadata_writes(r: &mut Reporter, meta: &str) {
+    let p = child::cstr(meta);
+    let rc = |v: libc::c_int| if v == 0 { Ok(()) } else { Err(errno()) };
+    // SAFETY: each call gets valid C strings and in-bounds buffers.
+    unsafe {
+        r.forbidden(
+            "chmod-outside",
+            rc(libc::chmod(p.as_ptr(), 0o600)).map(|_| "chmod 600".into()),
+            &META_DENIED,
+        );
+        r.forbidden(
+            "chmod-setid-outside",
+            rc(libc::chmod(p.as_ptr(), 0o6777)).map(|_| "chmod 6777".into()),
+            &META_DENIED,
+        );
+        let (dir, name) = meta.rsplit_once('/').unwrap_or((".", meta));
+        let dirfd = child::open(dir, libc::O_PATH | libc::O_DIRECTORY).unwrap_or(libc::AT_FDCWD);
+        let target = if dirfd == libc::AT_FDCWD { meta } else { name };
+        let t = child::cstr(target);
+        let res = rc(libc::fchmodat(dirfd, t.as_ptr(), 0o640, 0));
+        if dirfd != libc::AT_FDCWD {
+            child::close(dirfd);
+        }
+        r.forbidden(
+            "fchmodat-outside",
+            res.map(|_| "fchmodat 640".into()),
+            &META_DENIED,
+        );
+        r.forbidden(
+            "utimensat-outside",
+            rc(libc::utimensat(
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                std::ptr::null(),
+                0,
+            ))
+            .map(|_| "set its times to now".into()),
+            &META_DENIED,
+        );
+        let name = child::cstr(XATTR);
+        r.forbidden(
+            "setxattr-outside",
+            rc(libc::setxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                b"pwned".as_ptr().cast(),
+                5,
+                0,
+            ))
+            .map(|_| "set an xattr".into()),
+            &META_DENIED,
+        );
+        // chown to our own ids; inside a user namespace without a mapping
+        // our ids have no kernel id (EINVAL), so fall back to the no-op
+        // chown(-1, -1), which is still a metadata write (it sets ctime).
+        let mut res = rc(libc::chown(p.as_ptr(), libc::getuid(), libc::getgid()))
+            .map(|_| "chown to its own ids".to_string());
+        if res == Err(libc::EINVAL) {
+            res = rc(libc::chown(p.as_ptr(), u32::MAX, u32::MAX))
+                .map(|_| "chown(-1, -1)".to_string());
+        }
+        r.forbidden("chown-outside", res, &META_DENIED);
+    }
 }
 
 fn exec_package(exe: &str) -> Result<(), String> {

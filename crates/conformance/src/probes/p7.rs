@@ -1,234 +1,264 @@
-//! P7 — no privilege re-escalation: `NoNewPrivs` is 1; the effective,
-//! permitted, inheritable, ambient and bounding capability sets are empty;
-//! `setuid(0)` fails; a new user namespace cannot be created; bpf,
-//! perf_event_open, userfaultfd, keyctl, kexec_load, init_module and mount
-//! are refused.
+//! P7 — no privilege re-escalation. The child calls bpf, perf_event_open,
+//! userfaultfd, keyctl, kexec_load, init_module and mount, then tries
+//! `setuid(0)` and `unshare(CLONE_NEWUSER)`, and is held; the host reads the
+//! live program's `/proc/<pid>/status` and namespace links:
+//! `NoNewPrivs` is 1, `Seccomp` is 2 (a filter is installed), the
+//! effective, permitted, inheritable, bounding and ambient capability sets
+//! are empty, no uid or gid is 0 (as the host sees them, so a uid 0 that is
+//! only root inside a user namespace is not mistaken for the host's root,
+//! and the real one is caught), and its user namespace is the one it had
+//! before (`unshare` made none, whatever errno it gave).
 //!
 //! Each dangerous interface is called so that a refusal by policy
 //! (`EPERM`/`EACCES`, from seccomp or a missing capability) is told apart
 //! from a call that got through to argument checking (`EINVAL`, `EFAULT`,
-//! ...), which means the interface is reachable: a `Fail`. `ENOSYS` (the
-//! kernel lacks the interface, or a filter says so) counts as refused. The arguments are
-//! chosen so that a reachable call still changes nothing.
+//! ...), which means the interface is reachable: a `Fail`. `ENOSYS` counts
+//! as refused only when the host saw `ENOSYS` too (the kernel lacks the
+//! call, see `kernel.rs`); where the kernel has it, `ENOSYS` came from a
+//! filter and is `Unreachable`: a filter must answer `EPERM`. The arguments
+//! are chosen so that a reachable call still changes nothing.
 
 use std::collections::BTreeMap;
 
 use cordon_core::{CheckResult, ProbeStatus};
 
 use crate::child::{errno, errno_name, Reporter};
-use crate::harness::Ctx;
+use crate::harness::{unreachable, verdict, Ctx, Hold};
+use crate::inspect;
+use crate::kernel;
+
+/// The checks the host makes at hold `before`: how the program runs.
+const BEFORE_CHECKS: [&str; 5] = [
+    "no-new-privs",
+    "seccomp-filter",
+    "capability-sets",
+    "bounding-set",
+    "ambient-set",
+];
+
+/// The checks the host makes at hold `after`: what the attempts changed.
+const AFTER_CHECKS: [&str; 2] = ["setuid-0", "new-user-namespace"];
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    ctx.run("P7", &[]).await.into_checks()
-}
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-pub(crate) fn child(r: &mut Reporter, _args: &BTreeMap<String, String>) {
-    // SAFETY: prctl queries.
-    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
-    r.check(
-        "no-new-privs",
-        if nnp == 1 {
-            ProbeStatus::Pass
+    let mut user_ns_before = None;
+    let mut on_hold = |h: &Hold<'_>| {
+        let Some(pid) = h.pid else {
+            let names: &[&str] = if h.label == "before" {
+                &BEFORE_CHECKS
+            } else {
+                &AFTER_CHECKS
+            };
+            return names
+                .iter()
+                .map(|n| unreachable(n, "the program was not found by its token"))
+                .collect();
+        };
+        if h.label == "before" {
+            user_ns_before = inspect::namespace(pid, "user");
+            before(pid)
         } else {
-            ProbeStatus::Fail
-        },
-        format!("NoNewPrivs = {nnp}"),
-    );
-
-    let mut hdr = CapHeader {
-        version: 0x2008_0522,
-        pid: 0,
+            after(pid, user_ns_before)
+        }
     };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: capget v3 fills two CapData.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            &mut hdr as *mut CapHeader,
-            data.as_mut_ptr(),
+    let run = ctx
+        .run_held(
+            "P7",
+            &[("kernel_missing".into(), ctx.kernel.missing_arg())],
+            &mut on_hold,
         )
-    };
-    if rc != 0 {
-        r.check(
-            "capability-sets",
-            ProbeStatus::Unreachable,
-            format!("capget: {}", errno_name(errno())),
-        );
-    } else {
-        type Field = fn(&CapData) -> u32;
-        let sets: [(&str, Field); 3] = [
-            ("effective", |d| d.effective),
-            ("permitted", |d| d.permitted),
-            ("inheritable", |d| d.inheritable),
-        ];
-        let held: Vec<&str> = sets
+        .await;
+    let mut checks = run.missed_hold("before", &BEFORE_CHECKS);
+    checks.extend(run.missed_hold("after", &AFTER_CHECKS));
+    checks.extend(run.into_checks());
+    checks
+}
+
+/// Parses a `Cap*` hex mask.
+fn caps(status: &BTreeMap<String, String>, key: &str) -> Option<u64> {
+    u64::from_str_radix(status.get(key)?, 16).ok()
+}
+
+/// The host's checks at hold `before`, from the program's status.
+fn before(pid: i32) -> Vec<CheckResult> {
+    let Some(st) = inspect::status(pid) else {
+        return BEFORE_CHECKS
             .iter()
-            .filter(|(_, f)| data.iter().any(|d| f(d) != 0))
-            .map(|(n, _)| *n)
+            .map(|n| unreachable(n, "cannot read the program's status"))
             .collect();
-        if held.is_empty() {
-            r.check(
-                "capability-sets",
-                ProbeStatus::Pass,
-                "effective, permitted and inheritable are empty",
-            );
-        } else {
-            r.check(
-                "capability-sets",
-                ProbeStatus::Fail,
-                format!("non-empty: {}", held.join(", ")),
-            );
-        }
-    }
-    let mut bounding = Vec::new();
-    let mut ambient = Vec::new();
-    for cap in 0..64 {
-        // SAFETY: prctl queries.
-        let b = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
-        if b < 0 {
-            break;
-        }
-        if b == 1 {
-            bounding.push(cap);
-        }
-        let a =
-            unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_IS_SET, cap, 0, 0) };
-        if a == 1 {
-            ambient.push(cap);
-        }
-    }
-    for (name, set) in [("bounding-set", bounding), ("ambient-set", ambient)] {
-        if set.is_empty() {
-            r.check(name, ProbeStatus::Pass, "empty");
-        } else {
-            r.check(
-                name,
-                ProbeStatus::Fail,
-                format!("holds capabilities {set:?}"),
-            );
-        }
-    }
-
-    // SAFETY: setuid(0) either fails or (on a breach) changes nothing that
-    // outlives this probe process.
-    let rc = unsafe { libc::setuid(0) };
-    r.forbidden(
-        "setuid-0",
-        if rc == 0 {
-            Ok("became uid 0".into())
-        } else {
-            Err(errno())
-        },
-        &[libc::EPERM, libc::EINVAL],
-    );
-    let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
-    r.forbidden(
-        "new-user-namespace",
-        if rc == 0 {
-            Ok("created a user namespace".into())
-        } else {
-            Err(errno())
-        },
-        &[libc::EPERM, libc::EACCES, libc::ENOSPC, libc::EUSERS],
-    );
-
-    refused(r, "bpf", || {
-        // BPF_MAP_CREATE with an invalid map type: EINVAL if reachable.
-        let mut attr = [0u32; 32];
-        attr[0] = 0xffff;
-        unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                0,
-                attr.as_mut_ptr(),
-                std::mem::size_of_val(&attr),
-            )
-        }
-    });
-    refused(r, "perf_event_open", || {
-        // A software dummy event on ourselves, user space only.
-        let mut attr = [0u64; 16];
-        let size = std::mem::size_of_val(&attr) as u64;
-        attr[0] = 1 | (size << 32); // type = PERF_TYPE_SOFTWARE, size
-        attr[1] = 9; // config = PERF_COUNT_SW_DUMMY
-        attr[5] = (1 << 5) | (1 << 6); // exclude_kernel | exclude_hv
-        unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) }
-    });
-    refused(r, "userfaultfd", || unsafe {
-        // UFFD_USER_MODE_ONLY is allowed to unprivileged users by default.
-        libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1)
-    });
-    refused(r, "keyctl", || unsafe {
-        // KEYCTL_GET_KEYRING_ID of the session keyring, without creating it.
-        libc::syscall(libc::SYS_keyctl, 0, -3i64, 0)
-    });
-    refused(r, "kexec_load", || unsafe {
-        // Invalid flags: EINVAL once past the capability check.
-        libc::syscall(libc::SYS_kexec_load, 0, 0, 0, 0xffff_0000u64)
-    });
-    refused(r, "init_module", || unsafe {
-        libc::syscall(
-            libc::SYS_init_module,
-            std::ptr::null::<u8>(),
-            0,
-            c"".as_ptr(),
+    };
+    let field = |k: &str| st.get(k).cloned().unwrap_or_else(|| "absent".into());
+    let mut out = vec![
+        verdict(
+            "no-new-privs",
+            field("NoNewPrivs") == "1",
+            format!("NoNewPrivs = {}", field("NoNewPrivs")),
+        ),
+        verdict(
+            "seccomp-filter",
+            field("Seccomp") == "2",
+            format!(
+                "Seccomp = {} (2 = filter), {} filter(s)",
+                field("Seccomp"),
+                field("Seccomp_filters")
+            ),
+        ),
+    ];
+    let sets: Vec<(&str, Option<u64>)> = ["CapInh", "CapPrm", "CapEff"]
+        .iter()
+        .map(|k| (*k, caps(&st, k)))
+        .collect();
+    out.push(if sets.iter().any(|(_, v)| v.is_none()) {
+        unreachable("capability-sets", "Cap* lines missing from the status")
+    } else {
+        let held: Vec<String> = sets
+            .iter()
+            .filter(|(_, v)| *v != Some(0))
+            .map(|(k, v)| format!("{k} {:016x}", v.unwrap_or(0)))
+            .collect();
+        verdict(
+            "capability-sets",
+            held.is_empty(),
+            if held.is_empty() {
+                "effective, permitted and inheritable are empty".to_string()
+            } else {
+                format!("non-empty: {}", held.join(", "))
+            },
         )
     });
-    refused(r, "mount", || unsafe {
-        // Remount of a non-mount point: EINVAL once past the capability check.
+    for (name, key) in [("bounding-set", "CapBnd"), ("ambient-set", "CapAmb")] {
+        out.push(match caps(&st, key) {
+            Some(v) => verdict(name, v == 0, format!("{key} = {v:016x}")),
+            None => unreachable(name, format!("no {key} line in the status")),
+        });
+    }
+    out
+}
+
+/// The host's checks at hold `after`: no uid or gid 0, the same user
+/// namespace as at `before`.
+fn after(pid: i32, user_ns_before: Option<u64>) -> Vec<CheckResult> {
+    let Some(st) = inspect::status(pid) else {
+        return AFTER_CHECKS
+            .iter()
+            .map(|n| unreachable(n, "cannot read the program's status"))
+            .collect();
+    };
+    let field = |k: &str| st.get(k).cloned().unwrap_or_else(|| "absent".into());
+    let (uids, gids) = (field("Uid"), field("Gid"));
+    let root = uids
+        .split_whitespace()
+        .chain(gids.split_whitespace())
+        .any(|v| v == "0");
+    vec![
+        verdict(
+            "setuid-0",
+            !root,
+            format!("after setuid(0): uids {uids}, gids {gids}"),
+        ),
+        match (user_ns_before, inspect::namespace(pid, "user")) {
+            (Some(a), Some(b)) => verdict(
+                "new-user-namespace",
+                a == b,
+                if a == b {
+                    "the program is still in its own user namespace".to_string()
+                } else {
+                    format!("the program entered a new user namespace ({a} -> {b})")
+                },
+            ),
+            _ => unreachable(
+                "new-user-namespace",
+                "cannot read the program's user namespace",
+            ),
+        },
+    ]
+}
+
+pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
+    let missing: Vec<&str> = args
+        .get("kernel_missing")
+        .map(|s| s.split(',').filter(|n| !n.is_empty()).collect())
+        .unwrap_or_default();
+    r.hold("before");
+    for (name, call) in kernel::CALLS {
+        if name == "io_uring_setup" {
+            continue; // P4's business.
+        }
+        refused(r, name, kernel::try_call(call), &missing);
+    }
+    // Remount of a fresh, empty dir that is not a mount point: EINVAL once
+    // past the capability check, and nothing to change even if reached.
+    let _ = std::fs::create_dir("mnt-target");
+    // SAFETY: valid C strings; a remount of a non-mount point.
+    let rc = unsafe {
         libc::mount(
             std::ptr::null(),
-            c".".as_ptr(),
+            c"mnt-target".as_ptr(),
             std::ptr::null(),
             libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
             std::ptr::null(),
-        ) as i64
-    });
+        )
+    };
+    refused(
+        r,
+        "mount",
+        if rc == 0 { Ok(()) } else { Err(errno()) },
+        &missing,
+    );
+
+    // Last, and judged by the host: a breach here would change what this
+    // process may do in the calls above.
+    // SAFETY: setuid(0) either fails or (on a breach) changes nothing that
+    // outlives this probe process.
+    let rc = unsafe { libc::setuid(0) };
+    r.info(
+        "setuid-0",
+        if rc == 0 {
+            "succeeded".to_string()
+        } else {
+            errno_name(errno())
+        },
+    );
+    // SAFETY: as above, for a new user namespace.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
+    r.info(
+        "unshare-user",
+        if rc == 0 {
+            "succeeded".to_string()
+        } else {
+            errno_name(errno())
+        },
+    );
+    r.hold("after");
 }
 
-/// Calls a dangerous interface: refused by policy is a pass; success or any
-/// argument error means it is reachable.
-fn refused(r: &mut Reporter, name: &str, call: impl FnOnce() -> i64) {
-    let rc = call();
-    if rc >= 0 {
-        if name == "perf_event_open" || name == "userfaultfd" {
-            // SAFETY: closing the fd the breach gave us.
-            unsafe { libc::close(rc as i32) };
-        }
-        r.check(name, ProbeStatus::Fail, format!("{name} succeeded"));
-        return;
-    }
-    let e = errno();
-    if [libc::EPERM, libc::EACCES].contains(&e) {
-        r.check(
+/// Judges a dangerous call: refused by policy is a pass; success or any
+/// argument error means it is reachable; `ENOSYS` see the module doc.
+fn refused(r: &mut Reporter, name: &str, res: Result<(), i32>, kernel_missing: &[&str]) {
+    match res {
+        Ok(()) => r.check(name, ProbeStatus::Fail, format!("{name} succeeded")),
+        Err(e) if [libc::EPERM, libc::EACCES].contains(&e) => r.check(
             name,
             ProbeStatus::Pass,
             format!("refused ({})", errno_name(e)),
-        );
-    } else if e == libc::ENOSYS {
-        r.check(name, ProbeStatus::Pass, "not present (ENOSYS)");
-    } else {
-        r.check(
+        ),
+        Err(libc::ENOSYS) if kernel_missing.contains(&name) => r.check(
+            name,
+            ProbeStatus::Pass,
+            "the kernel has no such call (the host sees ENOSYS too)",
+        ),
+        Err(libc::ENOSYS) => r.check(
+            name,
+            ProbeStatus::Unreachable,
+            "ENOSYS, but the kernel has this call: a filter answered; refuse it with EPERM so \
+             refusal and absence can be told apart",
+        ),
+        Err(e) => r.check(
             name,
             ProbeStatus::Fail,
             format!(
                 "reachable: failed only on its arguments ({})",
                 errno_name(e)
             ),
-        );
+        ),
     }
 }

@@ -1,0 +1,359 @@
+//! The expected per-check statuses the integration tests share: every
+//! check of the suite under the no-op backend (as root and as another
+//! user), and the checks the first version of the Linux backend
+//! (`Layers::LEGACY`) fails.
+
+// Each test file uses part of this module.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use cordon_conformance::{ProbeExecutable, StandardSuite};
+use cordon_core::{ConformanceReport, ProbeId, ProbeStatus};
+
+/// A check: its probe and name.
+pub type Check = (ProbeId, String);
+
+/// The suite with the probe binary this crate builds.
+pub fn suite() -> StandardSuite {
+    StandardSuite::new().with_probe_executable(ProbeExecutable::Path(
+        env!("CARGO_BIN_EXE_cordon-probe").into(),
+    ))
+}
+
+/// Runs the suite against `backend`.
+pub async fn run(
+    suite: StandardSuite,
+    backend: Arc<dyn cordon_core::SandboxBackend>,
+) -> ConformanceReport {
+    use cordon_core::ConformanceSuite;
+    suite.run(backend).await
+}
+
+/// Whether this process is root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Every non-control check of a report with its status.
+pub fn statuses(report: &ConformanceReport) -> BTreeMap<Check, ProbeStatus> {
+    report
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.checks
+                .iter()
+                .filter(|c| !c.name.starts_with("control-"))
+                .map(move |c| ((p.id, c.name.clone()), c.status))
+        })
+        .collect()
+}
+
+fn set(pairs: &[(ProbeId, &str)]) -> BTreeSet<Check> {
+    pairs.iter().map(|(p, n)| (*p, n.to_string())).collect()
+}
+
+/// Whether the sacrificial process may run on more than one CPU (else a
+/// change of its affinity cannot be seen and that check is not made).
+fn several_cpus() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .is_some_and(|v| v.contains([',', '-']))
+}
+
+/// Every non-control check the suite makes on this host.
+pub fn all_checks(as_root: bool) -> BTreeSet<Check> {
+    use ProbeId::*;
+    let mut all = set(&[
+        (P1, "host-process-alive"),
+        (P1, "host-abstract-listener"),
+        (P1, "host-pathname-listener"),
+        (P1, "host-pty-unchanged"),
+        (P1, "host-sysv-msg-empty"),
+        (P1, "host-sysv-shm-unchanged"),
+        (P1, "host-sysv-sem-unchanged"),
+        (P1, "host-posix-mq-empty"),
+        (P1, "host-ipc-left-behind"),
+        (P1, "ptrace-attach"),
+        (P1, "process-vm-readv"),
+        (P1, "proc-environ"),
+        (P1, "proc-mem"),
+        (P1, "pidfd-open"),
+        (P1, "getpgid"),
+        (P1, "enumerate-host-pids"),
+        (P1, "prlimit-cpu"),
+        (P1, "prlimit-nofile"),
+        (P1, "setpriority"),
+        (P1, "sched-setscheduler"),
+        (P1, "sched-setaffinity"),
+        (P1, "ioprio-set"),
+        (P1, "abstract-unix-connect"),
+        (P1, "pathname-unix-connect"),
+        (P1, "sysv-msgsnd"),
+        (P1, "sysv-shmat"),
+        (P1, "sysv-semop"),
+        (P1, "posix-mq-send"),
+        (P1, "open-host-pty"),
+        (P1, "controlling-tty"),
+        (P1, "not-root"),
+        (P1, "host-not-traced"),
+        (P1, "host-sacrificial-priority"),
+        (P1, "host-sacrificial-scheduler"),
+        (P1, "host-sacrificial-ioprio"),
+        (P1, "host-sacrificial-rlimits"),
+        (P1, "signal-0"),
+        (P1, "signal-cont"),
+        (P1, "signal-kill"),
+        (P2, "env-canary"),
+        (P2, "read-tmp-canary"),
+        (P2, "read-home-canary"),
+        (P2, "read-host-environ"),
+        (P3, "inherited-fds"),
+        (P3, "reopen-host-fd-via-proc"),
+        (P3, "pidfd-getfd"),
+        (P3, "host-fd-not-fetched"),
+        (P4, "host-unix-dgram-listener"),
+        (P4, "host-abstract-dgram-listener"),
+        (P4, "host-unix-seqpacket-listener"),
+        (P4, "host-tcp4-listener"),
+        (P4, "host-tcp6-listener"),
+        (P4, "host-udp-socket"),
+        (P4, "tcp4-connect"),
+        (P4, "tcp6-connect"),
+        (P4, "udp-send"),
+        (P4, "raw-socket"),
+        (P4, "packet-socket"),
+        (P4, "icmp-socket"),
+        (P4, "io-uring-connect"),
+        (P4, "unix-dgram-sendto"),
+        (P4, "unix-dgram-connect"),
+        (P4, "unix-dgram-sendto-abstract"),
+        (P4, "unix-seqpacket-sendto"),
+        (P5, "host-out_tmp-absent"),
+        (P5, "host-out_home-absent"),
+        (P5, "host-out_pkg-absent"),
+        (P5, "host-rename_to-absent"),
+        (P5, "host-canary-unchanged"),
+        (P5, "host-meta-unchanged"),
+        (P5, "read-outside-canary"),
+        (P5, "create-out_tmp"),
+        (P5, "create-out_home"),
+        (P5, "create-out_pkg"),
+        (P5, "write-canary"),
+        (P5, "truncate-canary"),
+        (P5, "rename-out-of-scratch"),
+        (P5, "read-via-symlink"),
+        (P5, "write-via-symlink"),
+        (P5, "hardlink-outside-file"),
+        (P5, "chmod-outside"),
+        (P5, "chmod-setid-outside"),
+        (P5, "fchmodat-outside"),
+        (P5, "utimensat-outside"),
+        (P5, "setxattr-outside"),
+        (P5, "chown-outside"),
+        (P5, "host-canary-not-linked"),
+        (P5, "host-setid-scratch-mount"),
+        (P6, "fd-limit"),
+        (P6, "process-limit"),
+        (P6, "cpu-limit"),
+        (P6, "file-size-limit"),
+        (P6, "memory-limit"),
+        (P6, "deadline-kills-tree"),
+        (P6, "parent-killed-leaves-nothing"),
+        (P7, "bpf"),
+        (P7, "perf_event_open"),
+        (P7, "userfaultfd"),
+        (P7, "keyctl"),
+        (P7, "kexec_load"),
+        (P7, "init_module"),
+        (P7, "mount"),
+        (P7, "no-new-privs"),
+        (P7, "seccomp-filter"),
+        (P7, "capability-sets"),
+        (P7, "bounding-set"),
+        (P7, "ambient-set"),
+        (P7, "setuid-0"),
+        (P7, "new-user-namespace"),
+    ]);
+    if several_cpus() {
+        all.insert((P1, "host-sacrificial-affinity".into()));
+    }
+    // Only root can run the planted file as another uid.
+    if as_root {
+        all.insert((P5, "host-setid-scratch-exec".into()));
+    }
+    all
+}
+
+/// Whether the running kernel was built with kexec / loadable modules.
+fn kernel_has(sysctl_or_proc: &str) -> bool {
+    Path::new(sysctl_or_proc).exists()
+}
+
+/// Whether our gid may open ICMP echo sockets (`ping_group_range`).
+fn may_ping() -> bool {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").unwrap_or_default();
+    let mut it = range
+        .split_whitespace()
+        .filter_map(|v| v.parse::<u64>().ok());
+    // SAFETY: getegid has no preconditions.
+    let gid = u64::from(unsafe { libc::getegid() });
+    matches!((it.next(), it.next()), (Some(lo), Some(hi)) if lo <= gid && gid <= hi)
+}
+
+/// The checks that pass under the no-op backend on this host: the kernel,
+/// file modes or the runner's hygiene refuse them, not a sandbox. Every
+/// other check of [`all_checks`] fails under noop.
+pub fn noop_passes(as_root: bool) -> BTreeSet<Check> {
+    use ProbeId::*;
+    let mut pass = set(&[
+        // Hygiene: an allowlisted environment and no inherited fd, with or
+        // without a sandbox.
+        (P2, "env-canary"),
+        (P3, "inherited-fds"),
+        // The kernel ignores the address of a sendto on a connected
+        // seqpacket socket.
+        (P4, "host-unix-seqpacket-listener"),
+        (P4, "unix-seqpacket-sendto"),
+        // Nothing held an ambient capability to begin with.
+        (P7, "ambient-set"),
+    ]);
+    if !may_ping() {
+        pass.insert((P4, "icmp-socket".into()));
+    }
+    if !kernel_has("/proc/sys/kernel/kexec_load_disabled") {
+        pass.insert((P7, "kexec_load".into()));
+    }
+    if !kernel_has("/proc/modules") {
+        pass.insert((P7, "init_module".into()));
+    }
+    if !as_root {
+        // No capability, no uid 0: the kernel refuses these to any user.
+        pass.extend(set(&[
+            (P1, "not-root"),
+            (P4, "raw-socket"),
+            (P4, "packet-socket"),
+            (P7, "mount"),
+            (P7, "setuid-0"),
+            (P7, "capability-sets"),
+        ]));
+    }
+    pass
+}
+
+/// The checks `Layers::LEGACY` (the first version of the Linux backend:
+/// user namespace, rlimits, no capabilities, no_new_privs, Landlock, the
+/// seccomp deny-list) fails: the breaches of issue #12 the probes now catch.
+/// Every other check passes under it.
+pub fn legacy_fails(as_root: bool) -> BTreeSet<Check> {
+    use ProbeId::*;
+    let mut fails = set(&[
+        // Same-uid host processes can be named and controlled.
+        (P1, "pidfd-open"),
+        (P1, "getpgid"),
+        (P1, "enumerate-host-pids"),
+        (P1, "prlimit-cpu"),
+        (P1, "prlimit-nofile"),
+        (P1, "setpriority"),
+        (P1, "sched-setscheduler"),
+        (P1, "sched-setaffinity"),
+        (P1, "ioprio-set"),
+        (P1, "host-sacrificial-priority"),
+        (P1, "host-sacrificial-scheduler"),
+        (P1, "host-sacrificial-ioprio"),
+        (P1, "host-sacrificial-rlimits"),
+        // SysV IPC is the host's, and a POSIX queue the sandbox creates
+        // stays behind although Landlock refuses to open it.
+        (P1, "sysv-msgsnd"),
+        (P1, "sysv-shmat"),
+        (P1, "sysv-semop"),
+        (P1, "host-sysv-msg-empty"),
+        (P1, "host-sysv-shm-unchanged"),
+        (P1, "host-sysv-sem-unchanged"),
+        (P1, "host-ipc-left-behind"),
+        // Pathname datagrams without socket().
+        (P4, "host-unix-dgram-listener"),
+        (P4, "unix-dgram-sendto"),
+        (P4, "unix-dgram-connect"),
+        // Metadata writes outside the grants.
+        (P5, "host-meta-unchanged"),
+        (P5, "chmod-outside"),
+        (P5, "chmod-setid-outside"),
+        (P5, "fchmodat-outside"),
+        (P5, "utimensat-outside"),
+        (P5, "setxattr-outside"),
+        (P5, "chown-outside"),
+        // Setuid planting in scratch.
+        (P5, "host-setid-scratch-mount"),
+        // Outliving the host.
+        (P6, "parent-killed-leaves-nothing"),
+    ]);
+    if several_cpus() {
+        fails.insert((P1, "host-sacrificial-affinity".into()));
+    }
+    if as_root {
+        fails.insert((P5, "host-setid-scratch-exec".into()));
+    }
+    fails
+}
+
+/// Compares a report's statuses with "`fails` fail, the rest of
+/// [`all_checks`] pass"; returns the differences, one per line.
+pub fn differences(
+    report: &ConformanceReport,
+    all: &BTreeSet<Check>,
+    fails: &BTreeSet<Check>,
+) -> Vec<String> {
+    let got = statuses(report);
+    let mut out = Vec::new();
+    for check in all {
+        let want = if fails.contains(check) {
+            ProbeStatus::Fail
+        } else {
+            ProbeStatus::Pass
+        };
+        match got.get(check) {
+            Some(s) if *s == want => {}
+            Some(s) => out.push(format!("{} {}: {s:?}, expected {want:?}", check.0, check.1)),
+            None => out.push(format!("{} {}: missing", check.0, check.1)),
+        }
+    }
+    for check in got.keys().filter(|c| !all.contains(*c)) {
+        out.push(format!(
+            "{} {}: not in the table (add it to tests/common)",
+            check.0, check.1
+        ));
+    }
+    out
+}
+
+/// A report's checks, one line each, for assertion messages.
+pub fn dump(report: &ConformanceReport) -> String {
+    report
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.checks.iter().map(move |c| {
+                format!(
+                    "{} {} {:?} [{:?}{}] {}",
+                    p.id,
+                    c.name,
+                    c.status,
+                    c.evidence,
+                    if c.passes_without_sandbox {
+                        ", passes without sandbox"
+                    } else {
+                        ""
+                    },
+                    c.detail
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
