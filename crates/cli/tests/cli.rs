@@ -4,28 +4,10 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{cordon, run, text, unprivileged};
-
-/// A scratch dir the sandbox uid (65534 under a root host) can write.
-fn world_writable_scratch() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    dir
-}
-
-/// Asserts that `pid` is gone (or only a zombie: PID 1 here does not reap).
-fn assert_gone(pid: i32) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|s| s.split_whitespace().next());
-    assert!(
-        matches!(state, None | Some("Z")),
-        "process {pid} outlived its sandbox: {stat}"
-    );
-}
+use common::{
+    assert_no_process_with_arg, cordon, run, sleep_token, text, unprivileged,
+    wait_for_process_with_arg,
+};
 
 #[test]
 fn run_echo_ok_and_exit_codes() {
@@ -66,25 +48,58 @@ fn writing_outside_scratch_is_denied() {
 #[test]
 fn timeout_kills_child_and_grandchild() {
     let cache = tempfile::tempdir().unwrap();
-    let scratch = world_writable_scratch();
-    let out = run(cordon(cache.path()).args([
+    let token = sleep_token();
+    let mut child = common::spawn(cordon(cache.path()).args([
         "run",
         "--timeout",
-        "0.5",
-        "--scratch",
-        scratch.path().to_str().unwrap(),
+        "2",
         "--",
         "/bin/sh",
         "-c",
-        "sleep 30 & echo $! > grandchild.pid; wait",
+        &format!("sleep {token} & wait"),
     ]));
-    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
-    let pid: i32 = std::fs::read_to_string(scratch.path().join("grandchild.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert_gone(pid);
+    wait_for_process_with_arg(&token);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(124));
+    assert_no_process_with_arg(&token);
+}
+
+/// Breach 6 of the isolation issue: `kill -KILL` of cordon itself (no
+/// chance to clean up) used to leave the program's background child
+/// running and scratch on disk. Now the parent-death signal takes the
+/// sandbox's monitor, its init and so every process with it, and a fresh
+/// scratch is a tmpfs that vanishes with the sandbox.
+#[test]
+fn sigkill_of_cordon_leaves_nothing_behind() {
+    let cache = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let token = sleep_token();
+    let mut child = common::spawn(
+        cordon(cache.path())
+            .env("TMPDIR", base.path())
+            .args(["run", "--", "/bin/sh", "-c"])
+            .arg(format!(
+                "echo data > left-behind; sleep {token} & exec sleep 61.{}",
+                std::process::id()
+            )),
+    );
+    wait_for_process_with_arg(&token);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_no_process_with_arg(&token);
+    // Nothing the program wrote is on the host's disk (an empty mount point
+    // may stay: the crate README says so).
+    for entry in std::fs::read_dir(base.path()).unwrap() {
+        let dir = entry.unwrap().path();
+        let inside: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            inside.is_empty(),
+            "{} holds {inside:?} after cordon was SIGKILLed",
+            dir.display()
+        );
+    }
 }
 
 #[test]
@@ -255,36 +270,17 @@ fn unprivileged_uid_conforms_and_runs() {
 #[test]
 fn sigterm_of_cordon_kills_the_whole_tree() {
     let cache = tempfile::tempdir().unwrap();
-    let scratch = world_writable_scratch();
-    let mut child = cordon(cache.path())
-        .args([
-            "run",
-            "--scratch",
-            scratch.path().to_str().unwrap(),
-            "--",
-            "/bin/sh",
-            "-c",
-        ])
-        .arg("sleep 30 & echo $! > grandchild.pid; wait")
-        .spawn()
-        .unwrap();
-    let pidfile = scratch.path().join("grandchild.pid");
-    let mut waited = 0;
-    while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        waited += 1;
-        assert!(waited < 500, "the sandboxed program never started");
-    }
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let token = sleep_token();
+    let mut child = common::spawn(
+        cordon(cache.path())
+            .args(["run", "--", "/bin/sh", "-c"])
+            .arg(format!("sleep {token} & wait")),
+    );
+    wait_for_process_with_arg(&token);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    assert_gone(pid);
+    assert_no_process_with_arg(&token);
 }
 
 #[test]

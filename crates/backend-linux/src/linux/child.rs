@@ -19,6 +19,11 @@
 //!                 └── program (pid 2; the only one that execs)
 //! ```
 //!
+//! The monitor forks the init right after the namespaces are created; the
+//! init sets up everything else (mounts, including a fresh `/proc` for its
+//! PID namespace, rlimits, capabilities, no_new_privs, Landlock, seccomp),
+//! then forks the program, which inherits all of it.
+//!
 //! - The **program** returns from [`confine`] and std executes it.
 //! - The **init** reaps orphans, and when the program ends writes the
 //!   program's wait status to the monitor and exits. The kernel then kills
@@ -187,8 +192,18 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
         if libc::getppid() != plan.parent_pid {
             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
         }
+    }
+    // From here on, with a PID namespace, this is the init (pid 1): the
+    // process std forked stays behind as the monitor.
+    let status_w = if plan.pid_namespace {
+        Some(become_init()?)
+    } else {
+        None
+    };
+    // SAFETY: as above.
+    unsafe {
         if let Some(mounts) = &plan.mounts {
-            mounts.apply()?;
+            mounts.apply(plan.pid_namespace)?;
             if mounts.scratch_is_private() {
                 add_scratch_rule(plan)?;
             }
@@ -258,8 +273,8 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             ))?;
         }
     }
-    if plan.pid_namespace {
-        split_into_pid_namespace()?;
+    if let Some(status_w) = status_w {
+        fork_program(status_w)?;
     }
     Ok(())
 }
@@ -336,9 +351,10 @@ fn close_all_but(keep: libc::c_int) {
     }
 }
 
-/// Forks monitor → init → program (see the module docs). Returns only in
-/// the program.
-fn split_into_pid_namespace() -> std::io::Result<()> {
+/// Forks the monitor/init pair (see the module docs). Returns in the init,
+/// the first process of the new PID namespace, with the write end of the
+/// status pipe; the monitor never returns.
+fn become_init() -> std::io::Result<libc::c_int> {
     let mut status_pipe = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into the array.
     check(unsafe { libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) })?;
@@ -353,7 +369,6 @@ fn split_into_pid_namespace() -> std::io::Result<()> {
     if init > 0 {
         monitor(init, status_r, status_w)
     }
-    // The init (pid 1 of the new namespace).
     // SAFETY: raw syscalls on integers.
     unsafe {
         libc::close(status_r);
@@ -376,7 +391,13 @@ fn split_into_pid_namespace() -> std::io::Result<()> {
             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
         }
     }
-    // SAFETY: as above.
+    Ok(status_w)
+}
+
+/// In the init, once it is confined: forks the program (which returns and
+/// is executed by std) and becomes the reaping loop.
+fn fork_program(status_w: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: fork in a single-threaded process.
     let program = unsafe { libc::fork() };
     if program < 0 {
         return Err(std::io::Error::last_os_error());

@@ -142,6 +142,12 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
         "sandbox_uid".into(),
         if uid == 0 { SANDBOX_UID } else { uid }.to_string(),
     );
+    // SAFETY: getegid has no preconditions.
+    let gid = unsafe { libc::getegid() };
+    f.insert(
+        "sandbox_gid".into(),
+        if uid == 0 { SANDBOX_GID } else { gid }.to_string(),
+    );
     f.insert("arch".into(), std::env::consts::ARCH.into());
     f
 }
@@ -177,9 +183,23 @@ pub(crate) fn namespace_names(layers: Layers) -> Vec<&'static str> {
     names
 }
 
-fn rlimits(l: &Limits) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
+/// The sandbox's own helper processes that share its user namespace, and
+/// so its `RLIMIT_NPROC` count, with a PID namespace: the monitor and the
+/// init. They are added to the limit so that the program itself gets
+/// exactly `max_processes`.
+const HELPER_PROCESSES: u64 = 2;
+
+fn rlimits(l: &Limits, layers: Layers) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
+    let helpers = if layers.pid_namespace {
+        HELPER_PROCESSES
+    } else {
+        0
+    };
     [
-        (libc::RLIMIT_NPROC, l.max_processes),
+        (
+            libc::RLIMIT_NPROC,
+            l.max_processes.map(|n| n.saturating_add(helpers)),
+        ),
         (libc::RLIMIT_AS, l.memory_bytes),
         (libc::RLIMIT_NOFILE, l.open_files),
         (libc::RLIMIT_CPU, l.cpu_seconds),
@@ -325,7 +345,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
         id_maps: layers.mount_namespace.then(|| IdMaps::identity(uid, gid)),
         mounts,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
-        rlimits: rlimits(&policy.limits),
+        rlimits: rlimits(&policy.limits, layers),
         last_cap: probe::last_cap(),
         ruleset,
         seccomp,

@@ -20,6 +20,9 @@
 //!   host reads afterwards, and each read-write grant, is bind-mounted over
 //!   itself and made writable again with `nosuid,nodev`.
 //!
+//! - With a PID namespace, a fresh read-only procfs of that namespace
+//!   covers the host's `/proc`.
+//!
 //! `nodev` is not applied to the whole host: `/dev/null` and friends live
 //! there, and only the device files Landlock grants can be opened anyway.
 //! Requires `mount_setattr(2)` (Linux 5.12).
@@ -100,9 +103,12 @@ impl MountPlan {
     }
 
     /// Runs in the child, inside its new mount namespace, while it still
-    /// holds the namespace's capabilities. Async-signal-safe: raw syscalls
+    /// holds the namespace's capabilities. With `fresh_proc` (the caller is
+    /// the init of a new PID namespace) a procfs of that namespace is
+    /// mounted over the host's `/proc`, read-only, so not even the
+    /// existence of a host process shows. Async-signal-safe: raw syscalls
     /// on data prepared in the parent.
-    pub(crate) fn apply(&self) -> std::io::Result<()> {
+    pub(crate) fn apply(&self, fresh_proc: bool) -> std::io::Result<()> {
         // SAFETY: raw syscalls on NUL-terminated strings and a struct that
         // outlive the calls.
         unsafe {
@@ -119,6 +125,15 @@ impl MountPlan {
             }
             for p in &self.writable {
                 bind_writable(p)?;
+            }
+            if fresh_proc {
+                check(libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ))?;
             }
             // The cwd still names the host directory under the new mount.
             check(libc::chdir(self.scratch.as_ptr()))?;

@@ -78,3 +78,74 @@ pub fn readable_copy(src: &Path, dir: &Path) -> PathBuf {
     std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
     dst
 }
+
+/// A `sleep` duration unique to this call (seconds with a long fraction),
+/// so the host can find that very process by its argv: inside the
+/// sandbox's PID namespace the pid it prints means nothing on the host.
+pub fn sleep_token() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "30.{}{:03}{nanos:09}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Host pids of live (non-zombie) processes with `arg` in their argv.
+pub fn host_pids_with_arg(arg: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+                .unwrap_or(false)
+        })
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next());
+            !matches!(state, None | Some("Z") | Some("X"))
+        })
+        .collect()
+}
+
+/// Waits (up to 10 s) until a process with `arg` runs on the host; panics
+/// otherwise. The positive control of every "it is gone afterwards" test.
+pub fn wait_for_process_with_arg(arg: &str) -> Vec<i32> {
+    for _ in 0..500 {
+        let pids = host_pids_with_arg(arg);
+        if !pids.is_empty() {
+            return pids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("no process with argument {arg} ever ran");
+}
+
+/// Asserts that no live process with `arg` is left within a second (and
+/// kills any, so a failing test leaves nothing behind).
+pub fn assert_no_process_with_arg(arg: &str) {
+    let mut left = host_pids_with_arg(arg);
+    for _ in 0..50 {
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        left = host_pids_with_arg(arg);
+    }
+    for pid in &left {
+        // SAFETY: killing this test's own leftover.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    panic!("processes {left:?} with argument {arg} outlived their sandbox");
+}

@@ -29,7 +29,17 @@
 //! `chmod`, `chown`, `utimensat` and `setxattr` all call `mnt_want_write()`
 //! (fs/namespace.c) on the path's mount before any permission check, and
 //! it refuses with `EROFS` when that mount is read-only — a refusal of the
-//! write itself, which the host confirms changed nothing.
+//! write itself, which the host confirms changed nothing. `EROFS` counts
+//! for creating and writing files outside scratch too: `open_last_lookups`
+//! takes `mnt_want_write()` for `O_CREAT`/`O_TRUNC`/write opens and
+//! `lookup_open` answers `EROFS` when it failed, before any LSM hook — the
+//! read-only mount is the first layer (a backend's mount namespace), the
+//! LSM the second; the host confirms nothing was created or changed.
+//! `EXDEV` also counts for the rename out of scratch when the child sees
+//! scratch on a different mount than the target (`do_renameat2` refuses
+//! any rename across mounts): then nothing can leave scratch by rename at
+//! all, which is the property checked, and the host confirms the target
+//! is absent.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,8 +57,20 @@ const XATTR_VALUE: &[u8] = b"planted";
 /// The atime and mtime the host gives the metadata target (2001-09-09).
 const PLANTED_TIME: i64 = 1_000_000_000;
 
-/// Denials for a metadata write: see the module doc for `EROFS`.
+/// Denials for a write outside the grants (data or metadata): see the
+/// module doc for `EROFS`.
 const META_DENIED: [i32; 3] = [libc::EPERM, libc::EACCES, libc::EROFS];
+
+/// Whether `a` and `b`'s parent directory are on different mounts, as the
+/// child sees them.
+fn on_different_mounts(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = Path::new(b).parent().unwrap_or(Path::new("/"));
+    match (std::fs::metadata(a), std::fs::metadata(parent)) {
+        (Ok(x), Ok(y)) => x.dev() != y.dev(),
+        _ => false,
+    }
+}
 
 /// The planted files in scratch: name and mode the child gives them.
 const SETID_FILES: [(&str, u32); 2] = [("sid", 0o4755), ("sgid", 0o6755)];
@@ -385,7 +407,8 @@ fn run_ids(path: &Path, uid: u32, exe_bytes: &[u8]) -> Result<(u32, u32), String
 
 pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     let get = |k: &str| args.get(k).cloned().unwrap_or_default();
-    let cross_denied: &[i32] = if get("same_fs") == "true" {
+    let rename_to = get("rename_to");
+    let cross_denied: &[i32] = if get("same_fs") == "true" || on_different_mounts(".", &rename_to) {
         &[libc::EACCES, libc::EPERM, libc::EXDEV]
     } else {
         &DENIED
@@ -397,24 +420,23 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             r.forbidden(
                 &format!("create-{key}"),
                 child::write_file(p, libc::O_CREAT | libc::O_EXCL),
-                &DENIED,
+                &META_DENIED,
             );
         }
     }
     r.forbidden(
         "write-canary",
         child::write_file(&canary, libc::O_APPEND),
-        &DENIED,
+        &META_DENIED,
     );
     r.forbidden(
         "truncate-canary",
         child::write_file(&canary, libc::O_TRUNC),
-        &DENIED,
+        &META_DENIED,
     );
 
     // Rename a scratch file out of scratch.
     let _ = std::fs::write("to-move", b"x");
-    let rename_to = get("rename_to");
     let (from, to) = (child::cstr("to-move"), child::cstr(&rename_to));
     // SAFETY: valid C strings.
     let rc = unsafe { libc::rename(from.as_ptr(), to.as_ptr()) };
@@ -437,7 +459,7 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
         r.forbidden(
             "write-via-symlink",
             child::write_file("link-out", libc::O_APPEND),
-            &DENIED,
+            &META_DENIED,
         );
     } else {
         r.check(

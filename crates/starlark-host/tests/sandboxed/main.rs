@@ -226,20 +226,25 @@ async fn calls_run_in_a_warm_reused_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_runs_as_nobody_with_no_files_and_no_network() {
-    // The worker cannot be asked to touch files (Starlark has no file
-    // API); what we can check from outside: uid, and that its only
-    // granted dir is the private staging dir.
+    // Starlark has no file or socket API, so what is checked is from the
+    // outside, by the host: the worker process runs as the sandbox uid,
+    // with no_new_privs and a seccomp filter, in PID, mount, IPC and user
+    // namespaces of its own, and its only granted dir is the private
+    // staging dir.
     let _g = serial();
     let e = env(Limits::default());
     let pkg = package("who", &[], &[], "def f():\n    return 1\n");
     e.call(&pkg, "f").await.unwrap();
     let pids = e.sandboxed.worker_pids();
     assert_eq!(pids.len(), 1);
+    // The pid the pool holds is the sandbox's monitor; the worker program
+    // is its descendant that carries `--instance`.
+    let worker = program_under(pids[0]);
     // Two threads once the start-up warm-up thread is done: the protocol
     // reader and the evaluation thread.
     let mut status = String::new();
     for _ in 0..100 {
-        status = std::fs::read_to_string(format!("/proc/{}/status", pids[0])).unwrap();
+        status = std::fs::read_to_string(format!("/proc/{worker}/status")).unwrap();
         if status
             .lines()
             .any(|l| l.starts_with("Threads:") && l.ends_with("\t2"))
@@ -248,12 +253,29 @@ async fn worker_runs_as_nobody_with_no_files_and_no_network() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    if nix_is_root() {
-        assert!(uid_line.contains("65534"), "{uid_line}");
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    // SAFETY: geteuid cannot fail.
+    let sandbox_uid = match unsafe { libc::geteuid() } {
+        0 => 65534,
+        uid => uid,
+    };
+    let u = sandbox_uid.to_string();
+    assert_eq!(field("Uid:"), [u.as_str(); 4].join(" "), "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    for ns in ["pid", "mnt", "ipc", "user"] {
+        let mine = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        let its = std::fs::read_link(format!("/proc/{worker}/ns/{ns}")).unwrap();
+        assert_ne!(mine, its, "the worker shares the host's {ns} namespace");
     }
-    let threads = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
-    assert_eq!(threads.split_whitespace().nth(1), Some("2"), "{threads}");
+    assert_eq!(field("Threads:"), "2", "{status}");
     let kib = |key: &str| -> u64 {
         status
             .lines()
@@ -279,9 +301,43 @@ async fn worker_runs_as_nobody_with_no_files_and_no_network() {
     e.sandboxed.shutdown().await;
 }
 
-fn nix_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+/// The descendant of `root` whose argv has `--instance` (the worker
+/// program under the sandbox's monitor and init).
+fn program_under(root: u32) -> u32 {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let found: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| c.split(|b| *b == 0).any(|a| a == b"--instance"))
+                .unwrap_or(false)
+        })
+        .filter(|pid| {
+            let mut p = *pid;
+            for _ in 0..8 {
+                if p == root {
+                    return true;
+                }
+                match parent_of(p) {
+                    Some(q) if q > 1 => p = q,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "worker program under {root}: {found:?}");
+    found[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
