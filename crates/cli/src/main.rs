@@ -47,6 +47,13 @@ enum Command {
         files (it cannot change a terminal's modes or a log's append flag). It sees pipes,\n\
         not a terminal. Its output is complete when cordon exits; when cordon's stdout\n\
         is closed (| head -1), the program gets SIGPIPE as in a plain pipeline.\n\n\
+        What the program may touch: the program file itself (and its #! interpreter or\n\
+        ELF loader), the system's program and library dirs (/usr, /bin, /lib...), a few\n\
+        /etc files (ld.so.cache, localtime, passwd, group, nsswitch.conf, gitconfig) and\n\
+        /dev/urandom and /dev/random, read-only; /dev/null, /dev/zero, /dev/full and its\n\
+        scratch dir read-write.\n\
+        Nothing else, not even the program's own directory: grant more with --ro PATH\n\
+        (read, and execute for dirs) or --rw PATH (read-write), each repeatable.\n\n\
         Exit status: the program's own; 128+N if killed by signal N; 124 on --timeout;\n\
         125 if cordon itself failed (bad flags, no conforming sandbox, spawn error).")]
     Run(run::RunArgs),

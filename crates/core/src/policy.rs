@@ -18,9 +18,19 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Network {
-    /// No socket to anything outside the sandbox: no TCP, UDP, raw or packet
-    /// socket, no UNIX-socket connect to a host socket. `socketpair(AF_UNIX)`
-    /// inside the sandbox stays possible.
+    /// No socket to anything outside the sandbox: no TCP, UDP, raw, packet
+    /// or netlink socket, no UNIX-socket connect to a host socket (pathname
+    /// or abstract), no datagram sent to a host socket's path, no io_uring
+    /// (which could do the same without the syscalls). `socketpair(AF_UNIX)`
+    /// of stream or seqpacket type inside the sandbox stays possible (a
+    /// datagram pair could address a path, so it is refused).
+    ///
+    /// How each backend enforces it, and on which kernel, is in its docs
+    /// (Linux: seccomp refuses `socket`, datagram `socketpair` and
+    /// io_uring; Landlock refuses TCP bind/connect and abstract sockets
+    /// created outside the sandbox). The host's network namespace is not
+    /// replaced, so what the host exposes through files the sandbox can
+    /// read is not hidden by this setting.
     #[default]
     Deny,
 }

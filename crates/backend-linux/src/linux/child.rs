@@ -65,8 +65,9 @@ pub(crate) struct ChildPlan {
     pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); 6],
     pub last_cap: libc::c_ulong,
     pub ruleset: OwnedFd,
-    /// seccomp filters, installed in this order.
-    pub seccomp: Vec<filter::Program>,
+    /// seccomp filters, installed in this order (compiled once per
+    /// process and shared).
+    pub seccomp: std::sync::Arc<Vec<filter::Program>>,
     /// Fork into monitor, init and program (needs `CLONE_NEWPID`).
     pub pid_namespace: bool,
 }
@@ -260,7 +261,7 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
         ))?;
         // seccomp last, so nothing above is itself filtered. Monitor and
         // init are confined by all of it too.
-        for prog in &plan.seccomp {
+        for prog in plan.seccomp.iter() {
             let fprog = libc::sock_fprog {
                 len: prog.len() as libc::c_ushort,
                 filter: prog.as_ptr() as *mut libc::sock_filter,

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::process::Command;
 
 use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
@@ -152,6 +153,20 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
     f
 }
 
+/// The seccomp filters, compiled once per process: they depend on nothing
+/// but the architecture and the layer set, and compiling them on every
+/// spawn cost more than the rest of `wrap`.
+fn compiled_filters(allowlist: bool) -> Result<Arc<Vec<filter::Program>>, String> {
+    static FULL: OnceLock<Result<Arc<Vec<filter::Program>>, String>> = OnceLock::new();
+    static LEGACY: OnceLock<Result<Arc<Vec<filter::Program>>, String>> = OnceLock::new();
+    let (cell, build): (_, fn() -> Result<Vec<filter::Program>, String>) = if allowlist {
+        (&FULL, filter::programs)
+    } else {
+        (&LEGACY, filter::legacy_programs)
+    };
+    cell.get_or_init(|| build().map(Arc::new)).clone()
+}
+
 /// `CLONE_NEWUSER` plus the namespaces of the enabled layers (the user
 /// namespace is created first, so the others belong to it).
 pub(crate) fn unshare_flags(layers: Layers) -> libc::c_int {
@@ -246,6 +261,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
         path: scratch.clone(),
         is_dir: true,
         grant: Grant::Scratch,
+        optional: false,
     });
     for f in &policy.program_files {
         let (path, is_dir) = rules::canonical_grant("program", f).map_err(wrap_err)?;
@@ -253,6 +269,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
             path,
             is_dir,
             grant: Grant::ReadExec,
+            optional: false,
         });
     }
     if let Some(pkg) = &policy.package_dir {
@@ -261,6 +278,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
             path,
             is_dir,
             grant: Grant::ReadExec,
+            optional: false,
         });
     }
     for p in &policy.read_only {
@@ -269,6 +287,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
             path,
             is_dir,
             grant: Grant::ReadOnly,
+            optional: false,
         });
     }
     for p in &policy.read_write {
@@ -277,6 +296,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
             path,
             is_dir,
             grant: Grant::ReadWrite,
+            optional: false,
         });
     }
     rules::check_no_read_only_under_writable(&path_rules).map_err(wrap_err)?;
@@ -295,12 +315,7 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
     path_rules.extend(rules::system_rules());
 
     let ruleset = rules::build(abi, &path_rules).map_err(wrap_err)?;
-    let seccomp = if layers.seccomp_allowlist {
-        filter::programs()
-    } else {
-        filter::legacy_programs()
-    }
-    .map_err(wrap_err)?;
+    let seccomp = compiled_filters(layers.seccomp_allowlist).map_err(wrap_err)?;
     if seccomp.is_empty() {
         return Err(wrap_err(
             "no seccomp filter was built: refusing to run unfiltered",

@@ -193,8 +193,14 @@ unsafe fn probe_child(is_root: bool, flags: libc::c_int, mounts: bool, maps: &Id
     }
 }
 
-/// The highest capability number of the running kernel.
+/// The highest capability number of the running kernel (read once per
+/// process: it is fixed for the kernel's lifetime).
 pub(crate) fn last_cap() -> libc::c_ulong {
+    static LAST: std::sync::OnceLock<libc::c_ulong> = std::sync::OnceLock::new();
+    *LAST.get_or_init(read_last_cap)
+}
+
+fn read_last_cap() -> libc::c_ulong {
     if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap") {
         if let Ok(n) = s.trim().parse::<libc::c_ulong>() {
             return n;

@@ -68,6 +68,9 @@ pub(crate) struct PathRule {
     pub is_dir: bool,
     /// What it is for.
     pub grant: Grant,
+    /// Skipped when the path does not exist (the backend's system set,
+    /// which varies between distributions); a policy grant is required.
+    pub optional: bool,
 }
 
 /// The rights for `grant` on a directory or a file, within `abi`.
@@ -161,24 +164,19 @@ pub(crate) fn check_no_read_only_under_writable(rules: &[PathRule]) -> Result<()
     Ok(())
 }
 
-/// The minimal system set that exists on this host.
+/// The minimal system set, as listed (not canonicalised: [`build`] opens
+/// each path, following symlinks, skips the ones that do not exist on
+/// this host and the duplicates merged `/usr` makes, by inode).
 pub(crate) fn system_rules() -> Vec<PathRule> {
     let mut out = Vec::new();
     let mut push = |paths: &[&str], grant: Grant| {
         for p in paths {
-            if let Ok(c) = Path::new(p).canonicalize() {
-                let is_dir = c.is_dir();
-                if !out
-                    .iter()
-                    .any(|r: &PathRule| r.path == c && r.grant == grant)
-                {
-                    out.push(PathRule {
-                        path: c,
-                        is_dir,
-                        grant,
-                    });
-                }
-            }
+            out.push(PathRule {
+                path: PathBuf::from(p),
+                is_dir: false,
+                grant,
+                optional: true,
+            });
         }
     };
     push(SYSTEM_EXEC_DIRS, Grant::ReadExec);
@@ -186,6 +184,24 @@ pub(crate) fn system_rules() -> Vec<PathRule> {
     push(SYSTEM_RW_DEVICES, Grant::RwDevice);
     push(SYSTEM_READ_DEVICES, Grant::ReadFileOnly);
     out
+}
+
+/// Device, inode and directory-ness of an open fd.
+fn fd_identity(fd: &PathFd) -> std::io::Result<(u64, u64, bool)> {
+    use std::os::fd::{AsFd, AsRawFd};
+    // SAFETY: fstat writes into `st`; the fd is open for the call.
+    let st = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_fd().as_raw_fd(), &mut st) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        st
+    };
+    Ok((
+        st.st_dev as u64,
+        st.st_ino as u64,
+        st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+    ))
 }
 
 /// Builds the ruleset for `abi` and returns its fd (`O_CLOEXEC`).
@@ -209,17 +225,35 @@ pub(crate) fn build(abi_version: i32, rules: &[PathRule]) -> Result<OwnedFd, Str
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(ll)?;
     }
     let mut created = ruleset.create().map_err(ll)?;
+    let mut seen: Vec<(u64, u64, Grant)> = Vec::new();
     for r in rules {
-        let access = rights(abi, r.grant, r.is_dir);
-        if access.is_empty() {
-            continue;
-        }
-        let fd = PathFd::new(&r.path).map_err(|e| {
+        let fd = match PathFd::new(&r.path) {
+            Ok(fd) => fd,
+            // A system path this host does not have grants nothing.
+            Err(_) if r.optional && !r.path.exists() => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot open `{}` for a Landlock rule: {e}",
+                    r.path.display()
+                ))
+            }
+        };
+        // The kind of the file actually opened (a grant may have been
+        // checked earlier; a symlinked system path is followed here).
+        let (dev, ino, is_dir) = fd_identity(&fd).map_err(|e| {
             format!(
-                "cannot open `{}` for a Landlock rule: {e}",
+                "cannot stat `{}` for a Landlock rule: {e}",
                 r.path.display()
             )
         })?;
+        if seen.contains(&(dev, ino, r.grant)) {
+            continue;
+        }
+        seen.push((dev, ino, r.grant));
+        let access = rights(abi, r.grant, is_dir);
+        if access.is_empty() {
+            continue;
+        }
         created = created
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| {
@@ -296,6 +330,7 @@ mod tests {
             path: PathBuf::from(p),
             is_dir: true,
             grant,
+            optional: false,
         };
         let ok = [
             rule("/s", Grant::Scratch),
