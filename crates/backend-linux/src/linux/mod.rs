@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
 use std::process::Command;
+use std::sync::{Arc, OnceLock};
 
 use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
 

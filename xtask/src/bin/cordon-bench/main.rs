@@ -88,6 +88,9 @@ async fn run(plan: Plan, json: bool) -> i32 {
     }
     let mut rows = Vec::new();
     rows.extend(spawn::bench(&plan, sandbox.as_ref().ok()).await);
+    if cfg!(target_os = "linux") {
+        rows.extend(spawn::layers(&plan).await);
+    }
     rows.extend(spawn::suite(&plan, backend.clone()).await);
     let (scale_rows, clean) = scale::bench(&plan, sandbox.as_ref().ok()).await;
     rows.extend(scale_rows);

@@ -103,6 +103,102 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     } else {
         let mut r = row(SECTION, "bwrap --ro-bind / / --unshare-all ...", bw);
         r.ratio = Some(r.median / base.median);
+        if let Some(sb) = rows
+            .iter_mut()
+            .find(|r| r.name.starts_with("SandboxRunner"))
+        {
+            if sb.median.is_finite() {
+                sb.note = format!("{}; {:.2}x bwrap", sb.note, sb.median / r.median);
+            }
+        }
+        rows.push(r);
+    }
+    rows
+}
+
+/// What each isolation layer of the Linux backend costs: the same spawn
+/// with the layers added one at a time, interleaved with plain `Command`.
+/// These spawners bypass the gate on purpose (a backend without every
+/// layer never passes it); they exist only to be measured.
+pub async fn layers(plan: &Plan) -> Vec<Row> {
+    use cordon_backend_linux::{Layers, LinuxBackend};
+    use cordon_core::{RunnerConfig, Spawner};
+    const S: &str = "1b. Linux backend, layer by layer";
+    let legacy = Layers::LEGACY;
+    let pid = Layers {
+        pid_namespace: true,
+        ..legacy
+    };
+    let ipc = Layers {
+        ipc_namespace: true,
+        ..pid
+    };
+    let mount = Layers {
+        mount_namespace: true,
+        ..ipc
+    };
+    let steps: [(&str, Layers); 5] = [
+        (
+            "user ns + rlimits + caps + Landlock + seccomp deny-list",
+            legacy,
+        ),
+        ("+ PID namespace (monitor, init)", pid),
+        ("+ IPC namespace", ipc),
+        (
+            "+ mount namespace (read-only host, tmpfs scratch, /proc)",
+            mount,
+        ),
+        ("+ seccomp allowlist = every layer", Layers::ALL),
+    ];
+    if !LinuxBackend::new().availability().is_available() {
+        return vec![not_built(
+            S,
+            "every layer",
+            "the Linux backend is unavailable here",
+        )];
+    }
+    let spawners: Vec<Spawner> = steps
+        .iter()
+        .map(|(_, l)| {
+            Spawner::confined(
+                Arc::new(LinuxBackend::with_layers(*l)),
+                RunnerConfig::default(),
+            )
+        })
+        .collect();
+    let mut plain = vec![];
+    let mut samples: Vec<Vec<Duration>> = vec![vec![]; steps.len()];
+    for i in 0..plan.spawn_iters + 10 {
+        let t = Instant::now();
+        assert!(Command::new("/bin/true")
+            .status()
+            .expect("/bin/true")
+            .success());
+        let p = t.elapsed();
+        let mut these = vec![];
+        for sp in &spawners {
+            let t = Instant::now();
+            let mut child = sp.spawn(&ChildSpec::new("/bin/true")).expect("spawn");
+            assert!(child.wait().await.expect("wait").success());
+            these.push(t.elapsed());
+        }
+        if i >= 10 {
+            plain.push(p);
+            for (s, t) in samples.iter_mut().zip(these) {
+                s.push(t);
+            }
+        }
+    }
+    let base = row(S, "std::process::Command (baseline)", plain);
+    let mut rows = vec![base.clone()];
+    let mut previous: Option<f64> = None;
+    for ((name, _), v) in steps.iter().zip(samples) {
+        let mut r = row(S, *name, v);
+        r.ratio = Some(r.median / base.median);
+        if let Some(p) = previous {
+            r.note = format!("{:+.0} µs over the row above", r.median - p);
+        }
+        previous = Some(r.median);
         rows.push(r);
     }
     rows
