@@ -71,32 +71,37 @@ fn unscrubbed_cargo() -> Command {
     cmd
 }
 
-/// A cargo as a user starts it from a shell: a short environment built
-/// independently of [`cargo::is_set_by_cargo`], with what a user might
-/// have set for cargo and rustc passed through.
+/// A cargo as a user starts it from a shell: this test's environment
+/// without any `CARGO_*` variable that is not cargo configuration. An
+/// allowlist, built independently of [`cargo::is_set_by_cargo`]'s list of
+/// what to drop, so a variable that list misses shows up as a difference.
 fn plain_cargo() -> Command {
-    let mut cmd = Command::new(cargo::cargo_binary());
-    cmd.env_clear();
-    for k in [
-        "PATH",
-        "HOME",
-        "USER",
-        "TMPDIR",
-        "RUSTUP_HOME",
-        "RUSTUP_TOOLCHAIN",
+    const CONFIG: &[&str] = &[
         "CARGO_HOME",
         "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET_DIR",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTC_WRAPPER",
-        "CARGO_BUILD_RUSTC_WRAPPER",
         "CARGO_INCREMENTAL",
-    ] {
-        if let Some(v) = std::env::var_os(k) {
-            cmd.env(k, v);
-        }
-    }
+        "CARGO_LOG",
+        "CARGO_CACHE_RUSTC_INFO",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_ENCODED_RUSTDOCFLAGS",
+    ];
+    const CONFIG_PREFIXES: &[&str] = &[
+        "CARGO_BUILD_",
+        "CARGO_PROFILE_",
+        "CARGO_TERM_",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRY_",
+        "CARGO_REGISTRIES_",
+        "CARGO_UNSTABLE_",
+    ];
+    let mut cmd = Command::new(cargo::cargo_binary());
+    cmd.env_clear().envs(std::env::vars_os().filter(|(k, _)| {
+        let k = k.to_string_lossy();
+        !k.starts_with("CARGO")
+            || CONFIG.contains(&&*k)
+            || CONFIG_PREFIXES.iter().any(|p| k.starts_with(p))
+    }));
     cmd
 }
 
