@@ -1,13 +1,29 @@
 //! `cargo xtask`: project commands that need more than `cargo` itself.
 //!
 //! - `cargo xtask conformance [--backend NAME] [--json] [--probe P]...`
-//!   builds the `cordon` binary and runs `cordon conformance` (one code
-//!   path for both), passing the exit status through: 0 conforms, 1 not,
-//!   2 usage error.
-//! - `cargo xtask bench [--quick] [--json]`: the benchmarks (see benches/README.md).
+//!   builds the `cordon` binary without its `starlark` feature (the gate
+//!   needs no Starlark host, reqwest or rustls) and runs `cordon
+//!   conformance` (one code path for both), passing the exit status
+//!   through: 0 conforms, 1 not, 2 usage error.
+//! - `cargo xtask bench [--quick] [--json]`: builds the `cordon-bench`
+//!   harness in release mode and runs it (see benches/README.md).
+//!
+//! This front has no dependencies: the `cargo xtask` alias
+//! (`.cargo/config.toml`) builds the package with `--no-default-features`,
+//! which leaves out the harness and all it links (the `bench` feature, on by
+//! default so `cargo build/test/clippy --workspace` still build and check
+//! it). Every cargo the front starts gets the user's environment without
+//! what `cargo run` set for xtask (see `cargo.rs`), so its builds are the
+//! same units a plain `cargo build` makes: repeating or alternating them
+//! rebuilds nothing (`fresh_tests.rs` guards that).
 
-use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+mod cargo;
+#[cfg(test)]
+mod fresh_tests;
+
+use std::process::ExitCode;
+
+use cargo::Build;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -16,8 +32,8 @@ fn main() -> ExitCode {
     };
     let rest: Vec<String> = args.collect();
     match task.as_str() {
-        "conformance" => run_cordon("conformance", &rest),
-        "bench" => run_bench(&rest),
+        "conformance" => build_and_run(Build::GATE, Some("conformance"), &rest),
+        "bench" => build_and_run(Build::BENCH, None, &rest),
         "-h" | "--help" | "help" => {
             print_usage();
             ExitCode::SUCCESS
@@ -38,62 +54,22 @@ fn usage() -> ExitCode {
     ExitCode::from(2)
 }
 
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
-}
-
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
-/// Builds a package's binary quietly and returns its path.
-fn build_bin(package: &str, bin: &str, release: bool) -> Result<PathBuf, ExitCode> {
-    let root = workspace_root();
-    let mut cmd = Command::new(cargo());
-    cmd.current_dir(&root)
-        .args(["build", "--quiet", "--package", package, "--bin", bin]);
-    if release {
-        cmd.arg("--release");
-    }
-    match cmd.status() {
-        Ok(s) if s.success() => {}
-        Ok(_) | Err(_) => {
-            eprintln!("xtask: building `{bin}` failed");
-            return Err(ExitCode::from(2));
-        }
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    Ok(target
-        .join(if release { "release" } else { "debug" })
-        .join(bin))
-}
-
-fn run_cordon(sub: &str, rest: &[String]) -> ExitCode {
-    let exe = match build_bin("cordon", "cordon", false) {
+/// Builds `build`'s binary, runs it with `sub` (if any) and `rest`, and
+/// passes its exit status through (2 when it cannot be built or started).
+fn build_and_run(build: Build, sub: Option<&str>, rest: &[String]) -> ExitCode {
+    let exe = match build.executable() {
         Ok(p) => p,
-        Err(code) => return code,
-    };
-    match Command::new(&exe).arg(sub).args(rest).status() {
-        Ok(s) => ExitCode::from(s.code().unwrap_or(1).clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("xtask: cannot run {}: {e}", exe.display());
-            ExitCode::from(2)
+            eprintln!("xtask: {e}");
+            return ExitCode::from(2);
         }
-    }
-}
-
-fn run_bench(rest: &[String]) -> ExitCode {
-    // Release mode: debug builds would measure the compiler, not Cordon.
-    let exe = match build_bin("xtask", "cordon-bench", true) {
-        Ok(p) => p,
-        Err(code) => return code,
     };
-    match Command::new(&exe).args(rest).status() {
+    // The binary gets the user's environment too, not cargo's additions.
+    let status = cargo::command_with_env(&exe, std::env::vars_os())
+        .args(sub)
+        .args(rest)
+        .status();
+    match status {
         Ok(s) => ExitCode::from(s.code().unwrap_or(1).clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("xtask: cannot run {}: {e}", exe.display());

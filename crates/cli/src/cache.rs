@@ -1,4 +1,5 @@
-//! The per-boot conformance cache behind `cordon run`.
+//! The per-boot conformance cache behind `cordon run`, trusted only where no
+//! other user could have written it.
 //!
 //! Running P1–P7 before every `cordon run` costs a fraction of a second; a
 //! conforming report is cached for this boot, keyed by backend, kernel
@@ -10,33 +11,82 @@
 //! is reused; otherwise the binary is hashed again. ctime is deliberately
 //! not part of it: `cordon star run` hard-links the binary into the worker's
 //! private dir, which changes ctime on every run. A cache file that is missing,
-//! unreadable, malformed, for another key, not conforming, or not owned by
-//! this user with mode 0600 is ignored and the suite runs again.
+//! unreadable, malformed, for another key or not conforming is ignored and
+//! the suite runs again.
+//!
+//! # Why a cached report can be trusted
+//!
+//! The cache decides whether untrusted code runs: a forged "conforms" report
+//! for the `noop` backend would run a program unconfined. Whoever can write
+//! the cache dir, or rename anything on the way to it, can forge one. So
+//! every check is made on an open file descriptor, never on a path that can
+//! be swapped between the check and the use:
+//!
+//! - **The dir.** Its path (`$XDG_CACHE_HOME/cordon`, else
+//!   `$HOME/.cache/cordon`; symlinks resolved once, up front) is opened from
+//!   `/` one component at a time, each with `openat(parent_fd, name,
+//!   O_DIRECTORY|O_NOFOLLOW)` and checked with `fstat` on the new fd;
+//!   missing components are created 0700. **Every** directory from `/` down
+//!   is checked, not only those below `$HOME` or the cache root: whoever can
+//!   write an ancestor can rename the whole subtree and put their own in its
+//!   place, and the cache root can be anywhere (the reported attack used a
+//!   shared `XDG_CACHE_HOME` under /tmp). An ancestor must be owned by root
+//!   or by this user, and writable by nobody else unless it has the sticky
+//!   bit (like `/tmp`: others then cannot rename or remove entries that are
+//!   not theirs, and the next component is checked in turn). The cache dir
+//!   itself must be owned by this user and writable by nobody else, sticky
+//!   bit or not (anyone who may create entries in it may plant names).
+//!   A refused dir costs one line on stderr and a probe run: no report is
+//!   read from it or written to it.
+//! - **The file** is opened relative to the dir fd with
+//!   `O_NOFOLLOW|O_NONBLOCK`, then checked with `fstat` on that same fd (a
+//!   regular file owned by this user, no group or other permission bits, at
+//!   most [`MAX_CACHE_BYTES`]) and read from that fd.
+//! - **Writing** creates a temp file with a random name, `O_CREAT|O_EXCL|
+//!   O_NOFOLLOW`, mode 0600, relative to the dir fd, syncs it and
+//!   `renameat`s it onto the cache name in the same dir fd.
 
-use std::path::{Path, PathBuf};
+use std::ffi::{CStr, CString, OsStr};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_core::{ConformanceReport, ConformanceSuite, SandboxBackend};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+/// The largest cache file that is read (a real one is a few KiB).
+pub const MAX_CACHE_BYTES: u64 = 1 << 20;
+
 /// What a cached report is valid for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheKey {
+    /// The backend's name (`linux`, `macos`, `noop`).
     pub backend: String,
+    /// `uname -r`.
     pub kernel_release: String,
+    /// What the backend reports about the host (e.g. the Landlock ABI).
     pub backend_facts: std::collections::BTreeMap<String, String>,
+    /// The effective uid the probes ran as.
     pub uid: u32,
+    /// This boot's id: a reboot invalidates the report.
     pub boot_id: String,
+    /// SHA-256 of cordon's own binary.
     pub exe_sha256: String,
 }
 
 /// What identifies cordon's binary on disk without reading it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExeIdentity {
+    /// `st_dev`.
     pub dev: u64,
+    /// `st_ino`.
     pub ino: u64,
+    /// `st_size`.
     pub size: u64,
+    /// `st_mtime` in nanoseconds.
     pub mtime_ns: i128,
 }
 
@@ -70,8 +120,7 @@ impl CacheKey {
             backend: backend.name().to_string(),
             kernel_release: cordon_core::kernel_release(),
             backend_facts: backend.host_facts(),
-            // SAFETY: geteuid cannot fail.
-            uid: unsafe { libc::geteuid() },
+            uid: euid(),
             boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
@@ -88,31 +137,47 @@ struct CacheFile {
     report: ConformanceReport,
 }
 
-/// Where cache files live: `$XDG_CACHE_HOME/cordon` or `~/.cache/cordon`.
+/// Where cache files live: `$XDG_CACHE_HOME/cordon`, else
+/// `$HOME/.cache/cordon`. A relative value is ignored, as the XDG base
+/// directory spec asks; with neither variable usable there is no cache.
 pub fn default_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME")
+        .or_else(|| absolute("HOME").map(|h| h.join(".cache")))
         .map(|d| d.join("cordon"))
 }
 
 /// How the last lookup went (for `-v` output and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {
+    /// A valid conforming report was found and used.
     Hit,
+    /// No usable report: the suite ran (and its report was stored if it conformed).
     Miss,
+    /// No cache dir configured: the suite ran.
     Disabled,
+    /// The cache dir is not private to this user: the suite ran, nothing stored.
+    Refused,
 }
 
 /// A suite that answers from the cache when it can.
 pub struct CachedSuite<S> {
+    /// The suite that runs on a miss.
     pub inner: S,
+    /// The cache dir, as configured (checked on every run).
     pub dir: Option<PathBuf>,
+    /// Ignore a cached report (it is still replaced by the new one).
     pub recheck: bool,
+    /// How the last run went.
     pub outcome: std::sync::Mutex<CacheOutcome>,
 }
 
 impl<S> CachedSuite<S> {
+    /// A cache in `dir` (none if `None`) in front of `inner`.
     pub fn new(inner: S, dir: Option<PathBuf>, recheck: bool) -> Self {
         CachedSuite {
             inner,
@@ -121,90 +186,471 @@ impl<S> CachedSuite<S> {
             outcome: std::sync::Mutex::new(CacheOutcome::Disabled),
         }
     }
+}
 
-    fn file_for(&self, backend: &str) -> Option<PathBuf> {
-        self.dir
-            .as_ref()
-            .map(|d| d.join(format!("conformance-{backend}.json")))
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The cache file's name for `backend`; `None` for a name that is not a
+/// plain file name (backend names are fixed words, this is a guard).
+fn file_name(backend: &str) -> Option<CString> {
+    let ok = !backend.is_empty()
+        && backend
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    ok.then(|| CString::new(format!("conformance-{backend}.json")).ok())
+        .flatten()
+}
+
+/// Mode bits as `u32`: `mode_t` is `u32` on Linux but `u16` on macOS.
+#[allow(clippy::useless_conversion)]
+fn bits(mode: libc::mode_t) -> u32 {
+    u32::from(mode)
+}
+
+fn os_err() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> std::io::Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `fd` is an open descriptor and `st` points to writable memory
+    // of the right size; fstat fills all of it on success.
+    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(os_err());
+    }
+    // SAFETY: fstat returned 0, so the struct is initialised.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// `openat(dir, name, flags | O_CLOEXEC, mode)`.
+fn openat(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: libc::c_uint,
+) -> std::io::Result<OwnedFd> {
+    // SAFETY: `dir` is open, `name` is NUL-terminated; `mode` is only read
+    // with O_CREAT.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    if fd < 0 {
+        return Err(os_err());
+    }
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Why a cache dir is not used. Displays as one line.
+#[derive(Debug)]
+pub struct Refused {
+    /// The cache dir as configured.
+    pub dir: PathBuf,
+    /// What is wrong, naming the offending directory.
+    pub why: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not using the conformance cache in {:?}: {}; running the probes instead \
+             (make it private to you, or set XDG_CACHE_HOME to a private dir)",
+            self.dir, self.why
+        )
     }
 }
 
-/// Reads a cache file that is private to this user and well formed.
-fn read_private(path: &Path) -> Option<CacheFile> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-        tracing::warn!(path = %path.display(), "ignoring conformance cache not private to this user");
+/// `dir` made absolute with symlinks resolved, as far as it exists; the
+/// missing tail is appended as plain names (they are created later).
+fn resolve(dir: &Path) -> Result<PathBuf, String> {
+    if !dir.is_absolute() {
+        return Err("the path is not absolute".into());
+    }
+    let mut existing = dir.to_path_buf();
+    let mut missing = Vec::new();
+    loop {
+        match std::fs::canonicalize(&existing) {
+            Ok(mut path) => {
+                path.extend(missing.iter().rev());
+                return Ok(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
+                    return Err(format!("cannot resolve {existing:?}"));
+                };
+                missing.push(name.to_os_string());
+                existing = parent.to_path_buf();
+            }
+            Err(e) => return Err(format!("cannot resolve {existing:?}: {e}")),
+        }
+    }
+}
+
+/// Checks one directory on the way to the cache (see the module docs).
+fn check_dir(st: &libc::stat, path: &Path, is_cache_dir: bool, me: u32) -> Result<(), String> {
+    let owner = st.st_uid;
+    let mode = bits(st.st_mode) & 0o7777;
+    let sticky = mode & bits(libc::S_ISVTX) != 0;
+    let others_write = mode & 0o022 != 0;
+    if is_cache_dir {
+        if owner != me {
+            return Err(format!("{path:?} is owned by uid {owner}, not by uid {me}"));
+        }
+        if others_write {
+            return Err(format!(
+                "{path:?} is writable by other users (mode {mode:04o})"
+            ));
+        }
+    } else {
+        if owner != 0 && owner != me {
+            return Err(format!("{path:?} is owned by uid {owner}"));
+        }
+        if others_write && !sticky {
+            return Err(format!(
+                "{path:?} is writable by other users (mode {mode:04o}, no sticky bit)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Opens the cache dir `dir` from `/`, one checked component at a time,
+/// creating missing components 0700. The fd is the only handle used on
+/// the cache afterwards.
+pub fn open_private_dir(dir: &Path) -> Result<OwnedFd, Refused> {
+    let refuse = |why: String| Refused {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let path = resolve(dir).map_err(refuse)?;
+    let me = euid();
+    let names: Vec<&OsStr> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    if names.is_empty() {
+        return Err(refuse("the cache cannot be `/`".into()));
+    }
+    let mut fd: OwnedFd = std::fs::File::open("/")
+        .map_err(|e| refuse(format!("cannot open /: {e}")))?
+        .into();
+    let mut at = PathBuf::from("/");
+    let st = fstat(fd.as_fd()).map_err(|e| refuse(format!("cannot stat /: {e}")))?;
+    check_dir(&st, &at, false, me).map_err(refuse)?;
+    for (i, name) in names.iter().enumerate() {
+        at.push(name);
+        let c_name = CString::new(name.as_bytes()).map_err(|_| refuse("NUL in path".into()))?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let next = match openat(fd.as_fd(), &c_name, flags, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                // SAFETY: `fd` is an open directory, `c_name` NUL-terminated.
+                if unsafe { libc::mkdirat(fd.as_raw_fd(), c_name.as_ptr(), 0o700) } != 0 {
+                    let e = os_err();
+                    // EEXIST: someone made it meanwhile; it is checked below.
+                    if e.raw_os_error() != Some(libc::EEXIST) {
+                        return Err(refuse(format!("cannot create {at:?}: {e}")));
+                    }
+                }
+                openat(fd.as_fd(), &c_name, flags, 0)
+            }
+            other => other,
+        }
+        .map_err(|e| refuse(format!("cannot open {at:?} as a directory: {e}")))?;
+        let st = fstat(next.as_fd()).map_err(|e| refuse(format!("cannot stat {at:?}: {e}")))?;
+        check_dir(&st, &at, i + 1 == names.len(), me).map_err(refuse)?;
+        fd = next;
+    }
+    Ok(fd)
+}
+
+/// Opens `name` in `dir` if it is a private regular file of this user of
+/// at most [`MAX_CACHE_BYTES`], checked on the opened fd itself.
+fn open_private(dir: BorrowedFd<'_>, name: &CStr) -> Option<std::fs::File> {
+    // O_NONBLOCK: a FIFO planted under the name must not hang the open.
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let fd = match openat(dir, name, flags, 0) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return None,
+        Err(e) => {
+            tracing::warn!(file = ?name, error = %e, "ignoring a conformance cache that cannot be opened (a symlink?)");
+            return None;
+        }
+    };
+    let st = fstat(fd.as_fd()).ok()?;
+    let mode = bits(st.st_mode);
+    let regular = mode & bits(libc::S_IFMT) == bits(libc::S_IFREG);
+    let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    if !regular || st.st_uid != euid() || mode & 0o077 != 0 || size > MAX_CACHE_BYTES {
+        tracing::warn!(file = ?name, "ignoring a conformance cache that is not a private regular file of this user");
         return None;
     }
-    let text = std::fs::read_to_string(path).ok()?;
+    Some(std::fs::File::from(fd))
+}
+
+/// Reads a cache file in `dir` that is private to this user and well formed.
+fn read_private(dir: BorrowedFd<'_>, name: &CStr) -> Option<CacheFile> {
+    let mut text = String::new();
+    open_private(dir, name)?
+        .take(MAX_CACHE_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
     match serde_json::from_str(&text) {
         Ok(f) => Some(f),
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "ignoring unreadable conformance cache");
+            tracing::warn!(file = ?name, error = %e, "ignoring unreadable conformance cache");
             None
         }
     }
 }
 
-fn write_private(
-    path: &Path,
-    key: CacheKey,
-    exe: ExeIdentity,
-    report: &ConformanceReport,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = path.parent().expect("cache file has a parent");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let tmp = dir.join(format!(".tmp-{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    let file = CacheFile {
-        key,
-        exe,
-        report: report.clone(),
-    };
-    f.write_all(serde_json::to_string_pretty(&file)?.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+/// A fresh unpredictable temp file name.
+fn temp_name() -> std::io::Result<CString> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(CString::new(format!(".tmp-{}", hex::encode(bytes))).expect("hex has no NUL"))
+}
+
+/// Creates `name` in `dir` for writing: never an existing file, never
+/// through a symlink.
+fn create_new(dir: BorrowedFd<'_>, name: &CStr) -> std::io::Result<std::fs::File> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    openat(dir, name, flags, 0o600).map(std::fs::File::from)
+}
+
+/// Stores `file` as `name` in `dir`: temp file, sync, rename.
+fn write_private(dir: BorrowedFd<'_>, name: &CStr, file: &CacheFile) -> std::io::Result<()> {
+    let json = serde_json::to_vec_pretty(file)?;
+    let tmp = temp_name()?;
+    let mut f = create_new(dir, &tmp)?;
+    let written = f
+        .write_all(&json)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| {
+            // SAFETY: both names are NUL-terminated and relative to the same
+            // open directory.
+            let r = unsafe {
+                libc::renameat(
+                    dir.as_raw_fd(),
+                    tmp.as_ptr(),
+                    dir.as_raw_fd(),
+                    name.as_ptr(),
+                )
+            };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(os_err())
+            }
+        });
+    if written.is_err() {
+        // SAFETY: as above; removing our own temp file, best effort.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    }
+    written
 }
 
 #[async_trait::async_trait]
 impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
     async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
-        let path = self.file_for(backend.name());
         let set = |o| *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = o;
-        let cached = path.as_deref().and_then(read_private);
+        let name = file_name(backend.name());
+        let dir = match (&self.dir, &name) {
+            (Some(dir), Some(_)) => match open_private_dir(dir) {
+                Ok(fd) => Some(fd),
+                Err(refused) => {
+                    eprintln!("cordon: warning: {refused}");
+                    set(CacheOutcome::Refused);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let place = dir.as_ref().zip(name.as_deref());
+        let cached = place.and_then(|(dir, name)| read_private(dir.as_fd(), name));
         let known = cached.as_ref().map(|f| (&f.exe, f.key.exe_sha256.as_str()));
         let key = CacheKey::for_backend(backend.as_ref(), known).ok();
-        if let (Some(path), Some((key, _))) = (&path, &key) {
+        if let (Some(_), Some((key, _))) = (place, &key) {
             if !self.recheck {
                 if let Some(file) = cached.filter(|f| f.key == *key && f.report.conforms()) {
                     set(CacheOutcome::Hit);
-                    tracing::debug!(path = %path.display(), "conformance cache hit");
+                    tracing::debug!(dir = ?self.dir, "conformance cache hit");
                     return file.report;
                 }
             }
             set(CacheOutcome::Miss);
         }
         let report = self.inner.run(backend).await;
-        if let (Some(path), Some((key, exe))) = (path, key) {
+        if let (Some((dir, name)), Some((key, exe))) = (place, key) {
             if report.conforms() {
-                if let Err(e) = write_private(&path, key, exe, &report) {
-                    tracing::warn!(path = %path.display(), error = %e, "could not write conformance cache");
+                let file = CacheFile {
+                    key,
+                    exe,
+                    report: report.clone(),
+                };
+                if let Err(e) = write_private(dir.as_fd(), name, &file) {
+                    tracing::warn!(dir = ?self.dir, error = %e, "could not write conformance cache");
                 }
             }
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn chmod(p: &Path, mode: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn dir_fd(p: &Path) -> OwnedFd {
+        std::fs::File::open(p).unwrap().into()
+    }
+
+    /// A private dir under a fresh temp dir (the temp dir itself is 0700).
+    fn private() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("cordon");
+        (t, d)
+    }
+
+    #[test]
+    fn a_private_dir_is_created_and_accepted() {
+        use std::os::unix::fs::MetadataExt;
+        let (_t, d) = private();
+        open_private_dir(&d).unwrap();
+        let m = std::fs::metadata(&d).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o700);
+        assert_eq!(m.uid(), euid());
+        // Missing parents are created too, each checked.
+        let deep = d.join("a").join("b");
+        open_private_dir(&deep).unwrap();
+        assert!(deep.is_dir());
+    }
+
+    #[test]
+    fn a_cache_dir_others_can_write_is_refused_sticky_or_not() {
+        let (_t, d) = private();
+        std::fs::create_dir(&d).unwrap();
+        for mode in [0o777, 0o1777, 0o720, 0o702] {
+            chmod(&d, mode);
+            let e = open_private_dir(&d).unwrap_err();
+            assert!(e.why.contains("writable by other users"), "{mode:o}: {e}");
+        }
+        chmod(&d, 0o755);
+        open_private_dir(&d).unwrap();
+    }
+
+    #[test]
+    fn an_ancestor_others_can_write_is_refused_unless_sticky() {
+        let t = tempfile::tempdir().unwrap();
+        let shared = t.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        let d = shared.join("me").join("cordon");
+        chmod(&shared, 0o777);
+        let e = open_private_dir(&d).unwrap_err();
+        assert!(e.why.contains("no sticky bit"), "{e}");
+        assert!(e.to_string().contains("shared"), "{e}");
+        // Nothing was created below the refused ancestor.
+        assert!(!shared.join("me").exists());
+        chmod(&shared, 0o1777);
+        open_private_dir(&d).unwrap();
+        chmod(&shared, 0o775);
+        assert!(open_private_dir(&d).is_err());
+    }
+
+    #[test]
+    fn a_symlinked_cache_dir_is_resolved_and_checked_at_its_target() {
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, t.path().join("link")).unwrap();
+        open_private_dir(&t.path().join("link").join("cordon")).unwrap();
+        assert!(real.join("cordon").is_dir());
+        chmod(&real, 0o777);
+        assert!(open_private_dir(&t.path().join("link").join("cordon")).is_err());
+    }
+
+    #[test]
+    fn a_relative_dir_is_refused() {
+        assert!(open_private_dir(Path::new("cache/cordon")).is_err());
+    }
+
+    #[test]
+    fn create_new_never_follows_or_reuses_a_planted_name() {
+        let (_t, d) = private();
+        std::fs::create_dir(&d).unwrap();
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, d.join(".tmp-planted")).unwrap();
+        std::fs::write(d.join(".tmp-existing"), b"old").unwrap();
+        let fd = dir_fd(&d);
+        let planted = CString::new(".tmp-planted").unwrap();
+        let existing = CString::new(".tmp-existing").unwrap();
+        let e = create_new(fd.as_fd(), &planted).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+        let e = create_new(fd.as_fd(), &existing).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(d.join(".tmp-existing")).unwrap(), b"old");
+        // Fresh names differ each time.
+        assert_ne!(temp_name().unwrap(), temp_name().unwrap());
+    }
+
+    #[test]
+    fn only_a_private_regular_file_is_opened() {
+        let (_t, d) = private();
+        std::fs::create_dir(&d).unwrap();
+        let fd = dir_fd(&d);
+        let name = CString::new("conformance-x.json").unwrap();
+        let file = d.join("conformance-x.json");
+        // Control: a 0600 file of ours is opened.
+        std::fs::write(&file, b"{}").unwrap();
+        chmod(&file, 0o600);
+        assert!(open_private(fd.as_fd(), &name).is_some());
+        // Group- or other-readable: refused.
+        chmod(&file, 0o640);
+        assert!(open_private(fd.as_fd(), &name).is_none());
+        // Larger than the limit: refused.
+        std::fs::write(&file, vec![b' '; MAX_CACHE_BYTES as usize + 1]).unwrap();
+        chmod(&file, 0o600);
+        assert!(open_private(fd.as_fd(), &name).is_none());
+        // A symlink to a private file: not followed.
+        std::fs::remove_file(&file).unwrap();
+        let elsewhere = d.join("elsewhere");
+        std::fs::write(&elsewhere, b"{}").unwrap();
+        chmod(&elsewhere, 0o600);
+        std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+        assert!(open_private(fd.as_fd(), &name).is_none());
+        // A FIFO: neither waited on nor opened for reading.
+        std::fs::remove_file(&file).unwrap();
+        let c = CString::new(file.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(open_private(fd.as_fd(), &name).is_none());
+    }
+
+    #[test]
+    fn file_names_are_plain() {
+        assert_eq!(
+            file_name("linux").unwrap().to_str().unwrap(),
+            "conformance-linux.json"
+        );
+        assert!(file_name("../x").is_none());
+        assert!(file_name("").is_none());
     }
 }

@@ -12,7 +12,9 @@ mod backends;
 mod cache;
 mod conformance;
 mod run;
+#[cfg(feature = "starlark")]
 mod sandboxed;
+#[cfg(feature = "starlark")]
 mod star;
 
 /// Exit status when cordon itself fails (bad flags, no sandbox, spawn error).
@@ -65,6 +67,7 @@ enum Command {
         Exit status: 0 if the backend conforms, 1 if not, 2 on a usage error.")]
     Conformance(conformance::ConformanceArgs),
     /// Starlark packages.
+    #[cfg(feature = "starlark")]
     #[command(subcommand)]
     Star(star::StarCommand),
 }
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
     // Before anything else (and before any thread): the conformance probe
     // child and the Starlark worker are this same binary in another mode.
     cordon_conformance::dispatch_probe_child();
+    #[cfg(feature = "starlark")]
     cordon_starlark::worker::dispatch_worker();
 
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::main(args).await,
             Command::Conformance(args) => conformance::main(args).await,
+            #[cfg(feature = "starlark")]
             Command::Star(cmd) => star::main(cmd).await,
         }
     })
