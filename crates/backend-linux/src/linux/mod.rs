@@ -157,14 +157,16 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
 /// but the architecture and the layer set, and compiling them on every
 /// spawn cost more than the rest of `wrap`.
 fn compiled_filters(allowlist: bool) -> Result<Arc<Vec<filter::Program>>, String> {
-    static FULL: OnceLock<Result<Arc<Vec<filter::Program>>, String>> = OnceLock::new();
-    static LEGACY: OnceLock<Result<Arc<Vec<filter::Program>>, String>> = OnceLock::new();
-    let (cell, build): (_, fn() -> Result<Vec<filter::Program>, String>) = if allowlist {
-        (&FULL, filter::programs)
+    type Compiled = Result<Arc<Vec<filter::Program>>, String>;
+    static FULL: OnceLock<Compiled> = OnceLock::new();
+    static LEGACY: OnceLock<Compiled> = OnceLock::new();
+    if allowlist {
+        FULL.get_or_init(|| filter::programs().map(Arc::new)).clone()
     } else {
-        (&LEGACY, filter::legacy_programs)
-    };
-    cell.get_or_init(|| build().map(Arc::new)).clone()
+        LEGACY
+            .get_or_init(|| filter::legacy_programs().map(Arc::new))
+            .clone()
+    }
 }
 
 /// `CLONE_NEWUSER` plus the namespaces of the enabled layers (the user
