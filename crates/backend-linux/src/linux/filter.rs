@@ -1146,8 +1146,9 @@ type Block<'a> = (&'a [Rule], u32, u32);
 ///       ld   [nr]
 ///       jge  X32_SYSCALL_BIT, +0, +1     (x86_64, when guarded)
 ///       ret  KILL_PROCESS
-///       binary search on nr: one `jge` per node, leaves `ret` a value or
-///       jump to a block
+///       binary search on nr: one `jge` per node, jumping to the next
+///       node, to a shared `ret`, or to an argument-check block
+///       ret ALLOW / ret ERRNO(EPERM) / … (one per verdict)
 ///       the argument-check blocks, one per distinct rule set
 /// ```
 ///
@@ -1203,9 +1204,16 @@ fn compile(spec: &Spec) -> Result<Program, String> {
         a.ret(RET_KILL);
         a.bind(not_x32);
     }
-    let block_labels: Vec<asm::Label> = blocks.iter().map(|_| a.label()).collect();
-    search(&mut a, &intervals, &block_labels);
-    for ((rules, matched, otherwise), label) in blocks.iter().zip(&block_labels) {
+    let mut targets = Targets {
+        blocks: blocks.iter().map(|_| a.label()).collect(),
+        rets: BTreeMap::new(),
+    };
+    search(&mut a, &intervals, &mut targets);
+    for (r, label) in &targets.rets {
+        a.bind(*label);
+        a.ret(*r);
+    }
+    for ((rules, matched, otherwise), label) in blocks.iter().zip(&targets.blocks) {
         a.bind(*label);
         check_block(&mut a, rules, *matched, *otherwise);
     }
@@ -1242,27 +1250,52 @@ fn intervals(leaves: &[(u32, Leaf)], default: Leaf) -> Vec<(u32, Leaf)> {
     out
 }
 
+/// Where the search's leaves go: each argument-check block's label, and
+/// one shared `ret` per verdict, placed right after the tree.
+struct Targets {
+    blocks: Vec<asm::Label>,
+    rets: BTreeMap<u32, asm::Label>,
+}
+
+impl Targets {
+    fn of(&mut self, a: &mut asm::Asm, leaf: Leaf) -> asm::Label {
+        match leaf {
+            Leaf::Block(b) => self.blocks[b],
+            Leaf::Ret(r) => *self.rets.entry(r).or_insert_with(|| a.label()),
+        }
+    }
+}
+
 /// Emits the binary search over `iv` (the accumulator holds the number,
 /// which lies in the intervals' range): each node splits the intervals in
 /// half with one `jge` on the first number of the upper half. A half that
-/// is one argument-checked interval is that block's label itself, so no
-/// instruction is spent on the way there.
-fn search(a: &mut asm::Asm, iv: &[(u32, Leaf)], blocks: &[asm::Label]) {
+/// is a single interval is no code at all: the `jge` jumps straight to
+/// its shared `ret` or to its argument-check block, so the tree is one
+/// instruction per node and a number's verdict is one `jge` per level
+/// and a `ret`.
+fn search(a: &mut asm::Asm, iv: &[(u32, Leaf)], t: &mut Targets) {
     let (lower, upper) = iv.split_at(iv.len() / 2);
     if lower.is_empty() {
+        // A tree of one interval (no node to jump from).
         match iv[0].1 {
             Leaf::Ret(r) => a.ret(r),
-            Leaf::Block(b) => a.ja(blocks[b]),
+            leaf => {
+                let l = t.of(a, leaf);
+                a.ja(l);
+            }
         }
         return;
     }
-    let as_block = |half: &[(u32, Leaf)]| match half {
-        [(_, Leaf::Block(b))] => Some(blocks[*b]),
+    let single = |half: &[(u32, Leaf)]| match half {
+        [(_, leaf)] => Some(*leaf),
         _ => None,
     };
-    let upper_label = as_block(upper).unwrap_or_else(|| a.label());
-    let lower_dest = match as_block(lower) {
-        Some(l) => asm::Dest::To(l),
+    let upper_label = match single(upper) {
+        Some(leaf) => t.of(a, leaf),
+        None => a.label(),
+    };
+    let lower_dest = match single(lower) {
+        Some(leaf) => asm::Dest::To(t.of(a, leaf)),
         None => asm::Dest::Next,
     };
     a.jump(
@@ -1271,12 +1304,12 @@ fn search(a: &mut asm::Asm, iv: &[(u32, Leaf)], blocks: &[asm::Label]) {
         asm::Dest::To(upper_label),
         lower_dest,
     );
-    if lower_dest == asm::Dest::Next {
-        search(a, lower, blocks);
+    if single(lower).is_none() {
+        search(a, lower, t);
     }
-    if as_block(upper).is_none() {
+    if single(upper).is_none() {
         a.bind(upper_label);
-        search(a, upper, blocks);
+        search(a, upper, t);
     }
 }
 
@@ -1324,20 +1357,69 @@ fn words(c: &Cond) -> Vec<(u32, u32, u32)> {
 
 /// Emits one block: each rule's conditions in turn (a failed one jumps to
 /// the next rule), `ret matched` after a rule that held, `ret otherwise`
-/// after the last rule.
+/// after the last rule. Neighbouring rules that differ only in a last
+/// 32-bit `==` on the same argument (`AF_UNIX` and one of eight socket
+/// types; one of five personalities) are one set-membership test: their
+/// common conditions once, the argument loaded once, one `jeq` per value.
 fn check_block(a: &mut asm::Asm, rules: &[Rule], matched: u32, otherwise: u32) {
-    for rule in rules {
+    use asm::{Cmp, Dest};
+    let mut rest = rules;
+    while let Some(first) = rest.first() {
+        let group = 1 + rest[1..]
+            .iter()
+            .take_while(|r| same_but_value(first, r))
+            .count();
         let fail = a.label();
         // Which argument word the accumulator holds, if known: consecutive
         // conditions on one word load it once.
         let mut acc = None;
-        for c in rule {
-            condition(a, c, fail, &mut acc);
+        if group > 1 {
+            let (last, common) = first
+                .split_last()
+                .expect("a rule in a group has conditions");
+            for c in common {
+                condition(a, c, fail, &mut acc);
+            }
+            let (offset, _, _) = words(last)[0];
+            if acc != Some(offset) {
+                a.load(offset);
+            }
+            let hit = a.label();
+            for (i, rule) in rest[..group].iter().enumerate() {
+                let value = match rule.last().map(|c| c.op) {
+                    Some(Op::Eq(v)) => v as u32,
+                    _ => unreachable!("same_but_value groups 32-bit `==` only"),
+                };
+                if i + 1 < group {
+                    a.jump(Cmp::Eq, value, Dest::To(hit), Dest::Next);
+                } else {
+                    a.jump(Cmp::Eq, value, Dest::Next, Dest::To(fail));
+                }
+            }
+            a.bind(hit);
+        } else {
+            for c in first {
+                condition(a, c, fail, &mut acc);
+            }
         }
         a.ret(matched);
         a.bind(fail);
+        rest = &rest[group..];
     }
     a.ret(otherwise);
+}
+
+/// Whether `r` is `first` with only the value of its last condition
+/// changed, that condition being a 32-bit `==` (so `first OR r` is "the
+/// common conditions, and that argument is one of the values").
+fn same_but_value(first: &Rule, r: &Rule) -> bool {
+    let is_eq32 = |c: &Cond| c.width == Width::Low32 && matches!(c.op, Op::Eq(_));
+    match (first.split_last(), r.split_last()) {
+        (Some((a, common_a)), Some((b, common_b))) => {
+            common_a == common_b && is_eq32(a) && is_eq32(b) && a.arg == b.arg
+        }
+        _ => false,
+    }
 }
 
 /// Emits `c`: falls through when it holds, jumps to `fail` when not.
@@ -2671,13 +2753,31 @@ mod tests {
         let mut outcomes = [0usize; 2];
         for _ in 0..1000 {
             let base: [u64; 6] = std::array::from_fn(|_| rng.next());
-            let rules: Vec<Rule> = (0..1 + rng.below(2))
+            let mut rules: Vec<Rule> = (0..1 + rng.below(2))
                 .map(|_| {
                     (0..1 + rng.below(4))
                         .map(|_| random_cond(&mut rng, &base))
                         .collect()
                 })
                 .collect();
+            // Half the time, rules that differ only in a last 32-bit `==`
+            // (compiled as one membership test), before or after others.
+            if rng.below(2) == 0 {
+                let common: Rule = (0..rng.below(3))
+                    .map(|_| random_cond(&mut rng, &base))
+                    .collect();
+                let arg = rng.below(6) as u8;
+                let group: Vec<Rule> = (0..2 + rng.below(4))
+                    .map(|_| {
+                        let value = (base[arg as usize] ^ (1 << rng.below(3))) & 0xffff_ffff;
+                        let mut r = common.clone();
+                        r.push(Cond::eq(arg, value));
+                        r
+                    })
+                    .collect();
+                let at = rng.below(rules.len() + 1);
+                rules.splice(at..at, group);
+            }
             let mut spec = Spec::new("test", RET_ENOSYS, false);
             let check = Verdict::Check {
                 rules: rules.clone(),
