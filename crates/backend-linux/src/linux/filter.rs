@@ -21,11 +21,13 @@
 //! comparisons costs about (syscall count) × `n`. Here the number goes
 //! through an architecture check, the x32 guard, then a **binary search**
 //! over sorted intervals of numbers (runs of consecutive numbers with one
-//! verdict collapsed into one interval); its leaves return directly or
-//! jump to the argument checks placed after the tree. The code is
-//! produced by a small assembler ([`asm`]) that resolves labels and turns
-//! conditional jumps longer than the 255 instructions classic BPF can
-//! encode into `ja` trampolines.
+//! verdict collapsed into one interval); each leaf is a jump straight to a
+//! shared `ret` (`ALLOW`, `EPERM`, `ENOSYS`) or to the argument checks
+//! placed after the tree. Fewer instructions also matter: the kernel
+//! converts and JIT-compiles every one. The code is produced by a small
+//! assembler ([`asm`]) that resolves labels and turns conditional jumps
+//! longer than the 255 instructions classic BPF can encode into `ja`
+//! trampolines.
 //!
 //! [`legacy_programs`] is the first version's pair (a deny-list and
 //! `clone3` → `ENOSYS`), kept for `Layers::LEGACY` and compiled by the
