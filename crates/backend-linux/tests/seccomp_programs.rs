@@ -9,13 +9,18 @@
 //! `perl`, and `sqlite3`, `node`, `java` when installed), or this binary
 //! in *probe* mode, which issues one raw syscall and prints the result.
 //! Every denial is also probed with no filter and with the legacy pair, so
-//! each check shows what it catches when the protection is missing.
+//! each check shows what it catches when the protection is missing. One
+//! scenario asks the kernel for its verdict on 46 000 calls without running
+//! any of them, under `programs()` and under the filter pair seccompiler
+//! compiles from the same tables, and requires the same answers.
 //!
 //! `harness = false`: every scenario runs in its own process; as root each
 //! runs twice, as root and as uid 65534. Prints `N passed, M failed, K
 //! skipped` (skipped: an optional tool that is not installed, named).
-//! `-- --measure` prints instruction counts and syscall costs instead (a
-//! one-shot figure, not a test). A bare word filters scenarios.
+//! `-- --measure` prints instruction counts, install times and syscall
+//! costs instead, for `programs()` and the legacy pair next to the
+//! filters seccompiler compiles from the same tables (a one-shot figure,
+//! not a test). A bare word filters scenarios.
 
 #[cfg(target_os = "linux")]
 #[allow(dead_code, unused_imports)]
@@ -95,6 +100,10 @@ mod linux {
                 unix_dgram_cannot_reach_host_path,
             ),
             ("x32_call_is_killed", x32_call_is_killed),
+            (
+                "kernel_verdicts_match_seccompilers",
+                kernel_verdicts_match_seccompilers,
+            ),
             (
                 "backend_installs_filters_by_layer",
                 backend_installs_filters_by_layer,
@@ -220,8 +229,13 @@ mod linux {
         None,
         /// `filter::legacy_programs()` (the first version's pair).
         Legacy,
-        /// `filter::programs()` (allowlist + explicit-deny).
+        /// `filter::programs()` (one filter).
         Programs,
+        /// What seccompiler compiled from the same tables before
+        /// `filter.rs` had its own compiler (allowlist + explicit-deny).
+        Reference,
+        /// The legacy pair as seccompiler compiled it.
+        LegacyReference,
     }
 
     fn compiled(f: Filters) -> Vec<filter::Program> {
@@ -229,6 +243,8 @@ mod linux {
             Filters::None => Vec::new(),
             Filters::Legacy => filter::legacy_programs().expect("legacy_programs"),
             Filters::Programs => filter::programs().expect("programs"),
+            Filters::Reference => reference::programs(),
+            Filters::LegacyReference => reference::legacy(),
         }
     }
 
@@ -397,7 +413,7 @@ mod linux {
         let d = scratch();
         let exe = std::env::current_exe().unwrap();
         for (f, want) in [
-            (Filters::Programs, "Seccomp=2 filters=2 nnp=1"),
+            (Filters::Programs, "Seccomp=2 filters=1 nnp=1"),
             (Filters::Legacy, "Seccomp=2 filters=2 nnp=1"),
             (Filters::None, "Seccomp=0 filters=0 nnp=1"),
         ] {
@@ -1155,6 +1171,334 @@ int main(void) {
         })
     }
 
+    // ------------------------------------------- the kernel's verdicts
+
+    /// The `ERRNO` the oracle filter answers for a call every filter under
+    /// test allows. Nothing else here returns it (the filters return
+    /// `EPERM` and `ENOSYS`; no call runs).
+    const ORACLE_ERRNO: u32 = 4000;
+    /// The `exit_group` status the oracle lets through, to end a run.
+    const ORACLE_EXIT: u64 = 77;
+    /// A result slot never written (the run died before that call).
+    const NOT_RUN: i64 = i64::MIN;
+    /// A call that ran and succeeded (it must not: the oracle refuses all).
+    const RAN: i64 = -1;
+
+    /// The offset in `seccomp_data` of argument `i`'s low 32 bits.
+    fn arg_low(i: u32) -> u32 {
+        16 + 8 * i + if cfg!(target_endian = "little") { 0 } else { 4 }
+    }
+
+    /// The oracle, written out by hand (not with `filter.rs`'s
+    /// assembler): `exit_group(77)` and `seccomp(SET_MODE_FILTER, 0,
+    /// slot)` run, every other call gets `ERRNO(4000)`.
+    ///
+    /// Installed *before* the filters under test, it makes their verdict
+    /// visible without running the call: the kernel keeps the most severe
+    /// action (`KILL` > `ERRNO` > `ALLOW`) and, between two `ERRNO`s, the
+    /// most recently installed filter's (`seccomp_run_filters`). So a call
+    /// they allow returns 4000, one they refuse returns their errno, and
+    /// nothing runs either way.
+    fn oracle(slot: u64) -> filter::Program {
+        let stmt = |code: u16, k: u32| libc::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        let jeq = |k: u32, jf: u8| libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf,
+            k,
+        };
+        let (ld, ret) = (0x20, 0x06);
+        let hi = if cfg!(target_endian = "little") { 4 } else { 0 };
+        vec![
+            stmt(ld, 0),                                       // 0: nr
+            jeq(libc::SYS_exit_group as u32, 3),               // 1: → 5
+            stmt(ld, arg_low(0)),                              // 2
+            jeq(ORACLE_EXIT as u32, 11),                       // 3: → 15
+            stmt(ret, libc::SECCOMP_RET_ALLOW),                // 4
+            jeq(libc::SYS_seccomp as u32, 9),                  // 5: → 15
+            stmt(ld, arg_low(0)),                              // 6
+            jeq(libc::SECCOMP_SET_MODE_FILTER, 7),             // 7: → 15
+            stmt(ld, arg_low(1)),                              // 8
+            jeq(0, 5),                                         // 9: → 15
+            stmt(ld, arg_low(2)),                              // 10
+            jeq(slot as u32, 3),                               // 11: → 15
+            stmt(ld, 16 + 8 * 2 + hi),                         // 12
+            jeq((slot >> 32) as u32, 1),                       // 13: → 15
+            stmt(ret, libc::SECCOMP_RET_ALLOW),                // 14
+            stmt(ret, libc::SECCOMP_RET_ERRNO | ORACLE_ERRNO), // 15
+        ]
+    }
+
+    /// The kernel's verdict on each call under `progs`, none of the calls
+    /// running: a forked child installs the oracle, then `progs` (through
+    /// the one `sock_fprog` the oracle lets `seccomp` take), issues every
+    /// call and records its errno in shared memory. `ORACLE_ERRNO` means
+    /// "allowed".
+    fn kernel_verdicts(
+        progs: &[filter::Program],
+        calls: &[(u32, [u64; 6])],
+    ) -> Result<Vec<i64>, String> {
+        let mut slot = Box::new(libc::sock_fprog {
+            len: 0,
+            filter: std::ptr::null_mut(),
+        });
+        let slot_ptr: *mut libc::sock_fprog = &mut *slot;
+        let oracle = oracle(slot_ptr as u64);
+        let size = 8 * (calls.len() + 1);
+        // SAFETY: a fresh shared anonymous mapping; checked below.
+        let shared = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if shared == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        // Slot 0: which install failed (0: none); then one per call.
+        // SAFETY: `size` bytes, i64-aligned (page-aligned), ours.
+        let results =
+            unsafe { std::slice::from_raw_parts_mut(shared.cast::<i64>(), calls.len() + 1) };
+        results.fill(NOT_RUN);
+        results[0] = 0;
+        // SAFETY: the child runs raw syscalls on memory prepared above and
+        // writes only to the shared mapping and `slot`; it ends with
+        // exit_group (or is killed).
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            // SAFETY: see above; no allocation after fork.
+            unsafe {
+                let install = |p: &filter::Program| {
+                    (*slot_ptr).len = p.len() as libc::c_ushort;
+                    (*slot_ptr).filter = p.as_ptr() as *mut libc::sock_filter;
+                    libc::syscall(
+                        libc::SYS_seccomp,
+                        libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
+                        0 as libc::c_ulong,
+                        slot_ptr,
+                    ) == 0
+                };
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || !install(&oracle) {
+                    libc::_exit(2);
+                }
+                for (i, p) in progs.iter().enumerate() {
+                    if !install(p) {
+                        results[0] = 1000 * (i as i64 + 1) + errno() as i64;
+                        libc::syscall(libc::SYS_exit_group, ORACLE_EXIT);
+                    }
+                }
+                for (i, (nr, a)) in calls.iter().enumerate() {
+                    let r = libc::syscall(*nr as libc::c_long, a[0], a[1], a[2], a[3], a[4], a[5]);
+                    results[i + 1] = if r < 0 { errno() as i64 } else { RAN };
+                }
+                libc::syscall(libc::SYS_exit_group, ORACLE_EXIT);
+                libc::_exit(3);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let out = results[1..].to_vec();
+        let failed_install = results[0];
+        // SAFETY: unmapping the mapping made above; `results` is not used
+        // after this.
+        unsafe { libc::munmap(shared, size) };
+        drop(slot);
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != ORACLE_EXIT as i32 {
+            let first_missing = out.iter().position(|r| *r == NOT_RUN);
+            return Err(format!(
+                "the oracle child ended with status {status:#x} (signal {}); first call without \
+                 a result: {:?}",
+                libc::WTERMSIG(status),
+                first_missing.map(|i| calls[i])
+            ));
+        }
+        if failed_install != 0 {
+            return Err(format!(
+                "installing filter {} failed: {}",
+                failed_install / 1000,
+                errno_name((failed_install % 1000) as i32)
+            ));
+        }
+        Ok(out)
+    }
+
+    fn verdict_name(r: i64) -> String {
+        match r {
+            r if r == i64::from(ORACLE_ERRNO) => "allowed".into(),
+            RAN => "RAN".into(),
+            NOT_RUN => "not run".into(),
+            r => errno_name(r as i32),
+        }
+    }
+
+    /// Numbers the kernel lets through every filter without running it
+    /// (`seccomp_uprobe_exception`): x86_64's `uretprobe` (335, Linux
+    /// 6.11+) and `uprobe` (336). Called from anywhere but the kernel's
+    /// uprobe trampolines they do nothing but fail (here: SIGILL for 335,
+    /// `ENXIO` for 336), so no filter decides them and the oracle cannot
+    /// see a verdict for them.
+    #[cfg(target_arch = "x86_64")]
+    const UNFILTERED: [u32; 2] = [335, 336];
+    #[cfg(not(target_arch = "x86_64"))]
+    const UNFILTERED: [u32; 0] = [];
+
+    /// The calls whose verdicts are compared: every number 0..1024 (and a
+    /// few beyond) with edge and random arguments, and thousands of
+    /// argument vectors for each argument-checked syscall, built from the
+    /// constants of its rules. Seeded, so every run makes the same list.
+    fn verdict_calls() -> Vec<(u32, [u64; 6])> {
+        let mut state = 0x5eed_c0de_u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut pool: Vec<u64> = vec![0, 1, 2, 0xffff_ffff, u64::MAX, libc::SIGCHLD as u64];
+        for c in filter::checked() {
+            for cond in c.allow.iter().chain(&c.deny).flatten() {
+                match cond.op {
+                    filter::Op::Eq(v) | filter::Op::Ne(v) => pool.push(v),
+                    filter::Op::MaskedEq { mask, value } => {
+                        pool.extend([mask, value]);
+                        pool.extend((0..64).filter(|b| mask >> b & 1 == 1).map(|b| 1u64 << b));
+                    }
+                }
+            }
+        }
+        let arg = |next: &mut dyn FnMut() -> u64| -> u64 {
+            let pick = pool[(next() % pool.len() as u64) as usize];
+            match next() % 6 {
+                0 => next(),
+                1 => next() & 0xffff_ffff,
+                2 | 3 => pick,
+                4 => pick | (next() << 32),
+                _ => pick ^ (1 << (next() % 64)),
+            }
+        };
+        let mut calls = Vec::new();
+        let mut numbers: Vec<u32> = (0..1024).collect();
+        numbers.push(0x3fff_ffff);
+        if !cfg!(target_arch = "x86_64") {
+            // x86_64 kills these (x32 guard): `x32_call_is_killed`.
+            numbers.extend([0x4000_0000, 0x8000_0000, u32::MAX]);
+        }
+        for nr in numbers {
+            if UNFILTERED.contains(&nr) {
+                continue;
+            }
+            calls.push((nr, [0; 6]));
+            calls.push((nr, [u64::MAX; 6]));
+            for _ in 0..2 {
+                calls.push((nr, std::array::from_fn(|_| arg(&mut next))));
+            }
+        }
+        for c in filter::checked() {
+            for _ in 0..2000 {
+                calls.push((c.sys.nr as u32, std::array::from_fn(|_| arg(&mut next))));
+            }
+        }
+        // The two calls the oracle lets run stay out.
+        calls.retain(|(nr, a)| {
+            let ends = *nr == libc::SYS_exit_group as u32 && a[0] & 0xffff_ffff == ORACLE_EXIT;
+            let installs = *nr == libc::SYS_seccomp as u32
+                && a[0] & 0xffff_ffff == libc::SECCOMP_SET_MODE_FILTER as u64;
+            !ends && !installs
+        });
+        calls
+    }
+
+    /// On the real kernel, `programs()` answers exactly what seccompiler's
+    /// allowlist + explicit-deny pair compiled from the same tables
+    /// answered, and the legacy pair exactly what seccompiler's did, for
+    /// every number 0..1024 and thousands of arguments of the checked
+    /// calls. Controls: with no filter under test every call is "allowed"
+    /// (the oracle itself runs nothing), the verdicts include allowed,
+    /// EPERM and ENOSYS, and the full and legacy filters differ (the
+    /// comparison can tell filters apart).
+    fn kernel_verdicts_match_seccompilers() -> Result<(), Outcome> {
+        let calls = verdict_calls();
+        let run = |f: Filters| {
+            kernel_verdicts(&compiled(f), &calls).or_else(|e| fail(format!("{f:?}: {e}")))
+        };
+        let none = run(Filters::None)?;
+        let programs = run(Filters::Programs)?;
+        let reference = run(Filters::Reference)?;
+        let legacy = run(Filters::Legacy)?;
+        let legacy_reference = run(Filters::LegacyReference)?;
+        let mut failures = Vec::new();
+        if let Some(i) = none.iter().position(|r| *r != i64::from(ORACLE_ERRNO)) {
+            failures.push(format!(
+                "no filter: call {:?} got {}, not the oracle's errno",
+                calls[i],
+                verdict_name(none[i])
+            ));
+        }
+        for (what, ours, theirs) in [
+            ("programs() vs seccompiler's pair", &programs, &reference),
+            ("legacy vs seccompiler's legacy", &legacy, &legacy_reference),
+        ] {
+            let diffs: Vec<String> = (0..calls.len())
+                .filter(|i| ours[*i] != theirs[*i])
+                .map(|i| {
+                    format!(
+                        "nr {} {:x?}: {} vs {}",
+                        calls[i].0,
+                        calls[i].1,
+                        verdict_name(ours[i]),
+                        verdict_name(theirs[i])
+                    )
+                })
+                .collect();
+            if !diffs.is_empty() {
+                failures.push(format!(
+                    "{what}: {} differences: {:#?}",
+                    diffs.len(),
+                    &diffs[..diffs.len().min(20)]
+                ));
+            }
+        }
+        let count = |v: &[i64], r: i64| v.iter().filter(|x| **x == r).count();
+        let (allowed, eperm, enosys) = (
+            count(&programs, i64::from(ORACLE_ERRNO)),
+            count(&programs, libc::EPERM as i64),
+            count(&programs, libc::ENOSYS as i64),
+        );
+        println!(
+            "{} calls: programs() allowed {allowed}, EPERM {eperm}, ENOSYS {enosys}; legacy \
+             allowed {}, EPERM {}, ENOSYS {}",
+            calls.len(),
+            count(&legacy, i64::from(ORACLE_ERRNO)),
+            count(&legacy, libc::EPERM as i64),
+            count(&legacy, libc::ENOSYS as i64)
+        );
+        if allowed + eperm + enosys != calls.len() || allowed < 500 || eperm < 500 || enosys < 500 {
+            failures.push(format!(
+                "programs(): allowed {allowed}, EPERM {eperm}, ENOSYS {enosys} of {}: other \
+                 results, or a verdict barely reached",
+                calls.len()
+            ));
+        }
+        if programs == legacy {
+            failures.push("the full and the legacy filters got the same verdicts".into());
+        }
+        ensure(failures.is_empty(), || failures.join("\n"))
+    }
+
     /// Through `LinuxBackend::wrap` (every layer of the child, Landlock
     /// included): `Layers::ALL` installs `programs()`, `Layers::LEGACY` the
     /// legacy pair. Told apart by calls whose answer differs between them.
@@ -1219,8 +1563,9 @@ int main(void) {
     /// the kernel's per-filter action cache can skip the BPF), of
     /// `ioctl(FIONREAD)` and `prctl(PR_GET_NO_NEW_PRIVS)` (argument-checked:
     /// the BPF runs every time; ioctl's number is low, prctl's higher) and
-    /// of an unlisted number (the whole allowlist is walked). Nanoseconds
-    /// per call, the best of 3 rounds.
+    /// of an unlisted number (a linear chain walks all of it; the search
+    /// takes as long as for any other number). Nanoseconds per call, the
+    /// best of 3 rounds.
     fn bench() -> String {
         const N: u32 = 1_000_000;
         fn best(mut f: impl FnMut()) -> f64 {
@@ -1258,26 +1603,281 @@ int main(void) {
         }
     }
 
+    /// The filters as seccompiler compiled them before `filter.rs` had
+    /// its own compiler: the allowlist and the explicit-deny filter from
+    /// the same tables (allow and deny lists), and the first version's
+    /// legacy pair written out as it was. Each gets the x32 guard after
+    /// seccompiler's architecture check, as the crate used to add it.
+    mod reference {
+        // `libc`'s syscall-number and ioctl types differ between targets
+        // (as in filter.rs); the casts keep this portable.
+        #![allow(clippy::unnecessary_cast)]
+
+        use std::collections::BTreeMap;
+
+        use seccompiler::{
+            BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+            SeccompFilter, SeccompRule, TargetArch,
+        };
+
+        use crate::filter::{self, Cond, Op, Program, Width};
+
+        fn condition(c: &Cond) -> SeccompCondition {
+            let len = match c.width {
+                Width::Low32 => SeccompCmpArgLen::Dword,
+                Width::Full64 => SeccompCmpArgLen::Qword,
+            };
+            let (op, value) = match c.op {
+                Op::Eq(v) => (SeccompCmpOp::Eq, v),
+                Op::Ne(v) => (SeccompCmpOp::Ne, v),
+                Op::MaskedEq { mask, value } => (SeccompCmpOp::MaskedEq(mask), value),
+            };
+            SeccompCondition::new(c.arg, len, op, value).expect("condition")
+        }
+
+        fn rules(rules: &[filter::Rule]) -> Vec<SeccompRule> {
+            rules
+                .iter()
+                .map(|r| SeccompRule::new(r.iter().map(condition).collect()).expect("rule"))
+                .collect()
+        }
+
+        fn dword(arg: u8, op: SeccompCmpOp, value: u64) -> SeccompRule {
+            SeccompRule::new(vec![SeccompCondition::new(
+                arg,
+                SeccompCmpArgLen::Dword,
+                op,
+                value,
+            )
+            .expect("condition")])
+            .expect("rule")
+        }
+
+        fn compile(
+            rules: BTreeMap<i64, Vec<SeccompRule>>,
+            mismatch: SeccompAction,
+            matched: SeccompAction,
+            guard: bool,
+        ) -> Program {
+            let arch = if cfg!(target_arch = "x86_64") {
+                TargetArch::x86_64
+            } else if cfg!(target_arch = "aarch64") {
+                TargetArch::aarch64
+            } else {
+                TargetArch::riscv64
+            };
+            let f = SeccompFilter::new(rules, mismatch, matched, arch).expect("filter");
+            let bpf = BpfProgram::try_from(f).expect("compile");
+            let mut prog: Program = bpf
+                .into_iter()
+                .map(|i| libc::sock_filter {
+                    code: i.code,
+                    jt: i.jt,
+                    jf: i.jf,
+                    k: i.k,
+                })
+                .collect();
+            if guard && arch == TargetArch::x86_64 {
+                // After `ld arch; jeq ARCH, +1; ret KILL`: `ld nr; jge
+                // X32, +0, +1; ret KILL`. No jump crosses index 3.
+                assert!(prog[0].code == 0x20 && prog[0].k == 4 && prog[2].code == 0x06);
+                let st = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+                prog.splice(
+                    3..3,
+                    [
+                        st(0x20, 0, 0, 0),
+                        st(0x35, 0, 1, filter::X32_SYSCALL_BIT),
+                        st(0x06, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+                    ],
+                );
+            }
+            prog
+        }
+
+        /// The allowlist (default `ENOSYS`) and the explicit-deny filter
+        /// (`EPERM`), in install order.
+        pub(super) fn programs() -> Vec<Program> {
+            let (mut allow, mut deny) = (BTreeMap::new(), BTreeMap::new());
+            for s in filter::allowed() {
+                allow.insert(s.nr, Vec::new());
+            }
+            for s in filter::denied() {
+                deny.insert(s.nr, Vec::new());
+            }
+            for c in filter::checked() {
+                allow.insert(c.sys.nr, rules(&c.allow));
+                deny.insert(c.sys.nr, rules(&c.deny));
+            }
+            vec![
+                compile(
+                    allow,
+                    SeccompAction::Errno(libc::ENOSYS as u32),
+                    SeccompAction::Allow,
+                    true,
+                ),
+                compile(
+                    deny,
+                    SeccompAction::Allow,
+                    SeccompAction::Errno(libc::EPERM as u32),
+                    true,
+                ),
+            ]
+        }
+
+        /// The first version's deny-list and `clone3` → `ENOSYS`.
+        pub(super) fn legacy() -> Vec<Program> {
+            let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+            for (nr, _) in filter::legacy_denied_syscalls() {
+                rules.insert(nr as i64, Vec::new());
+            }
+            rules.insert(
+                libc::SYS_clone as i64,
+                filter::CLONE_NS_FLAGS
+                    .iter()
+                    .map(|(f, _)| dword(0, SeccompCmpOp::MaskedEq(*f), *f))
+                    .collect(),
+            );
+            rules.insert(
+                libc::SYS_ioctl as i64,
+                vec![
+                    dword(1, SeccompCmpOp::Eq, libc::TIOCSTI as u64),
+                    dword(1, SeccompCmpOp::Eq, libc::TIOCLINUX as u64),
+                ],
+            );
+            // The first version's personality list, written out again so
+            // the reference does not follow edits to filter.rs.
+            let personality = [0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff]
+                .iter()
+                .map(|v| {
+                    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *v)
+                        .expect("condition")
+                })
+                .collect();
+            rules.insert(
+                libc::SYS_personality as i64,
+                vec![SeccompRule::new(personality).expect("rule")],
+            );
+            let mut clone3 = BTreeMap::new();
+            clone3.insert(libc::SYS_clone3 as i64, Vec::new());
+            vec![
+                compile(
+                    rules,
+                    SeccompAction::Allow,
+                    SeccompAction::Errno(libc::EPERM as u32),
+                    true,
+                ),
+                compile(
+                    clone3,
+                    SeccompAction::Allow,
+                    SeccompAction::Errno(libc::ENOSYS as u32),
+                    false,
+                ),
+            ]
+        }
+    }
+
+    /// Microseconds `seccomp(SECCOMP_SET_MODE_FILTER)` takes to install
+    /// `progs` (each, in order) in a freshly forked child, the best of
+    /// `rounds` children. Since Linux 5.11 the kernel fills its action
+    /// cache then, emulating the new filter for every syscall number.
+    fn install_us(progs: &[filter::Program], rounds: usize) -> f64 {
+        let mut best = u64::MAX;
+        for _ in 0..rounds {
+            let mut p = [0i32; 2];
+            // SAFETY: a pipe and a fork; the child runs raw syscalls on
+            // memory prepared before the fork, writes 8 bytes and exits.
+            unsafe {
+                assert_eq!(libc::pipe(p.as_mut_ptr()), 0, "pipe");
+                let pid = libc::fork();
+                assert!(pid >= 0, "fork");
+                if pid == 0 {
+                    let mut ns = u64::MAX;
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 {
+                        let started = Instant::now();
+                        let all = progs.iter().all(|prog| {
+                            let fprog = libc::sock_fprog {
+                                len: prog.len() as libc::c_ushort,
+                                filter: prog.as_ptr() as *mut libc::sock_filter,
+                            };
+                            libc::syscall(
+                                libc::SYS_seccomp,
+                                libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
+                                0 as libc::c_ulong,
+                                &fprog as *const libc::sock_fprog,
+                            ) == 0
+                        });
+                        if all {
+                            ns = started.elapsed().as_nanos() as u64;
+                        }
+                    }
+                    libc::write(p[1], (&ns as *const u64).cast(), 8);
+                    libc::_exit(0);
+                }
+                libc::close(p[1]);
+                let mut ns = u64::MAX;
+                let n = libc::read(p[0], (&mut ns as *mut u64).cast(), 8);
+                libc::close(p[0]);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+                assert!(n == 8 && ns != u64::MAX, "installing the filters failed");
+                best = best.min(ns);
+            }
+        }
+        best as f64 / 1000.0
+    }
+
     fn measure() {
-        let progs = filter::programs().expect("programs");
-        let legacy = filter::legacy_programs().expect("legacy_programs");
+        let lens = |f: Filters| {
+            compiled(f)
+                .iter()
+                .map(|p| p.len().to_string())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        };
         println!(
-            "BPF instructions: allowlist {}, explicit-deny {}; legacy deny-list {}, legacy clone3 {}",
-            progs[0].len(),
-            progs[1].len(),
-            legacy[0].len(),
-            legacy[1].len()
+            "BPF instructions: programs() {}, seccompiler's pair {}; legacy {}, seccompiler's \
+             legacy {}",
+            lens(Filters::Programs),
+            lens(Filters::Reference),
+            lens(Filters::Legacy),
+            lens(Filters::LegacyReference)
         );
         println!(
             "syscalls listed: allowed {}, checked {}, denied {}",
             filter::allowed().len(),
-            filter::checked().expect("checked").len(),
+            filter::checked().len(),
             filter::denied().len()
         );
+        // The floor: one `ret ALLOW` instruction.
+        let trivial = vec![libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        }];
+        println!("install, best of 50 forked children:");
+        println!("  {:16} {:7.1} µs", "ret ALLOW", install_us(&[trivial], 50));
+        for f in [
+            Filters::Reference,
+            Filters::Programs,
+            Filters::LegacyReference,
+            Filters::Legacy,
+        ] {
+            println!(
+                "  {:16} {:7.1} µs",
+                format!("{f:?}"),
+                install_us(&compiled(f), 50)
+            );
+        }
         let d = scratch();
         let exe = std::env::current_exe().unwrap();
-        for f in [Filters::None, Filters::Legacy, Filters::Programs] {
-            println!("{f:8?} {}", probe(f, d.path(), &exe, "bench", ""));
+        for f in [
+            Filters::None,
+            Filters::Legacy,
+            Filters::Reference,
+            Filters::Programs,
+        ] {
+            println!("{f:9?} {}", probe(f, d.path(), &exe, "bench", ""));
         }
     }
 }
