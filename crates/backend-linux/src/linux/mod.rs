@@ -161,7 +161,8 @@ fn compiled_filters(allowlist: bool) -> Result<Arc<Vec<filter::Program>>, String
     static FULL: OnceLock<Compiled> = OnceLock::new();
     static LEGACY: OnceLock<Compiled> = OnceLock::new();
     if allowlist {
-        FULL.get_or_init(|| filter::programs().map(Arc::new)).clone()
+        FULL.get_or_init(|| filter::programs().map(Arc::new))
+            .clone()
     } else {
         LEGACY
             .get_or_init(|| filter::legacy_programs().map(Arc::new))
