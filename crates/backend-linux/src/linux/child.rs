@@ -8,37 +8,11 @@
 //! no locks. Any error returned from [`confine`] makes std report the spawn
 //! as failed before the program is executed.
 //!
-//! ## The process tree with a PID namespace
-//!
-//! `unshare(CLONE_NEWPID)` only places the caller's *children* in the new
-//! namespace, so three processes share the work:
-//!
-//! ```text
-//! host ── monitor (the pid the host spawned; host PID namespace; never execs)
-//!           └── init (pid 1 in the sandbox; never execs)
-//!                 └── program (pid 2; the only one that execs)
-//! ```
-//!
-//! The monitor forks the init right after the namespaces are created; the
-//! init sets up everything else (mounts, including a fresh `/proc` for its
-//! PID namespace, rlimits, capabilities, no_new_privs, Landlock, seccomp),
-//! then forks the program, which inherits all of it.
-//!
-//! - The **program** returns from [`confine`] and std executes it.
-//! - The **init** reaps orphans, and when the program ends writes the
-//!   program's wait status to the monitor and exits. The kernel then kills
-//!   every other process of the namespace: background children, and ones
-//!   that called `setsid()`, die with the program. Its parent-death signal
-//!   kills it, and so the whole namespace, when the monitor dies.
-//! - The **monitor** is what the host sees: the process-group leader whose
-//!   exit status mirrors the program's (a signal death is re-raised), and
-//!   whose parent-death signal (set by core's hygiene) fires when the host
-//!   dies, including by SIGKILL.
-//!
-//! Monitor and init close every descriptor they do not need right after
-//! forking, so std's exec-status pipe reports the program's exec (or its
-//! failure) exactly as without the namespace, and neither holds the
-//! program's stdio.
+//! With a PID namespace the process std forked becomes the *monitor* once
+//! the namespaces exist, and the rest runs in the program process that
+//! [`tree::split`](super::tree::split) creates inside the new namespace
+//! (see that module for the process tree and why it is not built with
+//! plain `fork`s).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -133,10 +107,6 @@ fn check_long(r: libc::c_long) -> std::io::Result<()> {
     }
 }
 
-fn errno() -> libc::c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 /// Writes `data` to the file at `path` (one `write`).
 fn write_file(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
     // SAFETY: raw syscalls on a NUL-terminated path and a byte slice.
@@ -194,13 +164,11 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
         }
     }
-    // From here on, with a PID namespace, this is the init (pid 1): the
+    // From here on, with a PID namespace, this is the program (pid 2): the
     // process std forked stays behind as the monitor.
-    let status_w = if plan.pid_namespace {
-        Some(become_init()?)
-    } else {
-        None
-    };
+    if plan.pid_namespace {
+        super::tree::split()?;
+    }
     // SAFETY: as above.
     unsafe {
         if let Some(mounts) = &plan.mounts {
@@ -274,9 +242,6 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             ))?;
         }
     }
-    if let Some(status_w) = status_w {
-        fork_program(status_w)?;
-    }
     Ok(())
 }
 
@@ -321,158 +286,4 @@ fn add_scratch_rule(plan: &ChildPlan) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Resets every catchable signal to its default action: monitor and init
-/// are forks of the host and inherited its handlers. For the init this
-/// also means that signals sent from inside the namespace are ignored (the
-/// kernel protects a PID namespace's init from signals it has no handler
-/// for).
-fn reset_signal_handlers() {
-    // SAFETY: sigaction with a zeroed struct (SIG_DFL, empty mask).
-    unsafe {
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        for sig in 1..libc::SIGRTMAX() {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::sigaction(sig, &dfl, std::ptr::null_mut());
-            }
-        }
-    }
-}
-
-/// Closes every descriptor except `keep`.
-fn close_all_but(keep: libc::c_int) {
-    // SAFETY: close_range on integer ranges.
-    unsafe {
-        if keep > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
-        }
-        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
-    }
-}
-
-/// Forks the monitor/init pair (see the module docs). Returns in the init,
-/// the first process of the new PID namespace, with the write end of the
-/// status pipe; the monitor never returns.
-fn become_init() -> std::io::Result<libc::c_int> {
-    let mut status_pipe = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    check(unsafe { libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    let [status_r, status_w] = status_pipe;
-    reset_signal_handlers();
-    // SAFETY: fork in a single-threaded child; both sides continue with
-    // raw syscalls only.
-    let init = unsafe { libc::fork() };
-    if init < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if init > 0 {
-        monitor(init, status_r, status_w)
-    }
-    // SAFETY: raw syscalls on integers.
-    unsafe {
-        libc::close(status_r);
-        check(libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ))?;
-        // The monitor may have died before the signal was armed: then the
-        // read end of the status pipe is closed and the write end polls as
-        // an error.
-        let mut pfd = libc::pollfd {
-            fd: status_w,
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        if libc::poll(&mut pfd, 1, 0) < 0 || pfd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-        }
-    }
-    Ok(status_w)
-}
-
-/// In the init, once it is confined: forks the program (which returns and
-/// is executed by std) and becomes the reaping loop.
-fn fork_program(status_w: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: fork in a single-threaded process.
-    let program = unsafe { libc::fork() };
-    if program < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if program > 0 {
-        init_loop(program, status_w)
-    }
-    // The program: its copy of the status pipe is close-on-exec.
-    Ok(())
-}
-
-/// The monitor: waits for the init, then mirrors the program's status.
-fn monitor(init: libc::pid_t, status_r: libc::c_int, status_w: libc::c_int) -> ! {
-    // SAFETY: raw syscalls on integers and local buffers; never returns.
-    unsafe {
-        libc::close(status_w);
-        close_all_but(status_r);
-        let mut init_status = 0;
-        while libc::waitpid(init, &mut init_status, 0) < 0 {
-            if errno() != libc::EINTR {
-                libc::_exit(127);
-            }
-        }
-        let mut buf = [0u8; 4];
-        let n = libc::read(status_r, buf.as_mut_ptr().cast(), 4);
-        let status = if n == 4 {
-            libc::c_int::from_ne_bytes(buf)
-        } else {
-            // The init died without reporting (killed by the host or by its
-            // parent-death signal): mirror the init itself.
-            init_status
-        };
-        mirror(status)
-    }
-}
-
-/// Ends this process the way `status` ended: the same exit code, or the
-/// same signal.
-fn mirror(status: libc::c_int) -> ! {
-    // SAFETY: raw syscalls; never returns.
-    unsafe {
-        if libc::WIFSIGNALED(status) {
-            let sig = libc::WTERMSIG(status);
-            // Handlers were reset to SIG_DFL; the mask was cleared by std
-            // before pre_exec. A core-dumping signal dumps nothing
-            // (RLIMIT_CORE is 0).
-            libc::kill(libc::getpid(), sig);
-            libc::_exit(128 + sig);
-        }
-        libc::_exit(if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            127
-        })
-    }
-}
-
-/// The init: reaps every child until the program ends, reports its status
-/// and exits (which kills the rest of the namespace).
-fn init_loop(program: libc::pid_t, status_w: libc::c_int) -> ! {
-    close_all_but(status_w);
-    // SAFETY: raw syscalls on integers and local buffers; never returns.
-    unsafe {
-        loop {
-            let mut status = 0;
-            let pid = libc::waitpid(-1, &mut status, 0);
-            if pid == program {
-                let buf = status.to_ne_bytes();
-                libc::write(status_w, buf.as_ptr().cast(), 4);
-                libc::_exit(0);
-            }
-            if pid < 0 && errno() != libc::EINTR {
-                libc::_exit(127);
-            }
-        }
-    }
 }

@@ -15,6 +15,7 @@ mod filter;
 mod mounts;
 mod probe;
 mod rules;
+mod tree;
 
 use child::{ChildPlan, IdMaps};
 use mounts::MountPlan;
