@@ -200,6 +200,17 @@ impl SandboxBackend for LinuxBackend {
         }
     }
 
+    fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
+        #[cfg(target_os = "linux")]
+        {
+            if self.layers.mount_namespace {
+                return linux::shared_mountpoint(base);
+            }
+        }
+        let _ = base;
+        None
+    }
+
     fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
         #[cfg(target_os = "linux")]
         {

@@ -98,6 +98,20 @@ pub trait SandboxBackend: Send + Sync {
     /// runner applied its hygiene (environment, fds, process group, scratch
     /// cwd) and before spawn. An error means the child is never spawned.
     fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError>;
+
+    /// For a scratch dir whose contents are discarded
+    /// ([`Scratch::Fresh`](crate::Scratch::Fresh)): the existing directory
+    /// under `base` over which this backend mounts a private, per-sandbox
+    /// filesystem, if it does. The spawner then creates no directory of
+    /// its own: the same mount point can serve every sandbox (each sees
+    /// only its own filesystem there), nothing of the scratch ever reaches
+    /// the host's disk, and nothing is left behind even when the host is
+    /// SIGKILLed. `None` (the default): the spawner creates a fresh
+    /// directory for each child and removes it afterwards.
+    fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
+        let _ = base;
+        None
+    }
 }
 
 impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
@@ -112,5 +126,8 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     }
     fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
         (**self).wrap(cmd, policy)
+    }
+    fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
+        (**self).private_scratch_mountpoint(base)
     }
 }

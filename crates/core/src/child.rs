@@ -46,6 +46,16 @@ impl ScratchGuard {
         }
     }
 
+    /// A mount point the backend covers with a private filesystem in the
+    /// sandbox: fresh for the child, nothing to remove on the host.
+    pub(crate) fn private(mountpoint: PathBuf) -> Self {
+        ScratchGuard {
+            path: mountpoint,
+            owned: None,
+            fresh: true,
+        }
+    }
+
     pub(crate) fn owned(dir: tempfile::TempDir, canonical: PathBuf, keep: bool) -> Self {
         if keep {
             let _ = dir.keep();
@@ -205,7 +215,9 @@ impl RunningChild {
         self.pid
     }
 
-    /// The child's scratch dir (its cwd).
+    /// The child's scratch dir (its cwd). When the backend gave a fresh
+    /// scratch private memory of its own, this is the path inside the
+    /// sandbox; the host sees only an empty mount point there.
     pub fn scratch_dir(&self) -> &Path {
         self.scratch.path()
     }

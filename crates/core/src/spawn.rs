@@ -173,7 +173,14 @@ impl Spawner {
         let env = self.build_env(spec);
         let program = program::resolve(&spec.program, &env)?;
         let (program_file, exec_path) = program::open_pinned(&program, spec)?;
-        let scratch = prepare_scratch(&spec.scratch, &self.config.scratch_base)?;
+        let private = match (&spec.scratch, &self.backend) {
+            (Scratch::Fresh, Some(b)) => b.private_scratch_mountpoint(&self.config.scratch_base),
+            _ => None,
+        };
+        let scratch = match private {
+            Some(mountpoint) => ScratchGuard::private(mountpoint),
+            None => prepare_scratch(&spec.scratch, &self.config.scratch_base)?,
+        };
         let package_dir = match &spec.package_dir {
             Some(dir) => Some(dir.canonicalize().map_err(|e| {
                 SpawnError::InvalidSpec(format!(

@@ -18,6 +18,7 @@ mod rules;
 mod tree;
 
 use child::{ChildPlan, IdMaps};
+pub(crate) use mounts::shared_mountpoint;
 use mounts::MountPlan;
 use rules::{Grant, PathRule};
 

@@ -217,3 +217,45 @@ fn bind_writable(path: &CString) -> std::io::Result<()> {
         )
     }
 }
+
+/// The one mount point every sandbox of this user mounts its private
+/// scratch tmpfs over: `<base>/.cordon-scratch-<uid>`, an empty 0700
+/// directory created on first use and checked on every use (a real
+/// directory, not a symlink, owned by this user, mode 0700). Each sandbox
+/// sees only its own tmpfs there, so the host creates and removes nothing
+/// per sandbox — on this host's ext4 `/tmp` a `mkdir` + `rmdir` pair cost
+/// 0.35 ms, a third of a sandboxed spawn — and nothing is left behind when
+/// the host is SIGKILLed. `None` when it cannot be made ours (e.g. someone
+/// else created it first): the spawner then makes a directory per sandbox
+/// as usual.
+pub(crate) fn shared_mountpoint(base: &Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let base = base.canonicalize().ok()?;
+    let path = base.join(format!(".cordon-scratch-{uid}"));
+    let ours = |m: &std::fs::Metadata| {
+        m.file_type().is_dir() && m.uid() == uid && m.permissions().mode() & 0o7777 == 0o700
+    };
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if ours(&m) => return Some(path),
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "shared scratch mount point is not this user's own 0700 directory; using a directory per sandbox");
+            return None;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => return None,
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Ok(()) => {
+            // The umask may have taken bits away; 0700 is what is checked.
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if ours(&m) => Some(path),
+        _ => None,
+    }
+}

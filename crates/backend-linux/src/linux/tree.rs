@@ -358,8 +358,8 @@ mod x86_64 {
         // callee-saved registers, the stack pointer and the resume address
         // (label 5) in `context`, then clones the init onto its own stack
         // (label 4: it calls `init_main`, which never returns). In the
-        // monitor (label 2) it closes its copies of the pipe's write end
-        // and the monitor pidfd, sleeps until the pipe reports EOF (the
+        // monitor (label 2) it closes every fd but the pipe's read end,
+        // sleeps until the pipe reports EOF (the
         // program exec'd or died, and the init closed its copy), and goes
         // on in `monitor`, which never returns, on a freshly aligned stack
         // below the frames the program has used. The program arrives at
@@ -385,14 +385,24 @@ mod x86_64 {
                 "jz 4f",
                 "jg 2f",
                 "jmp 6f",
-                // The monitor; rax = the init's pid.
+                // The monitor; rax = the init's pid. Everything but the
+                // pipe's read end is closed at once (std's exec-status
+                // pipe above all: the init and the program hold their own
+                // copies), then it sleeps until the program has exec'd.
                 "2:",
                 "mov r15, rax",
-                "mov eax, {close}",
-                "mov edi, r13d",
+                "mov eax, {close_range}",
+                "xor edi, edi",
+                "lea esi, [r12d - 1]",
+                "xor edx, edx",
+                "test r12d, r12d",
+                "jz 7f",
                 "syscall",
-                "mov eax, {close}",
-                "mov edi, r14d",
+                "7:",
+                "mov eax, {close_range}",
+                "lea edi, [r12d + 1]",
+                "mov esi, -1",
+                "xor edx, edx",
                 "syscall",
                 "3:",
                 "mov eax, {read}",
@@ -422,6 +432,7 @@ mod x86_64 {
                 "xor eax, eax",
                 "6:",
                 close = const libc::SYS_close,
+                close_range = const libc::SYS_close_range,
                 read = const libc::SYS_read,
                 monitor = sym monitor,
                 init_main = sym init_main,
