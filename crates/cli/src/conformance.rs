@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use cordon_conformance::StandardSuite;
-use cordon_core::{ConformanceReport, ConformanceSuite, ProbeId, ProbeStatus};
+use cordon_core::{ConformanceReport, ConformanceSuite, ProbeId};
 
 use crate::{backends, BackendArg};
 
@@ -55,60 +55,8 @@ pub async fn main(args: ConformanceArgs) -> ExitCode {
     }
 }
 
-/// The human-readable table.
+/// The human-readable report: [`ConformanceReport::summary`], the one
+/// renderer, with a final newline.
 pub fn render(report: &ConformanceReport) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let h = &report.host;
-    let _ = writeln!(s, "Cordon conformance — backend `{}`", report.backend);
-    let _ = write!(s, "host: {} {} uid {}", h.os, h.kernel_release, h.uid);
-    for (k, v) in &h.backend_facts {
-        let _ = write!(s, ", {k} {v}");
-    }
-    s.push('\n');
-    if let Some(reason) = report.availability.reason() {
-        let _ = writeln!(s, "backend unavailable: {reason}");
-    }
-    if !report.probes.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n{:<4} {:<28} {:<12} {:>9}",
-            "", "probe", "status", "time"
-        );
-    }
-    for p in &report.probes {
-        let status = match p.status {
-            ProbeStatus::Pass => "PASS",
-            ProbeStatus::Fail => "FAIL",
-            ProbeStatus::Unreachable => "UNREACHABLE",
-        };
-        let _ = writeln!(
-            s,
-            "{:<4} {:<28} {:<12} {:>7.1}ms",
-            p.id, p.title, status, p.duration_ms
-        );
-        if p.status != ProbeStatus::Pass {
-            for c in p.checks.iter().filter(|c| c.status != ProbeStatus::Pass) {
-                let _ = writeln!(s, "       - {} ({:?}): {}", c.name, c.status, c.detail);
-            }
-        }
-    }
-    let _ = writeln!(s, "\ntotal: {:.1} ms", report.total_duration_ms);
-    if report.availability.is_available() && report.probes.len() < ProbeId::ALL.len() {
-        let _ = writeln!(
-            s,
-            "only {} of 7 probes ran: a partial run never conforms",
-            report.probes.len()
-        );
-    }
-    let _ = writeln!(
-        s,
-        "{}",
-        if report.conforms() {
-            "CONFORMS"
-        } else {
-            "NOT CONFORMING"
-        }
-    );
-    s
+    format!("{}\n", report.summary())
 }

@@ -324,23 +324,43 @@ impl ConformanceReport {
     pub fn summary(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        let _ = writeln!(s, "backend: {}", self.backend);
+        let h = &self.host;
+        let _ = writeln!(s, "Cordon conformance — backend `{}`", self.backend);
+        let _ = write!(s, "host: {} {} uid {}", h.os, h.kernel_release, h.uid);
+        for (k, v) in &h.backend_facts {
+            let _ = write!(s, ", {k} {v}");
+        }
+        s.push('\n');
         if let Some(reason) = self.availability.reason() {
-            let _ = writeln!(s, "unavailable: {reason}");
+            let _ = writeln!(s, "backend unavailable: {reason}");
+        }
+        if !self.probes.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{:<4} {:<28} {:<12} {:>9}",
+                "", "probe", "status", "time"
+            );
         }
         for p in &self.probes {
-            let _ = write!(
+            let _ = writeln!(
                 s,
-                "  {} {:<27} {:<11} {:>8.1} ms",
+                "{:<4} {:<28} {:<12} {:>7.1}ms",
                 p.id,
                 p.title,
                 format!("{:?}", p.status).to_uppercase(),
                 p.duration_ms
             );
-            if p.status != ProbeStatus::Pass {
-                let _ = write!(s, "  {}", p.detail);
+            for c in p.checks.iter().filter(|c| c.status != ProbeStatus::Pass) {
+                let by = match c.evidence {
+                    Evidence::Host => "host",
+                    Evidence::Child => "child",
+                };
+                let _ = writeln!(
+                    s,
+                    "       - {} ({:?}, {by}): {}",
+                    c.name, c.status, c.detail
+                );
             }
-            s.push('\n');
         }
         let checks = self.probes.iter().flat_map(|p| &p.checks);
         let host = checks
@@ -350,7 +370,8 @@ impl ConformanceReport {
         if !self.probes.is_empty() {
             let _ = writeln!(
                 s,
-                "evidence: {host} of {} checks verified by the host, the rest reported by the probe child",
+                "\ntotal: {:.1} ms\nevidence: {host} of {} checks verified by the host, the rest reported by the probe child",
+                self.total_duration_ms,
                 checks.clone().count()
             );
         }
