@@ -211,7 +211,11 @@ impl SandboxBackend for LinuxBackend {
         None
     }
 
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+    fn wrap(
+        &self,
+        cmd: &mut Command,
+        policy: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
         #[cfg(target_os = "linux")]
         {
             linux::wrap(cmd, policy, self.layers)

@@ -263,7 +263,11 @@ impl SandboxBackend for MacosBackend {
         facts
     }
 
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+    fn wrap(
+        &self,
+        cmd: &mut Command,
+        policy: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
         #[cfg(target_os = "macos")]
         {
             confine(
@@ -273,6 +277,7 @@ impl SandboxBackend for MacosBackend {
                 self.canonicalizer.as_ref(),
                 exec::processes_of_real_uid,
             )
+            .map(|()| None)
         }
         #[cfg(not(target_os = "macos"))]
         {

@@ -45,8 +45,12 @@ impl SandboxBackend for FakeLauncherBackend {
     fn availability(&self) -> Availability {
         Availability::Available
     }
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
-        confine(cmd, policy, &self.launcher, &FsCanonicalizer, || Ok(1000))
+    fn wrap(
+        &self,
+        cmd: &mut Command,
+        policy: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
+        confine(cmd, policy, &self.launcher, &FsCanonicalizer, || Ok(1000)).map(|()| None)
     }
 }
 

@@ -30,7 +30,11 @@ impl SandboxBackend for NoopBackend {
         Availability::Available
     }
 
-    fn wrap(&self, _cmd: &mut Command, _policy: &SandboxPolicy) -> Result<(), WrapError> {
-        Ok(())
+    fn wrap(
+        &self,
+        _cmd: &mut Command,
+        _policy: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
+        Ok(None)
     }
 }

@@ -224,6 +224,14 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             eprintln!("cordon: --timeout reached; the program and its descendants were killed");
             ExitCode::from(EXIT_TIMEOUT)
         }
+        ExitOutcome::CpuTimeExceeded => {
+            eprintln!(
+                "cordon: the sandbox used up its --cpu time (all its processes together); \
+                 the program and its descendants were killed"
+            );
+            // As RLIMIT_CPU would end a single process: SIGXCPU.
+            ExitCode::from((128 + libc::SIGXCPU) as u8)
+        }
     })
 }
 

@@ -35,8 +35,12 @@ impl SandboxBackend for Unconfined {
         BTreeMap::new()
     }
 
-    fn wrap(&self, _cmd: &mut Command, _policy: &SandboxPolicy) -> Result<(), WrapError> {
-        Ok(())
+    fn wrap(
+        &self,
+        _cmd: &mut Command,
+        _policy: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
+        Ok(None)
     }
 }
 

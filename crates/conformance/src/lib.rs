@@ -70,8 +70,8 @@
 //! impl SandboxBackend for MyBackend {
 //!     fn name(&self) -> &str { "mine" }
 //!     fn availability(&self) -> Availability { Availability::Available }
-//!     fn wrap(&self, cmd: &mut std::process::Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
-//!         Ok(()) // confine `cmd` here
+//!     fn wrap(&self, cmd: &mut std::process::Command, policy: &SandboxPolicy) -> Result<cordon_core::WrapResources, WrapError> {
+//!         Ok(None) // confine `cmd` here; return what you hold for it, if anything
 //!     }
 //! }
 //!

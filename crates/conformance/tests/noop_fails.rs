@@ -143,7 +143,11 @@ impl SandboxBackend for ForkingMonitor {
         Availability::Available
     }
 
-    fn wrap(&self, cmd: &mut Command, _policy: &SandboxPolicy) -> Result<(), WrapError> {
+    fn wrap(
+        &self,
+        cmd: &mut Command,
+        _policy: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
         // SAFETY: fork, waitpid, kill and _exit are async-signal-safe; the
         // monitor branch never returns into the exec path.
         unsafe {
@@ -168,7 +172,7 @@ impl SandboxBackend for ForkingMonitor {
                 libc::_exit(libc::WEXITSTATUS(st));
             });
         }
-        Ok(())
+        Ok(None)
     }
 }
 

@@ -66,6 +66,32 @@ impl WrapError {
     }
 }
 
+/// What a backend holds on the host for one confined child while it runs
+/// (its cgroups, say), handed back by [`SandboxBackend::wrap`].
+///
+/// The runner keeps it for the child's whole life and drops it once every
+/// process of the sandbox is gone; dropping it releases what it holds.
+pub trait SandboxResources: Send + Sync + std::fmt::Debug {
+    /// CPU time used so far by every process of the sandbox together, when
+    /// the backend accounts for it. The runner then enforces
+    /// [`Limits::cpu_seconds`](crate::Limits::cpu_seconds) for the sandbox
+    /// as a whole: when the sum passes it, the sandbox is killed and the
+    /// outcome is [`ExitOutcome::CpuTimeExceeded`](crate::ExitOutcome::CpuTimeExceeded).
+    fn cpu_time(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Tells the resources the host pid of the process the runner spawned
+    /// (called once, right after spawn).
+    fn started(&self, pid: u32) {
+        let _ = pid;
+    }
+}
+
+/// What [`SandboxBackend::wrap`] returns on success: the per-child
+/// resources, if the backend keeps any.
+pub type WrapResources = Option<Box<dyn SandboxResources>>;
+
 /// An OS sandbox backend: it confines a [`Command`] in place.
 ///
 /// Implementations must be fail-closed: if anything needed for the policy
@@ -97,7 +123,9 @@ pub trait SandboxBackend: Send + Sync {
     /// Confines `cmd` according to `policy`, in place. Called after the
     /// runner applied its hygiene (environment, fds, process group, scratch
     /// cwd) and before spawn. An error means the child is never spawned.
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError>;
+    /// On success, returns what the backend holds for this child (see
+    /// [`SandboxResources`]), or `None`.
+    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError>;
 
     /// For a scratch dir whose contents are discarded
     /// ([`Scratch::Fresh`](crate::Scratch::Fresh)): the existing directory
@@ -124,7 +152,7 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     fn host_facts(&self) -> BTreeMap<String, String> {
         (**self).host_facts()
     }
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError> {
         (**self).wrap(cmd, policy)
     }
     fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {

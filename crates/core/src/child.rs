@@ -20,6 +20,13 @@ pub enum ExitOutcome {
     Signaled(i32),
     /// The wall-clock deadline passed and the runner killed its process group.
     DeadlineExceeded,
+    /// The CPU time of every process of the sandbox together passed
+    /// [`Limits::cpu_seconds`](crate::Limits::cpu_seconds) and the runner
+    /// killed the sandbox (only with a backend that accounts for the
+    /// sandbox as a whole; see [`SandboxResources::cpu_time`]).
+    ///
+    /// [`SandboxResources::cpu_time`]: crate::SandboxResources::cpu_time
+    CpuTimeExceeded,
 }
 
 impl ExitOutcome {
@@ -157,6 +164,12 @@ pub struct RunningChild {
     label: Option<String>,
     #[cfg(target_os = "linux")]
     pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    /// What the backend holds for this child; dropped once every process of
+    /// the sandbox is gone.
+    resources: crate::backend::WrapResources,
+    /// The sandbox-wide CPU limit, enforced when `resources` accounts for
+    /// CPU time.
+    cpu_limit: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for RunningChild {
@@ -178,6 +191,8 @@ impl RunningChild {
         stderr: SharedRing,
         relay: Option<Relay>,
         label: Option<String>,
+        resources: crate::backend::WrapResources,
+        cpu_seconds: Option<u64>,
     ) -> Self {
         let pid = child.id().unwrap_or(0);
         let stderr_task = child.stderr.take().map(|mut pipe| {
@@ -207,6 +222,8 @@ impl RunningChild {
             label,
             #[cfg(target_os = "linux")]
             pidfd: open_pidfd(pid),
+            resources,
+            cpu_limit: cpu_seconds.map(std::time::Duration::from_secs),
         }
     }
 
@@ -288,6 +305,9 @@ impl RunningChild {
             let _ = tokio::time::timeout(GRACE, task).await;
         }
         self.scratch.remove();
+        // Every process of the sandbox is gone: release what the backend
+        // held for it (its cgroups, say).
+        drop(self.resources.take());
         self.outcome = Some(outcome);
         Ok(outcome)
     }
@@ -295,16 +315,34 @@ impl RunningChild {
     /// Waits for the leader to exit (or the deadline), kills what is left
     /// of its group, and reaps it.
     async fn reap(&mut self) -> std::io::Result<ExitOutcome> {
-        let deadline_hit = match self.deadline {
-            Some(deadline) => tokio::select! {
-                r = self.exited() => { r?; false }
-                _ = tokio::time::sleep_until(deadline) => true,
-            },
-            None => {
-                self.exited().await?;
-                false
-            }
+        let deadline = self
+            .deadline
+            .unwrap_or_else(|| tokio::time::Instant::now() + FOREVER);
+        let cpu_watch = match (&self.resources, self.cpu_limit) {
+            (Some(r), Some(limit)) if r.cpu_time().is_some() => Some((r, limit)),
+            _ => None,
         };
+        let pidfd_exit = async {
+            #[cfg(target_os = "linux")]
+            if let Some(pidfd) = &self.pidfd {
+                // A pidfd polls readable once the process has exited.
+                let mut guard = pidfd.readable().await?;
+                guard.retain_ready();
+                return Ok(true);
+            }
+            Ok::<bool, std::io::Error>(false)
+        };
+        let ended = tokio::select! {
+            r = pidfd_exit => if r? { Ended::Exited } else { Ended::NoPidfd },
+            _ = tokio::time::sleep_until(deadline) => Ended::Deadline,
+            _ = watch_cpu(cpu_watch) => Ended::CpuTime,
+        };
+        if ended == Ended::NoPidfd {
+            // Without a pidfd the leader is reaped here (the group kill
+            // below then only reaches what is left of the group).
+            self.child.wait().await?;
+        }
+        let deadline_hit = ended == Ended::Deadline;
         // The leader has exited but is not reaped yet (on Linux, where we
         // watch a pidfd): its pid cannot be reused, so the group id still
         // names only its own descendants when we kill what is left of them.
@@ -317,24 +355,56 @@ impl RunningChild {
                 "deadline exceeded; process group killed"
             );
             ExitOutcome::DeadlineExceeded
+        } else if ended == Ended::CpuTime {
+            tracing::info!(
+                pid = self.pid,
+                label = self.label.as_deref().unwrap_or(""),
+                "the sandbox's CPU time passed its limit; process group killed"
+            );
+            ExitOutcome::CpuTimeExceeded
         } else {
             from_status(status)
         };
         self.reaped = Some(outcome);
         Ok(outcome)
     }
+}
 
-    /// Resolves when the leader has exited, without reaping it when a
-    /// pidfd is available (Linux 5.3+); otherwise by reaping it.
-    async fn exited(&mut self) -> std::io::Result<()> {
-        #[cfg(target_os = "linux")]
-        if let Some(pidfd) = &self.pidfd {
-            // A pidfd polls readable once the process has exited.
-            let mut guard = pidfd.readable().await?;
-            guard.retain_ready();
-            return Ok(());
+/// How [`RunningChild::reap`]'s wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The leader exited (observed on its pidfd, not yet reaped).
+    Exited,
+    /// No pidfd: the caller reaps to learn of the exit.
+    NoPidfd,
+    Deadline,
+    CpuTime,
+}
+
+/// A deadline far enough away to mean "none" without overflowing.
+const FOREVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How often the sandbox's CPU time is read against its limit.
+const CPU_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Resolves once the sandbox's CPU time passes `limit`; never without a
+/// watch.
+async fn watch_cpu(
+    watch: Option<(
+        &Box<dyn crate::backend::SandboxResources>,
+        std::time::Duration,
+    )>,
+) {
+    let Some((resources, limit)) = watch else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval(CPU_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if resources.cpu_time().is_some_and(|used| used > limit) {
+            return;
         }
-        self.child.wait().await.map(|_| ())
     }
 }
 

@@ -53,7 +53,7 @@ mod runner;
 mod spawn;
 mod spec;
 
-pub use backend::{Availability, SandboxBackend, WrapError};
+pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, WrapResources};
 pub use child::{ExitOutcome, RunningChild};
 pub use error::{SandboxUnavailable, SpawnError};
 pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};

@@ -219,6 +219,7 @@ impl Spawner {
         }
         install_hygiene(&mut cmd, self.hygiene);
 
+        let mut resources: crate::backend::WrapResources = None;
         if let Some(backend) = &self.backend {
             // Programs expect a writable home and temp dir (git, gcc, pip):
             // inside a sandbox the only writable place is scratch.
@@ -237,7 +238,7 @@ impl Spawner {
                 network: self.config.network,
                 limits,
             };
-            wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
+            resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }
 
         let mut cmd = tokio::process::Command::from(cmd);
@@ -263,6 +264,9 @@ impl Spawner {
             program = %program.display(),
             "spawned child"
         );
+        if let (Some(r), Some(pid)) = (&resources, child.id()) {
+            r.started(pid);
+        }
         Ok(RunningChild::new(
             child,
             scratch,
@@ -270,6 +274,8 @@ impl Spawner {
             stderr_ring,
             relay,
             spec.label.clone(),
+            resources,
+            limits.cpu_seconds,
         ))
     }
 
@@ -302,9 +308,9 @@ fn wrap_fail_closed(
     backend: &dyn SandboxBackend,
     cmd: &mut std::process::Command,
     policy: &SandboxPolicy,
-) -> Result<(), SpawnError> {
+) -> Result<crate::backend::WrapResources, SpawnError> {
     match catch_unwind(AssertUnwindSafe(|| backend.wrap(cmd, policy))) {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(resources)) => Ok(resources),
         Ok(Err(e)) => Err(SpawnError::Wrap(e)),
         Err(payload) => {
             let message = payload

@@ -212,7 +212,11 @@ impl SandboxBackend for FailingBackend {
     fn availability(&self) -> Availability {
         Availability::Available
     }
-    fn wrap(&self, cmd: &mut Command, _: &SandboxPolicy) -> Result<(), WrapError> {
+    fn wrap(
+        &self,
+        cmd: &mut Command,
+        _: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
         // Half-configure the command first: it must still never run.
         cmd.env("HALF", "done");
         if self.panic {
@@ -279,7 +283,11 @@ impl SandboxBackend for Unavailable {
     fn host_facts(&self) -> BTreeMap<String, String> {
         BTreeMap::from([("x".into(), "0".into())])
     }
-    fn wrap(&self, _: &mut Command, _: &SandboxPolicy) -> Result<(), WrapError> {
+    fn wrap(
+        &self,
+        _: &mut Command,
+        _: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
         unreachable!("never wrapped: unavailable")
     }
 }
@@ -320,8 +328,12 @@ async fn untrusted_selection_fails_closed_with_the_report() {
         fn availability(&self) -> Availability {
             Availability::Available
         }
-        fn wrap(&self, _: &mut Command, _: &SandboxPolicy) -> Result<(), WrapError> {
-            Ok(())
+        fn wrap(
+            &self,
+            _: &mut Command,
+            _: &SandboxPolicy,
+        ) -> Result<cordon_core::WrapResources, WrapError> {
+            Ok(None)
         }
     }
     struct Liar;
@@ -361,9 +373,13 @@ async fn conforming_suite_admits_and_sandbox_runner_wraps() {
         fn availability(&self) -> Availability {
             Availability::Available
         }
-        fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<(), WrapError> {
+        fn wrap(
+            &self,
+            cmd: &mut Command,
+            policy: &SandboxPolicy,
+        ) -> Result<cordon_core::WrapResources, WrapError> {
             cmd.env("WRAPPED_SCRATCH", &policy.scratch_dir);
-            Ok(())
+            Ok(None)
         }
     }
     let sandbox = SandboxRunner::new(

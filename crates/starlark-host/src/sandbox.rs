@@ -1466,6 +1466,14 @@ fn describe_failure(
             }
             let stack = stderr.contains("overflowed its stack");
             match outcome {
+                Some(ExitOutcome::CpuTimeExceeded) => StarlarkHostError::Limit {
+                    kind: LimitKind::Cpu,
+                    message: format!(
+                        "package {package:?} used up its worker's {} s of CPU time",
+                        limits.cpu_seconds
+                    ),
+                    package,
+                },
                 Some(ExitOutcome::Signaled(sig)) if sig == libc::SIGXCPU => {
                     StarlarkHostError::Limit {
                         kind: LimitKind::Cpu,

@@ -232,8 +232,8 @@ pub(crate) fn wrap(
     cmd: &mut Command,
     policy: &SandboxPolicy,
     layers: Layers,
-) -> Result<(), WrapError> {
-    wrap_inner(cmd, policy, layers).inspect_err(|e| {
+) -> Result<cordon_core::WrapResources, WrapError> {
+    wrap_inner(cmd, policy, layers).map(|()| None).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
 }

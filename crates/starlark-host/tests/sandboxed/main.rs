@@ -663,7 +663,7 @@ mod cordon_backend_noop_like {
             &self,
             _cmd: &mut std::process::Command,
             _policy: &SandboxPolicy,
-        ) -> Result<(), WrapError> {
+        ) -> Result<cordon_core::WrapResources, WrapError> {
             Err(WrapError::new("unavailable-for-test", "never"))
         }
     }
