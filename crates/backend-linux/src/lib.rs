@@ -108,6 +108,12 @@ pub struct Layers {
     /// scratch (a size-limited tmpfs, or a `nosuid,nodev` bind of the
     /// caller's dir) and read-write grants are the only writable places.
     pub mount_namespace: bool,
+    /// Limits for the sandbox as a whole: a cgroup per sandbox (memory,
+    /// processes, CPU time) where the host lets this process make one, and
+    /// otherwise the CPU time of the sandbox's process tree summed by the
+    /// runner. Without it every limit but the process count (which the
+    /// user namespace already makes sandbox-wide) is per process.
+    pub sandbox_limits: bool,
     /// The seccomp allowlist (unlisted syscalls return `ENOSYS`, dangerous
     /// ones `EPERM`, argument checks where a call is needed but dangerous)
     /// instead of the first version's deny-list.
@@ -120,6 +126,7 @@ impl Layers {
         pid_namespace: true,
         ipc_namespace: true,
         mount_namespace: true,
+        sandbox_limits: true,
         seccomp_allowlist: true,
     };
 
@@ -130,6 +137,7 @@ impl Layers {
         pid_namespace: false,
         ipc_namespace: false,
         mount_namespace: false,
+        sandbox_limits: false,
         seccomp_allowlist: false,
     };
 }

@@ -1543,9 +1543,12 @@ int main(void) {
                     .env_clear()
                     .env(PROBE_ENV, probe)
                     .stdin(Stdio::null());
-                if let Err(e) = LinuxBackend::with_layers(layers).wrap(&mut cmd, &policy) {
-                    return fail(format!("wrap failed on a working host: {e}"));
-                }
+                // What wrap holds for the child (its cgroups) must outlive
+                // the spawn.
+                let _resources = match LinuxBackend::with_layers(layers).wrap(&mut cmd, &policy) {
+                    Ok(resources) => resources,
+                    Err(e) => return fail(format!("wrap failed on a working host: {e}")),
+                };
                 let r = run_child(cmd, Duration::from_secs(30));
                 let got = r.stdout.trim();
                 println!("{label:6} {probe:12} {got}");

@@ -232,6 +232,14 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             // As RLIMIT_CPU would end a single process: SIGXCPU.
             ExitCode::from((128 + libc::SIGXCPU) as u8)
         }
+        ExitOutcome::MemoryExceeded => {
+            eprintln!(
+                "cordon: the sandbox used up its --mem (all its processes together); \
+                 the kernel killed the program"
+            );
+            // The kernel's OOM kill is a SIGKILL.
+            ExitCode::from((128 + libc::SIGKILL) as u8)
+        }
     })
 }
 

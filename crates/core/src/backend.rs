@@ -81,6 +81,14 @@ pub trait SandboxResources: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether the backend's sandbox-wide memory limit killed a process of
+    /// the sandbox (a cgroup's OOM killer, say). The runner then reports a
+    /// leader killed by `SIGKILL` as
+    /// [`ExitOutcome::MemoryExceeded`](crate::ExitOutcome::MemoryExceeded).
+    fn memory_limit_hit(&self) -> bool {
+        false
+    }
+
     /// Tells the resources the host pid of the process the runner spawned
     /// (called once, right after spawn).
     fn started(&self, pid: u32) {
@@ -124,7 +132,11 @@ pub trait SandboxBackend: Send + Sync {
     /// runner applied its hygiene (environment, fds, process group, scratch
     /// cwd) and before spawn. An error means the child is never spawned.
     /// On success, returns what the backend holds for this child (see
-    /// [`SandboxResources`]), or `None`.
+    /// [`SandboxResources`]), or `None`; the caller keeps it at least until
+    /// the child has been spawned (the child may use what it holds, such as
+    /// open cgroup files), and the runner keeps it for the child's life.
+    /// A backend whose child needs what it holds must make a spawn after an
+    /// early drop fail, never run the child with less.
     fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError>;
 
     /// For a scratch dir whose contents are discarded

@@ -27,6 +27,13 @@ pub enum ExitOutcome {
     ///
     /// [`SandboxResources::cpu_time`]: crate::SandboxResources::cpu_time
     CpuTimeExceeded,
+    /// The sandbox's memory, every process together, reached
+    /// [`Limits::memory_bytes`](crate::Limits::memory_bytes) and the
+    /// kernel killed the program (only with a backend that limits the
+    /// sandbox as a whole; see [`SandboxResources::memory_limit_hit`]).
+    ///
+    /// [`SandboxResources::memory_limit_hit`]: crate::SandboxResources::memory_limit_hit
+    MemoryExceeded,
 }
 
 impl ExitOutcome {
@@ -187,12 +194,11 @@ impl RunningChild {
     pub(crate) fn new(
         mut child: tokio::process::Child,
         scratch: ScratchGuard,
-        deadline: Option<std::time::Duration>,
+        limits: &crate::Limits,
         stderr: SharedRing,
         relay: Option<Relay>,
         label: Option<String>,
         resources: crate::backend::WrapResources,
-        cpu_seconds: Option<u64>,
     ) -> Self {
         let pid = child.id().unwrap_or(0);
         let stderr_task = child.stderr.take().map(|mut pipe| {
@@ -215,7 +221,7 @@ impl RunningChild {
             stderr,
             stderr_task,
             relay,
-            deadline: deadline.map(|d| tokio::time::Instant::now() + d),
+            deadline: limits.deadline.map(|d| tokio::time::Instant::now() + d),
             scratch,
             reaped: None,
             outcome: None,
@@ -223,7 +229,7 @@ impl RunningChild {
             #[cfg(target_os = "linux")]
             pidfd: open_pidfd(pid),
             resources,
-            cpu_limit: cpu_seconds.map(std::time::Duration::from_secs),
+            cpu_limit: limits.cpu_seconds.map(std::time::Duration::from_secs),
         }
     }
 
@@ -319,7 +325,7 @@ impl RunningChild {
             .deadline
             .unwrap_or_else(|| tokio::time::Instant::now() + FOREVER);
         let cpu_watch = match (&self.resources, self.cpu_limit) {
-            (Some(r), Some(limit)) if r.cpu_time().is_some() => Some((r, limit)),
+            (Some(r), Some(limit)) if r.cpu_time().is_some() => Some((r.as_ref(), limit)),
             _ => None,
         };
         let pidfd_exit = async {
@@ -363,7 +369,22 @@ impl RunningChild {
             );
             ExitOutcome::CpuTimeExceeded
         } else {
-            from_status(status)
+            match from_status(status) {
+                ExitOutcome::Signaled(libc::SIGKILL)
+                    if self
+                        .resources
+                        .as_ref()
+                        .is_some_and(|r| r.memory_limit_hit()) =>
+                {
+                    tracing::info!(
+                        pid = self.pid,
+                        label = self.label.as_deref().unwrap_or(""),
+                        "the sandbox reached its memory limit; the kernel killed the program"
+                    );
+                    ExitOutcome::MemoryExceeded
+                }
+                other => other,
+            }
         };
         self.reaped = Some(outcome);
         Ok(outcome)
@@ -389,12 +410,7 @@ const CPU_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Resolves once the sandbox's CPU time passes `limit`; never without a
 /// watch.
-async fn watch_cpu(
-    watch: Option<(
-        &Box<dyn crate::backend::SandboxResources>,
-        std::time::Duration,
-    )>,
-) {
+async fn watch_cpu(watch: Option<(&dyn crate::backend::SandboxResources, std::time::Duration)>) {
     let Some((resources, limit)) = watch else {
         return std::future::pending().await;
     };

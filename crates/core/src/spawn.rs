@@ -270,12 +270,11 @@ impl Spawner {
         Ok(RunningChild::new(
             child,
             scratch,
-            limits.deadline,
+            &limits,
             stderr_ring,
             relay,
             spec.label.clone(),
             resources,
-            limits.cpu_seconds,
         ))
     }
 

@@ -21,8 +21,9 @@ pub enum LimitKind {
     Nesting,
     /// Depth or size of a value converted to JSON.
     ValueSize,
-    /// The sandboxed worker's address-space limit (`WorkerLimits::memory_bytes`):
-    /// an allocation failed and the worker aborted.
+    /// The sandboxed worker's memory limit (`WorkerLimits::memory_bytes`):
+    /// an allocation failed and the worker aborted, or (where the backend
+    /// limits the sandbox as a whole, with a cgroup) the kernel killed it.
     Memory,
     /// The sandboxed worker's CPU-time limit (`WorkerLimits::cpu_seconds`).
     Cpu,

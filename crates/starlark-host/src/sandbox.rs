@@ -1418,7 +1418,7 @@ impl Inner {
 
 fn memory_message(package: &str, limits: &WorkerLimits, detail: &str) -> String {
     format!(
-        "package {package:?} exceeded its memory limit of {} MiB: an allocation failed ({detail}); \
+        "package {package:?} exceeded its memory limit of {} MiB ({detail}); \
          allocate less, or raise WorkerLimits::memory_bytes if the package is legitimate",
         limits.memory_bytes >> 20
     )
@@ -1460,12 +1460,17 @@ fn describe_failure(
             if oom {
                 return StarlarkHostError::Limit {
                     kind: LimitKind::Memory,
-                    message: memory_message(&package, limits, "its worker aborted"),
+                    message: memory_message(&package, limits, "an allocation failed and its worker aborted"),
                     package,
                 };
             }
             let stack = stderr.contains("overflowed its stack");
             match outcome {
+                Some(ExitOutcome::MemoryExceeded) => StarlarkHostError::Limit {
+                    kind: LimitKind::Memory,
+                    message: memory_message(&package, limits, "the kernel killed its worker"),
+                    package,
+                },
                 Some(ExitOutcome::CpuTimeExceeded) => StarlarkHostError::Limit {
                     kind: LimitKind::Cpu,
                     message: format!(

@@ -23,6 +23,9 @@ use crate::{SANDBOX_GID, SANDBOX_UID};
 /// Everything the child needs, computed in the parent. Moved into the
 /// pre-exec closure, so it lives exactly as long as the `Command`.
 pub(crate) struct ChildPlan {
+    /// `cgroup.procs` of the sandbox's cgroups (held open by the resources
+    /// the runner keeps): the child writes `0` to each to join them.
+    pub cgroup_procs: Vec<libc::c_int>,
     pub drop_to_nobody: bool,
     pub parent_pid: libc::pid_t,
     /// `CLONE_NEWUSER` plus the namespaces of the enabled layers.
@@ -136,6 +139,13 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
     // SAFETY: every call below is a raw syscall on integers or on memory
     // owned by `plan`, which outlives the call.
     unsafe {
+        // Into the sandbox's cgroups first, while still allowed to write
+        // there: every process it makes is counted from now on.
+        for fd in &plan.cgroup_procs {
+            if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         // Root host: become nobody, with no supplementary groups.
         if plan.drop_to_nobody {
             check(libc::setgroups(0, std::ptr::null()))?;

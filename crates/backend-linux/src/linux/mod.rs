@@ -10,6 +10,7 @@ use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
 
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
+mod cgroup;
 mod child;
 mod filter;
 mod mounts;
@@ -138,6 +139,9 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
             "the host's mount table (no mount namespace)".into()
         },
     );
+    for (k, v) in limit_scopes(layers) {
+        f.insert(k.into(), v);
+    }
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     f.insert("uid".into(), uid.to_string());
@@ -170,6 +174,59 @@ fn compiled_filters(allowlist: bool) -> Result<Arc<Vec<filter::Program>>, String
             .get_or_init(|| filter::legacy_programs().map(Arc::new))
             .clone()
     }
+}
+
+/// The scope of each limit on this host with `layers`: `sandbox: ...` when
+/// it holds for the sandbox as a whole, `per-process: ...` (or
+/// `per-file: ...`) when each process (file) has its own, and how. The
+/// conformance probe P6 tests each limit at the scope claimed here, and
+/// `cordon run` warns about the per-process ones.
+pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
+    let cgroup = if layers.sandbox_limits {
+        cgroup::hierarchy()
+    } else {
+        None
+    };
+    let memory = match cgroup {
+        Some(h) => format!(
+            "sandbox: {} memory limit (anonymous, memfd, SysV shm and tmpfs pages all count)",
+            h.describe()
+        ),
+        None => "per-process: RLIMIT_AS (memfd and tmpfs pages are not address space: a memfd is \
+                 capped by RLIMIT_FSIZE, a discarded scratch by disk_bytes; SysV shm is freed \
+                 with the sandbox's IPC namespace)"
+            .into(),
+    };
+    let processes = match cgroup {
+        Some(h) => format!(
+            "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace, and {} pids.max",
+            h.describe()
+        ),
+        None => "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace".into(),
+    };
+    let cpu = match (cgroup, layers.sandbox_limits && layers.pid_namespace) {
+        (Some(h), _) => format!(
+            "sandbox: {} CPU time of all its processes, enforced by the runner (RLIMIT_CPU per \
+             process too)",
+            h.describe()
+        ),
+        (None, true) => "sandbox: CPU time of the sandbox's process tree read from /proc, \
+                         enforced by the runner (RLIMIT_CPU per process too)"
+            .into(),
+        (None, false) => "per-process: RLIMIT_CPU (a forked child starts afresh)".into(),
+    };
+    let disk = if layers.mount_namespace {
+        "sandbox: a discarded scratch is a private tmpfs of disk_bytes; a kept or caller's \
+         scratch dir is limited only per file (RLIMIT_FSIZE)"
+    } else {
+        "per-file: RLIMIT_FSIZE (scratch is on the host's disk)"
+    };
+    vec![
+        ("limit_memory", memory),
+        ("limit_processes", processes),
+        ("limit_cpu", cpu),
+        ("limit_disk", disk.into()),
+    ]
 }
 
 /// `CLONE_NEWUSER` plus the namespaces of the enabled layers (the user
@@ -233,12 +290,16 @@ pub(crate) fn wrap(
     policy: &SandboxPolicy,
     layers: Layers,
 ) -> Result<cordon_core::WrapResources, WrapError> {
-    wrap_inner(cmd, policy, layers).map(|()| None).inspect_err(|e| {
+    wrap_inner(cmd, policy, layers).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
 }
 
-fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Result<(), WrapError> {
+fn wrap_inner(
+    cmd: &mut Command,
+    policy: &SandboxPolicy,
+    layers: Layers,
+) -> Result<cordon_core::WrapResources, WrapError> {
     match policy.network {
         Network::Deny => {}
         other => {
@@ -358,14 +419,43 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
         })?;
     }
 
+    // Sandbox-wide limits: a cgroup where this process can make one.
+    let helpers = if layers.pid_namespace {
+        HELPER_PROCESSES
+    } else {
+        0
+    };
+    let cgroup = match (layers.sandbox_limits, cgroup::hierarchy()) {
+        (true, Some(h)) => Some(
+            cgroup::SandboxCgroup::create(h, &policy.limits, helpers).map_err(|e| {
+                wrap_err(format!(
+                    "cannot make the sandbox's cgroup under {h:?}: {e}; nothing was run"
+                ))
+                .with_source(e)
+            })?,
+        ),
+        _ => None,
+    };
+    let cgroup_procs = cgroup
+        .as_ref()
+        .map(cgroup::SandboxCgroup::join_fds)
+        .unwrap_or_default();
+    let mut limits = policy.limits;
+    if cgroup.is_some() {
+        // The cgroup holds memory for the sandbox as a whole; an address-
+        // space limit per process would only stop runtimes that reserve
+        // large ranges they never touch (JVM, V8).
+        limits.memory_bytes = None;
+    }
     let plan = ChildPlan {
+        cgroup_procs,
         drop_to_nobody,
         parent_pid,
         unshare_flags: unshare_flags(layers),
         id_maps: layers.mount_namespace.then(|| IdMaps::identity(uid, gid)),
         mounts,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
-        rlimits: rlimits(&policy.limits, layers),
+        rlimits: rlimits(&limits, layers),
         last_cap: probe::last_cap(),
         ruleset,
         seccomp,
@@ -388,5 +478,8 @@ fn wrap_inner(cmd: &mut Command, policy: &SandboxPolicy, layers: Layers) -> Resu
     unsafe {
         cmd.pre_exec(move || child::confine(&plan));
     }
-    Ok(())
+    Ok(layers.sandbox_limits.then(|| {
+        Box::new(cgroup::LinuxResources::new(cgroup, layers.pid_namespace))
+            as Box<dyn cordon_core::SandboxResources>
+    }))
 }
