@@ -236,15 +236,24 @@ impl SandboxBackend for MacosBackend {
         let mut facts = BTreeMap::new();
         if cfg!(target_os = "macos") {
             facts.insert("seatbelt_launcher".into(), SANDBOX_EXEC.into());
+            // The scope keys every backend shares (see `Limits`).
             facts.insert(
-                "memory_limit".into(),
-                "not enforced: macOS accepts RLIMIT_AS but ignores it".into(),
+                "limit_memory".into(),
+                "per-process: not enforced: macOS accepts RLIMIT_AS but ignores it".into(),
             );
             facts.insert(
-                "process_limit".into(),
-                "RLIMIT_NPROC counts all processes of the real uid; set to the uid's count \
-                 at spawn plus max_processes; not enforced for root"
+                "limit_processes".into(),
+                "per-process: RLIMIT_NPROC counts all processes of the real uid; set to the \
+                 uid's count at spawn plus max_processes; not enforced for root"
                     .into(),
+            );
+            facts.insert(
+                "limit_cpu".into(),
+                "per-process: RLIMIT_CPU (a forked child starts afresh)".into(),
+            );
+            facts.insert(
+                "limit_disk".into(),
+                "per-file: RLIMIT_FSIZE (scratch is on the host's disk)".into(),
             );
             facts.insert(
                 "deadline_scope".into(),

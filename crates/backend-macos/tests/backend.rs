@@ -115,7 +115,9 @@ mod on_macos {
         assert_eq!(backend.availability(), cordon_core::Availability::Available);
         let facts = backend.host_facts();
         assert_eq!(facts["seatbelt_launcher"], "/usr/bin/sandbox-exec");
-        assert!(facts.contains_key("memory_limit"));
+        for key in ["limit_memory", "limit_processes", "limit_cpu", "limit_disk"] {
+            assert!(facts[key].starts_with("per-"), "{key}: {}", facts[key]);
+        }
     }
 
     fn spawner_with(config: RunnerConfig) -> Spawner {

@@ -29,18 +29,25 @@ pub struct RunArgs {
     /// Pass host variable KEY, or set KEY=VALUE (repeatable).
     #[arg(long = "env", value_name = "KEY[=VALUE]", value_parser = parse_env)]
     env: Vec<(OsString, Option<OsString>)>,
-    /// Maximum number of processes.
+    /// Maximum number of processes of the sandbox, all together.
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
-    /// Maximum address space per process (K/M/G suffixes).
+    /// Maximum memory (K/M/G suffixes): of the sandbox as a whole where the
+    /// host allows a cgroup, else address space per process (cordon warns).
     #[arg(long, value_name = "SIZE", value_parser = crate::parse_size)]
     mem: Option<u64>,
     /// Maximum open files per process.
     #[arg(long, value_name = "N")]
     fds: Option<u64>,
-    /// Maximum CPU seconds per process.
+    /// Maximum CPU seconds of the sandbox as a whole (its processes'
+    /// time summed), else per process where the backend cannot sum it.
     #[arg(long, value_name = "SECS")]
     cpu: Option<u64>,
+    /// Maximum bytes in the fresh scratch dir (K/M/G suffixes; default 1G).
+    /// A --scratch or --keep-scratch dir is on the host's disk, limited
+    /// only per file.
+    #[arg(long, value_name = "SIZE", value_parser = crate::parse_size)]
+    disk: Option<u64>,
     /// Kill the program and its descendants after SECS (exit status 124).
     #[arg(long, value_name = "SECS", value_parser = crate::parse_secs)]
     timeout: Option<Duration>,
@@ -91,6 +98,40 @@ fn warn_if_sandbox_cannot_write(dir: &std::path::Path, trusted: bool) {
     }
 }
 
+/// Which limit flags the user passed, and whether the scratch is the
+/// discarded kind (the only one a sandbox-wide disk limit can hold).
+struct RequestedLimits {
+    mem: bool,
+    cpu: bool,
+    pids: bool,
+    disk: bool,
+    fresh_scratch: bool,
+}
+
+/// The flags the user passed whose limit the admitted backend holds only
+/// per process (or per file) on this host, from its report's `limit_*`
+/// host facts; a backend that states no scope is taken at its weakest.
+fn per_process_limits(
+    facts: &std::collections::BTreeMap<String, String>,
+    asked: &RequestedLimits,
+) -> Vec<&'static str> {
+    let sandbox_wide = |key: &str| facts.get(key).is_some_and(|v| v.starts_with("sandbox:"));
+    let mut weaker = Vec::new();
+    if asked.mem && !sandbox_wide("limit_memory") {
+        weaker.push("--mem");
+    }
+    if asked.cpu && !sandbox_wide("limit_cpu") {
+        weaker.push("--cpu");
+    }
+    if asked.pids && !sandbox_wide("limit_processes") {
+        weaker.push("--pids");
+    }
+    if asked.disk && !(asked.fresh_scratch && sandbox_wide("limit_disk")) {
+        weaker.push("--disk");
+    }
+    weaker
+}
+
 /// Runs the conformance gate (answered from the per-boot cache when it can)
 /// and builds the sandbox runner. The outer error is a usage problem (an
 /// unknown backend); the inner one is the gate refusing, with its report.
@@ -129,7 +170,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         open_files: args.fds.or(defaults.open_files),
         cpu_seconds: args.cpu.or(defaults.cpu_seconds),
         file_size_bytes: defaults.file_size_bytes,
-        disk_bytes: defaults.disk_bytes,
+        disk_bytes: args.disk.or(defaults.disk_bytes),
         deadline: args.timeout,
     };
     let config = RunnerConfig {
@@ -141,6 +182,13 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     if let Some(dir) = &args.scratch {
         warn_if_sandbox_cannot_write(dir, args.trusted);
     }
+    let args_limits = RequestedLimits {
+        mem: args.mem.is_some(),
+        cpu: args.cpu.is_some(),
+        pids: args.pids.is_some(),
+        disk: args.disk.is_some(),
+        fresh_scratch: args.scratch.is_none() && !args.keep_scratch,
+    };
     let mut command = args.command.into_iter();
     let program = command.next().ok_or("no PROGRAM given")?;
     let mut spec = ChildSpec::new(PathBuf::from(program))
@@ -167,7 +215,18 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         Box::new(TrustedProcessRunner::new(config))
     } else {
         match admit(&args.backend.backend, args.recheck, config).await? {
-            Ok(r) => Box::new(r),
+            Ok(r) => {
+                let weaker = per_process_limits(&r.report().host.backend_facts, &args_limits);
+                if !weaker.is_empty() {
+                    eprintln!(
+                        "cordon: warning: on this host {} {} per process (or per file), not for \
+                         the sandbox as a whole; `cordon conformance` shows how",
+                        weaker.join(", "),
+                        if weaker.len() == 1 { "holds" } else { "hold" }
+                    );
+                }
+                Box::new(r)
+            }
             Err(e) => {
                 eprint!("{}", crate::conformance::render(&e.report));
                 return Err(format!(

@@ -310,3 +310,104 @@ fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
         assert_eq!(out.status.code(), Some(0), "{err}");
     }
 }
+
+/// `--mem`, `--cpu` and `--disk` as a user means them: the sandbox as a
+/// whole. Where the report says a limit holds only per process, `cordon
+/// run` must say so in one warning line instead. Run as root and as uid
+/// 65534 (which cannot make cgroups on the machine this was written on).
+#[test]
+fn limits_hold_for_the_sandbox_or_cordon_warns() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (who, make) in [("root", false), ("65534", true)] {
+        let sub = dir.path().join(who);
+        std::fs::create_dir_all(&sub).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let cmd = || {
+            if make {
+                unprivileged(&sub)
+            } else {
+                cordon(cache.path())
+            }
+        };
+        let out = run(cmd().args(["conformance", "--json"]));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{who}: {e}: {}", text(&out.stderr)));
+        let scope = |key: &str| {
+            report["host"]["backend_facts"][key]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        };
+        let memory_sandbox_wide = scope("limit_memory").starts_with("sandbox:");
+        // SAFETY: geteuid cannot fail.
+        if !make && unsafe { libc::geteuid() } == 0 {
+            let v1 = std::fs::OpenOptions::new()
+                .write(true)
+                .open("/sys/fs/cgroup/memory/cgroup.procs")
+                .is_ok();
+            assert!(!v1 || memory_sandbox_wide, "root with cgroup v1: {report}");
+        }
+
+        // Memory: a memfd written to 512 MiB under --mem 64M.
+        let out = run(cmd().args([
+            "run",
+            "--mem",
+            "64M",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import os\nfd = os.memfd_create('x')\nfor _ in range(512): os.write(fd, b'x' * (1 << 20))\nprint('held')",
+        ]));
+        let err = text(&out.stderr);
+        if memory_sandbox_wide {
+            assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{who}: {err}");
+            assert!(err.contains("used up its --mem"), "{who}: {err}");
+            assert!(!err.contains("warning"), "{who}: {err}");
+        } else {
+            assert!(
+                err.contains("warning: on this host --mem holds per process"),
+                "{who}: {err}"
+            );
+        }
+
+        // CPU: ten processes in turn, 0.4 s each, under --cpu 1. Stopped
+        // by the sandbox-wide sum in both scopes (without a cgroup the sum
+        // over the process tree is best effort, hence the warning).
+        let out = run(cmd().args([
+            "run",
+            "--cpu",
+            "1",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import os, time\nfor i in range(10):\n    pid = os.fork()\n    if pid == 0:\n        end = time.process_time() + 0.4\n        while time.process_time() < end: pass\n        os._exit(0)\n    os.waitpid(pid, 0)\nprint('done')",
+        ]));
+        let err = text(&out.stderr);
+        let cpu_warned = err.contains("warning: on this host --cpu holds per process");
+        assert_eq!(
+            cpu_warned,
+            !scope("limit_cpu").starts_with("sandbox:"),
+            "{who}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(128 + libc::SIGXCPU), "{who}: {err}");
+        assert!(err.contains("used up its --cpu"), "{who}: {err}");
+        assert!(!text(&out.stdout).contains("done"), "{who}");
+
+        // Disk: 32 MiB into a fresh scratch under --disk 8M.
+        let out = run(cmd().args([
+            "run",
+            "--disk",
+            "8M",
+            "--",
+            "/bin/sh",
+            "-c",
+            "dd if=/dev/zero of=fill bs=1M count=32 2>&1; echo size $(stat -c %s fill)",
+        ]));
+        let so = text(&out.stdout);
+        assert!(so.contains("No space left on device"), "{who}: {so}");
+        assert!(so.contains(&format!("size {}", 8 << 20)), "{who}: {so}");
+        assert!(!text(&out.stderr).contains("warning"), "{who}");
+    }
+}

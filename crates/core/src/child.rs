@@ -325,7 +325,7 @@ impl RunningChild {
             .deadline
             .unwrap_or_else(|| tokio::time::Instant::now() + FOREVER);
         let cpu_watch = match (&self.resources, self.cpu_limit) {
-            (Some(r), Some(limit)) if r.cpu_time().is_some() => Some((r.as_ref(), limit)),
+            (Some(r), Some(limit)) => Some((r.as_ref(), limit)),
             _ => None,
         };
         let pidfd_exit = async {
@@ -414,7 +414,8 @@ async fn watch_cpu(watch: Option<(&dyn crate::backend::SandboxResources, std::ti
     let Some((resources, limit)) = watch else {
         return std::future::pending().await;
     };
-    let mut tick = tokio::time::interval(CPU_POLL);
+    // The first reading one poll after spawn: nothing to see before that.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + CPU_POLL, CPU_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

@@ -37,28 +37,64 @@ pub enum Network {
 
 /// Resource limits. `None` means "no limit from this layer".
 ///
-/// Backends enforce what their OS can (see each backend's docs for what it
-/// cannot); the runner itself enforces [`Limits::deadline`] by killing the
-/// child's process group.
+/// A limit's **scope** is either the *sandbox* (every process of it
+/// together: what a user who writes `--mem 256M` means) or *per process*
+/// (each process has its own, so forking multiplies it). Which one holds
+/// depends on the backend and the host, and the backend says so in its
+/// conformance report's host facts (`limit_memory`, `limit_processes`,
+/// `limit_cpu`, `limit_disk`, each `sandbox: …` or `per-process: …` /
+/// `per-file: …` plus the mechanism); probe P6 checks each limit at the
+/// scope claimed there. On Linux: sandbox scope where the host process can
+/// make a cgroup (root with cgroup v1, or a delegated cgroup v2 subtree),
+/// otherwise the rlimits. The field docs below say what each backend does.
+///
+/// The runner itself enforces [`Limits::deadline`] (killing the child's
+/// process group) and, with a backend that accounts for it, the
+/// sandbox-wide [`Limits::cpu_seconds`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Limits {
-    /// Maximum number of processes (and threads) the sandbox may hold at once.
+    /// Maximum number of processes (and threads) the sandbox may hold at
+    /// once. Linux: sandbox scope (RLIMIT_NPROC counted in the sandbox's own
+    /// user namespace); macOS: RLIMIT_NPROC, counted per uid.
     pub max_processes: Option<u64>,
-    /// Maximum address-space size of each process, in bytes.
+    /// Maximum memory, in bytes. Linux with a cgroup: every page the
+    /// sandbox's processes charge together (anonymous, memfd, SysV shm,
+    /// the private scratch's tmpfs pages), give or take the kernel's page
+    /// cache margin; the kernel's OOM killer ends a process at the limit
+    /// and the runner reports [`ExitOutcome::MemoryExceeded`]. Without a
+    /// cgroup: the address space of each process (RLIMIT_AS); a memfd is then capped by [`Limits::file_size_bytes`]
+    /// instead and SysV shm is freed with the sandbox's IPC namespace.
+    /// macOS: RLIMIT_AS, which macOS accepts but does not enforce.
+    ///
+    /// [`ExitOutcome::MemoryExceeded`]: crate::ExitOutcome::MemoryExceeded
     pub memory_bytes: Option<u64>,
-    /// Maximum number of open file descriptors per process.
+    /// Maximum number of open file descriptors, per process (RLIMIT_NOFILE
+    /// on every backend; no OS offers a sandbox-wide count).
     pub open_files: Option<u64>,
-    /// Maximum CPU time per process, in seconds.
+    /// Maximum CPU time, in seconds. Linux with a cgroup: for the sandbox
+    /// as a whole, read from the cgroup and enforced by the runner
+    /// ([`ExitOutcome::CpuTimeExceeded`]). Linux without: per process
+    /// (RLIMIT_CPU), plus a best-effort sum over the sandbox's process tree
+    /// that a program can escape by letting its children be reaped
+    /// automatically. Elsewhere: per process (RLIMIT_CPU; a forked child
+    /// starts afresh).
+    ///
+    /// [`ExitOutcome::CpuTimeExceeded`]: crate::ExitOutcome::CpuTimeExceeded
     pub cpu_seconds: Option<u64>,
-    /// Maximum size of a file the child may write, in bytes.
+    /// Maximum size of each file the child writes (RLIMIT_FSIZE), in
+    /// bytes. Per file, on every backend.
     pub file_size_bytes: Option<u64>,
-    /// Maximum bytes the child may store in a fresh scratch dir. A backend
-    /// that backs fresh scratch with private memory (the Linux backend's
-    /// size-limited tmpfs) enforces it there; writing past it fails with
-    /// `ENOSPC` inside the sandbox.
+    /// Maximum bytes the child may store in a fresh, discarded scratch dir
+    /// ([`Scratch::Fresh`](crate::Scratch::Fresh)). Linux: the scratch is
+    /// a private tmpfs of this size in the sandbox's mount namespace, and
+    /// writing past it fails with `ENOSPC` inside the sandbox (its pages
+    /// also count toward a cgroup's memory). A kept scratch or a caller's
+    /// directory is on the host's filesystem, limited only per file by
+    /// [`Limits::file_size_bytes`].
     pub disk_bytes: Option<u64>,
     /// Wall-clock deadline from spawn; when it passes, the runner kills the
-    /// child's whole process group.
+    /// child's whole process group (with a PID namespace, the whole
+    /// sandbox).
     pub deadline: Option<Duration>,
 }
 

@@ -1,20 +1,25 @@
 //! Limits for the sandbox as a whole: a cgroup per sandbox where the host
-//! lets this process make one, and the CPU time of the sandbox's process
-//! tree where it does not.
+//! lets this process make one, and (best effort) the CPU time of the
+//! sandbox's process tree where it does not.
 //!
-//! - **cgroup v1** (the controllers `memory`, `pids`, `cpuacct` mounted
-//!   separately or together; root, typically): a child cgroup of this
-//!   process's own in each, with `memory.limit_in_bytes` (and
-//!   `memory.memsw.limit_in_bytes` when swap is accounted) = `memory_bytes`
-//!   and `pids.max` = `max_processes` + the sandbox's two helpers. Memory
-//!   there counts every page the sandbox's processes charge: anonymous
-//!   memory, memfd, SysV shm and tmpfs pages (the private scratch too).
+//! - **cgroup v1** (the controllers `memory` and `cpuacct`; root,
+//!   typically): a child cgroup of this process's own in each, with
+//!   `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` when swap
+//!   is accounted) = `memory_bytes`. Memory there counts every page the
+//!   sandbox's processes charge: anonymous memory, memfd, SysV shm and
+//!   tmpfs pages (the private scratch too).
 //! - **cgroup v2** where this process's cgroup already delegates `memory`
-//!   and `pids` to its children (its `cgroup.subtree_control` has them, as
-//!   a systemd user slice set up for delegation does): a child cgroup with
-//!   `memory.max`, `memory.swap.max` = 0 and `pids.max`. (Not exercised by
-//!   the tests on the machine this was written on, whose v2 hierarchy has
-//!   no controllers; the code path is the same as v1's otherwise.)
+//!   to its children (its `cgroup.subtree_control` has it, as a systemd
+//!   user slice set up for delegation does): a child cgroup with
+//!   `memory.max` and `memory.swap.max` = 0; `cpu.stat` is there without
+//!   any controller. (Not exercised by the tests on the machine this was
+//!   written on, whose v2 hierarchy has no controllers; the code path is
+//!   the same as v1's otherwise.)
+//!
+//! The process count needs no cgroup: `RLIMIT_NPROC` is counted in the
+//! sandbox's own user namespace, so it already holds for the sandbox as a
+//! whole (a `pids` cgroup would only add a mkdir, an attach and an rmdir
+//! to every spawn).
 //!
 //! The child joins its cgroups first thing after fork (it writes `0` to each
 //! `cgroup.procs`, opened here in the parent). CPU time is read from
@@ -22,11 +27,16 @@
 //! ([`SandboxResources::cpu_time`]). Without a cgroup, the CPU time of the
 //! sandbox's process tree is summed from `/proc` instead (the monitor's
 //! subtree: every process of the sandbox is a descendant of its init, and
-//! what a reaped process used is in its reaper's `cutime`/`cstime`).
+//! what a reaped process used is in its reaper's `cutime`/`cstime`). That
+//! sum is **best effort**: a child reaped automatically (its parent ignores
+//! `SIGCHLD`) adds its time to no one, so a program can hide CPU time from
+//! it, and the host facts call the CPU limit per-process there.
 //!
-//! The cgroups are removed when the resources are dropped (after every
-//! process of the sandbox is gone); ones left by a host that was killed
-//! are removed the next time a sandbox is made, once their creator is dead.
+//! The cgroups are removed after every process of the sandbox is gone, by
+//! one background thread per host process (off the spawn's and the wait's
+//! path; on v2 `cgroup.kill` first, for anything left); ones left by a host
+//! that was killed are removed the next time the hierarchy is looked up,
+//! once their creator is dead.
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -42,12 +52,8 @@ use cordon_core::{Limits, SandboxResources};
 pub(crate) enum Hierarchy {
     /// Directories (this process's own cgroup) per v1 controller; two
     /// controllers mounted together share one directory.
-    V1 {
-        memory: PathBuf,
-        pids: PathBuf,
-        cpuacct: PathBuf,
-    },
-    /// This process's own v2 cgroup, which delegates memory and pids.
+    V1 { memory: PathBuf, cpuacct: PathBuf },
+    /// This process's own v2 cgroup, which delegates memory.
     V2 { dir: PathBuf },
 }
 
@@ -103,19 +109,15 @@ fn detect() -> Option<Hierarchy> {
         let dir = mount.join(path.trim_start_matches('/'));
         writable(&dir).then_some(dir)
     };
-    if let (Some(memory), Some(pids), Some(cpuacct)) =
-        (dir(Some("memory")), dir(Some("pids")), dir(Some("cpuacct")))
-    {
-        return Some(Hierarchy::V1 {
-            memory,
-            pids,
-            cpuacct,
-        });
+    if let (Some(memory), Some(cpuacct)) = (dir(Some("memory")), dir(Some("cpuacct"))) {
+        return Some(Hierarchy::V1 { memory, cpuacct });
     }
     let v2 = dir(None)?;
     let delegated = std::fs::read_to_string(v2.join("cgroup.subtree_control")).ok()?;
-    let has = |c: &str| delegated.split_whitespace().any(|x| x == c);
-    (has("memory") && has("pids")).then_some(Hierarchy::V2 { dir: v2 })
+    delegated
+        .split_whitespace()
+        .any(|c| c == "memory")
+        .then_some(Hierarchy::V2 { dir: v2 })
 }
 
 fn writable(dir: &Path) -> bool {
@@ -160,11 +162,7 @@ impl Hierarchy {
     /// The distinct parent directories (co-mounted v1 controllers share).
     fn dirs(&self) -> Vec<&Path> {
         let mut v: Vec<&Path> = match self {
-            Hierarchy::V1 {
-                memory,
-                pids,
-                cpuacct,
-            } => vec![memory, pids, cpuacct],
+            Hierarchy::V1 { memory, cpuacct } => vec![memory, cpuacct],
             Hierarchy::V2 { dir } => vec![dir],
         };
         v.dedup();
@@ -176,8 +174,8 @@ impl Hierarchy {
     /// What `host_facts` says about the limits this hierarchy holds.
     pub(crate) fn describe(&self) -> &'static str {
         match self {
-            Hierarchy::V1 { .. } => "cgroup v1 (memory, pids, cpuacct)",
-            Hierarchy::V2 { .. } => "cgroup v2 (memory, pids, cpu)",
+            Hierarchy::V1 { .. } => "cgroup v1 (memory, cpuacct)",
+            Hierarchy::V2 { .. } => "cgroup v2 (memory, cpu.stat)",
         }
     }
 }
@@ -207,7 +205,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 impl SandboxCgroup {
     /// Makes the cgroups of one sandbox and sets its limits. Any error
     /// removes what was made.
-    pub(crate) fn create(h: &Hierarchy, limits: &Limits, helpers: u64) -> std::io::Result<Self> {
+    pub(crate) fn create(h: &Hierarchy, limits: &Limits) -> std::io::Result<Self> {
         let name = format!(
             "{PREFIX}{}-{}",
             std::process::id(),
@@ -228,11 +226,7 @@ impl SandboxCgroup {
             Ok(dir)
         };
         match h {
-            Hierarchy::V1 {
-                memory,
-                pids,
-                cpuacct,
-            } => {
+            Hierarchy::V1 { memory, cpuacct } => {
                 let m = mkdir(&mut made, memory)?;
                 made.oom_events = m.join("memory.oom_control");
                 if let Some(bytes) = limits.memory_bytes {
@@ -241,10 +235,6 @@ impl SandboxCgroup {
                     if memsw.exists() {
                         write(&memsw, bytes)?;
                     }
-                }
-                let p = mkdir(&mut made, pids)?;
-                if let Some(n) = limits.max_processes {
-                    write(&p.join("pids.max"), n.saturating_add(helpers))?;
                 }
                 let c = mkdir(&mut made, cpuacct)?;
                 made.cpu = CpuSource::CpuacctUsage(c.join("cpuacct.usage"));
@@ -258,9 +248,6 @@ impl SandboxCgroup {
                     if swap.exists() {
                         write(&swap, 0)?;
                     }
-                }
-                if let Some(n) = limits.max_processes {
-                    write(&d.join("pids.max"), n.saturating_add(helpers))?;
                 }
                 made.cpu = CpuSource::CpuStat(d.join("cpu.stat"));
             }
@@ -316,36 +303,73 @@ impl SandboxCgroup {
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
         // The fds were the child's to use; the cgroups are empty once every
-        // process of the sandbox is gone (the runner drops us then). A
-        // process still exiting makes rmdir fail with EBUSY for a moment:
-        // retry off this thread rather than leave the cgroup behind.
+        // process of the sandbox is gone (the runner drops us then).
         self.procs.clear();
-        let mut busy = Vec::new();
-        for dir in self.dirs.drain(..).rev() {
-            if let Err(e) = std::fs::remove_dir(&dir) {
-                if e.raw_os_error() == Some(libc::EBUSY) {
-                    busy.push(dir);
-                } else if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(cgroup = %dir.display(), error = %e, "could not remove a sandbox's cgroup");
+        remove_later(std::mem::take(&mut self.dirs));
+    }
+}
+
+/// Hands `dirs` to the remover thread (started on first use), which
+/// removes them off the caller's path; inline if the thread cannot start.
+fn remove_later(dirs: Vec<PathBuf>) {
+    static REMOVER: OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Vec<PathBuf>>>>> =
+        OnceLock::new();
+    let remover = REMOVER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<PathBuf>>();
+        std::thread::Builder::new()
+            .name("cordon-cgroup-remover".into())
+            .spawn(move || {
+                while let Ok(dirs) = rx.recv() {
+                    remove(dirs);
                 }
-            }
-        }
-        if !busy.is_empty() {
-            std::thread::spawn(move || {
-                for _ in 0..100 {
-                    busy.retain(|d| std::fs::remove_dir(d).is_err());
-                    if busy.is_empty() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                tracing::warn!(
-                    ?busy,
-                    "sandbox cgroups still busy after 2 s; left for the next sweep"
-                );
-            });
+            })
+            .ok()
+            .map(|_| std::sync::Mutex::new(tx))
+    });
+    let dirs = match remover {
+        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).send(dirs) {
+            Ok(()) => return,
+            Err(std::sync::mpsc::SendError(dirs)) => dirs,
+        },
+        None => dirs,
+    };
+    remove(dirs);
+}
+
+/// Removes a sandbox's cgroups, children first. A process still exiting
+/// makes `rmdir` fail with `EBUSY` for a moment: retry for up to 2 s, then
+/// leave it to the next sweep.
+fn remove(mut dirs: Vec<PathBuf>) {
+    // On v2, anything still in the cgroup (there should be nothing) is
+    // killed by the kernel in one step; v1 has no such file, and the PID
+    // namespace's end has killed the sandbox there.
+    for dir in &dirs {
+        let kill = dir.join("cgroup.kill");
+        if kill.exists() {
+            let _ = write(&kill, 1);
         }
     }
+    dirs.reverse();
+    for _ in 0..100 {
+        dirs.retain(|dir| match std::fs::remove_dir(dir) {
+            Ok(()) => false,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => true,
+            Err(e) => {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(cgroup = %dir.display(), error = %e, "could not remove a sandbox's cgroup");
+                }
+                false
+            }
+        });
+        if dirs.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::warn!(
+        ?dirs,
+        "sandbox cgroups still busy after 2 s; left for the next sweep"
+    );
 }
 
 fn write(path: &Path, value: u64) -> std::io::Result<()> {

@@ -197,21 +197,16 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
                  with the sandbox's IPC namespace)"
             .into(),
     };
-    let processes = match cgroup {
-        Some(h) => format!(
-            "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace, and {} pids.max",
-            h.describe()
-        ),
-        None => "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace".into(),
-    };
+    let processes = "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace";
     let cpu = match (cgroup, layers.sandbox_limits && layers.pid_namespace) {
         (Some(h), _) => format!(
             "sandbox: {} CPU time of all its processes, enforced by the runner (RLIMIT_CPU per \
              process too)",
             h.describe()
         ),
-        (None, true) => "sandbox: CPU time of the sandbox's process tree read from /proc, \
-                         enforced by the runner (RLIMIT_CPU per process too)"
+        (None, true) => "per-process: RLIMIT_CPU; the runner also sums the CPU time of the \
+                         sandbox's process tree from /proc and kills it past the limit, but a \
+                         child reaped automatically (SIGCHLD ignored) escapes that sum"
             .into(),
         (None, false) => "per-process: RLIMIT_CPU (a forked child starts afresh)".into(),
     };
@@ -223,7 +218,7 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
     };
     vec![
         ("limit_memory", memory),
-        ("limit_processes", processes),
+        ("limit_processes", processes.into()),
         ("limit_cpu", cpu),
         ("limit_disk", disk.into()),
     ]
@@ -420,14 +415,9 @@ fn wrap_inner(
     }
 
     // Sandbox-wide limits: a cgroup where this process can make one.
-    let helpers = if layers.pid_namespace {
-        HELPER_PROCESSES
-    } else {
-        0
-    };
     let cgroup = match (layers.sandbox_limits, cgroup::hierarchy()) {
         (true, Some(h)) => Some(
-            cgroup::SandboxCgroup::create(h, &policy.limits, helpers).map_err(|e| {
+            cgroup::SandboxCgroup::create(h, &policy.limits).map_err(|e| {
                 wrap_err(format!(
                     "cannot make the sandbox's cgroup under {h:?}: {e}; nothing was run"
                 ))

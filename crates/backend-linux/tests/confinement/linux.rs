@@ -20,6 +20,8 @@ use tokio::io::AsyncReadExt;
 
 #[path = "breaches.rs"]
 mod breaches;
+#[path = "limits.rs"]
+mod limits;
 
 const SCENARIO_ENV: &str = "CORDON_LINUX_SCENARIO";
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -36,6 +38,7 @@ struct Scenario {
 
 fn scenarios() -> Vec<Scenario> {
     use breaches::*;
+    use limits::*;
     macro_rules! s {
         ($name:ident, $nobody:expr) => {
             Scenario {
@@ -78,6 +81,11 @@ fn scenarios() -> Vec<Scenario> {
         s!(breach_unix_dgram_sendto, true),
         s!(breach_metadata_outside_grants, true),
         s!(breach_outliving_the_host, true),
+        s!(limit_memory_memfd, true),
+        s!(limit_memory_shm, true),
+        s!(limit_memory_processes, true),
+        s!(limit_cpu_fork_chain, true),
+        s!(limit_disk_fill, true),
         s!(rename_tricks_denied, true),
         s!(read_only_inside_writable_refused, true),
         s!(bad_grant_is_a_clear_error, true),
@@ -414,6 +422,19 @@ fn available_with_facts() -> Outcome {
     ensure(facts["sandbox_uid"] == sandbox_uid.to_string(), || {
         format!("{facts:?}")
     })?;
+    // Root on a host whose cgroup v1 memory controller it can write (this
+    // machine) must get the sandbox-wide limits, not fall back silently.
+    let v1_writable = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/sys/fs/cgroup/memory/cgroup.procs")
+        .is_ok();
+    if uid == 0 && v1_writable {
+        for k in ["limit_memory", "limit_processes", "limit_cpu", "limit_disk"] {
+            ensure(facts[k].starts_with("sandbox:"), || {
+                format!("as root with cgroup v1, {k} = {:?}", facts[k])
+            })?;
+        }
+    }
     let legacy = LinuxBackend::with_layers(cordon_backend_linux::Layers::LEGACY).host_facts();
     ensure(
         legacy["namespaces"] == "user" && legacy["layers"].starts_with("legacy"),

@@ -45,7 +45,8 @@ fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> T {
 /// Copies the binary where an unprivileged uid can execute it (into
 /// `dir`, made 0755), and returns a command that runs it as uid 65534 when
 /// we are root (as ourselves otherwise, which is already unprivileged),
-/// with a private HOME and cache.
+/// with a private HOME and cache (shared by the commands made with the
+/// same `dir`).
 pub fn unprivileged(dir: &Path) -> Command {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
@@ -55,7 +56,7 @@ pub fn unprivileged(dir: &Path) -> Command {
     std::fs::copy(CORDON, &exe).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let home = dir.join("home");
-    std::fs::create_dir(&home).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
     let mut cmd = Command::new(&exe);
     cmd.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")

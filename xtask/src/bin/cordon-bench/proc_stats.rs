@@ -1,4 +1,5 @@
-//! What the host holds: fds, children, RSS.
+//! What the host holds: fds, children, RSS, and what sandboxes could leave
+//! behind (cgroups, mounts, scratch dirs).
 
 /// Open fds of this process.
 pub fn open_fds() -> usize {
@@ -58,5 +59,78 @@ pub fn heap_in_use() -> usize {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         0
+    }
+}
+
+/// What sandboxes could leave on the host, counted so a run can compare
+/// before and after: this process's sandbox cgroups (`cordon-<pid>-*`
+/// beside its own cgroup in every hierarchy), the lines of its mount
+/// table, and the `cordon-*` entries of the temp dir other than the
+/// shared scratch mount point the Linux backend reuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftovers {
+    pub cgroups: usize,
+    pub mounts: usize,
+    pub scratch_dirs: usize,
+}
+
+impl std::fmt::Display for Leftovers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cgroups, {} mounts, {} scratch dirs",
+            self.cgroups, self.mounts, self.scratch_dirs
+        )
+    }
+}
+
+pub fn leftovers() -> Leftovers {
+    let prefix = format!("cordon-{}-", std::process::id());
+    let mut cgroups = 0;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for line in own.lines() {
+        let Some(path) = line.splitn(3, ':').nth(2) else {
+            continue;
+        };
+        let hierarchies = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        for h in hierarchies
+            .into_iter()
+            .chain([std::path::PathBuf::from("/sys/fs/cgroup")])
+        {
+            let dir = h.join(path.trim_start_matches('/'));
+            let Ok(canonical) = dir.canonicalize() else {
+                continue;
+            };
+            if !seen.insert(canonical.clone()) {
+                continue;
+            }
+            if let Ok(entries) = std::fs::read_dir(&canonical) {
+                cgroups += entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .count();
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|m| m.lines().count())
+        .unwrap_or(0);
+    let scratch_dirs = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with("cordon-") && !n.starts_with(".cordon-scratch-")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    Leftovers {
+        cgroups,
+        mounts,
+        scratch_dirs,
     }
 }

@@ -137,7 +137,11 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
         mount_namespace: true,
         ..ipc
     };
-    let steps: [(&str, Layers); 5] = [
+    let allowlist = Layers {
+        seccomp_allowlist: true,
+        ..mount
+    };
+    let steps: [(&str, Layers); 6] = [
         (
             "user ns + rlimits + caps + Landlock + seccomp deny-list",
             legacy,
@@ -148,7 +152,11 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             "+ mount namespace (read-only host, tmpfs scratch, /proc)",
             mount,
         ),
-        ("+ seccomp allowlist = every layer", Layers::ALL),
+        ("+ seccomp allowlist", allowlist),
+        (
+            "+ sandbox-wide limits (cgroup where allowed) = every layer",
+            Layers::ALL,
+        ),
     ];
     if !LinuxBackend::new().availability().is_available() {
         return vec![not_built(
