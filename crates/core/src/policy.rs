@@ -62,8 +62,11 @@ pub struct Limits {
     /// the private scratch's tmpfs pages), give or take the kernel's page
     /// cache margin; the kernel's OOM killer ends a process at the limit
     /// and the runner reports [`ExitOutcome::MemoryExceeded`]. Without a
-    /// cgroup: the address space of each process (RLIMIT_AS); a memfd is then capped by [`Limits::file_size_bytes`]
-    /// instead and SysV shm is freed with the sandbox's IPC namespace.
+    /// cgroup: per process, the private writable memory (RLIMIT_DATA) and
+    /// the address space with 3 GiB of headroom for the ranges runtimes
+    /// reserve without touching (RLIMIT_AS); a memfd is then capped by
+    /// [`Limits::file_size_bytes`] and SysV shm is freed with the
+    /// sandbox's IPC namespace.
     /// macOS: RLIMIT_AS, which macOS accepts but does not enforce.
     ///
     /// [`ExitOutcome::MemoryExceeded`]: crate::ExitOutcome::MemoryExceeded

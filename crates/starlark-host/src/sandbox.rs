@@ -75,7 +75,9 @@ impl WorkerProgram {
 /// ever makes it stricter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerLimits {
-    /// `RLIMIT_AS`. Must cover the binary's mappings, the evaluation
+    /// The worker's memory ([`cordon_core::Limits::memory_bytes`]: the
+    /// whole worker's pages where the backend has a cgroup, else its
+    /// private writable memory per process). Must cover the binary's mappings, the evaluation
     /// thread's stack ([`Limits::eval_stack_bytes`]) and the Starlark heap
     /// ([`Limits::max_heap_bytes`]) with room to spare. Default 512 MiB:
     /// a warm worker peaks at ~87 MiB of address space with the default

@@ -39,7 +39,7 @@ pub(crate) struct ChildPlan {
     /// is hidden under a mount, so the rule must name the tmpfs root, which
     /// exists only in the child.
     pub scratch_rights: u64,
-    pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); 6],
+    pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); 7],
     pub last_cap: libc::c_ulong,
     pub ruleset: OwnedFd,
     /// seccomp filters, installed in this order (compiled once per

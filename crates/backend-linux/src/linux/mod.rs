@@ -192,9 +192,10 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
             "sandbox: {} memory limit (anonymous, memfd, SysV shm and tmpfs pages all count)",
             h.describe()
         ),
-        None => "per-process: RLIMIT_AS (memfd and tmpfs pages are not address space: a memfd is \
-                 capped by RLIMIT_FSIZE, a discarded scratch by disk_bytes; SysV shm is freed \
-                 with the sandbox's IPC namespace)"
+        None => "per-process: RLIMIT_DATA (private writable memory) and RLIMIT_AS with 3 GiB of \
+                 headroom for runtimes' reservations; a memfd is capped by RLIMIT_FSIZE, a \
+                 discarded scratch by disk_bytes, SysV shm is freed with the sandbox's IPC \
+                 namespace"
             .into(),
     };
     let processes = "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace";
@@ -261,18 +262,41 @@ pub(crate) fn namespace_names(layers: Layers) -> Vec<&'static str> {
 /// exactly `max_processes`.
 const HELPER_PROCESSES: u64 = 2;
 
-fn rlimits(l: &Limits, layers: Layers) -> [(libc::__rlimit_resource_t, Option<u64>); 6] {
+/// Address space each process may reserve beyond `memory_bytes` when no
+/// cgroup holds memory. Runtimes reserve far more than they touch (a JVM
+/// reserves its heap, 1 GiB of compressed class space and its code cache
+/// up front; it does not start under a 2 GiB address-space limit, and
+/// does under 1 GiB of data plus 3 GiB of headroom); what a process can
+/// actually write privately is held to `memory_bytes` by `RLIMIT_DATA`.
+pub(crate) const ADDRESS_SPACE_HEADROOM: u64 = 3 << 30;
+
+/// The rlimits of the sandbox. `cgroup_memory`: a cgroup holds memory for
+/// the sandbox as a whole, so no per-process memory rlimit is set (it
+/// would only stop the runtimes that reserve large ranges).
+fn rlimits(
+    l: &Limits,
+    layers: Layers,
+    cgroup_memory: bool,
+) -> [(libc::__rlimit_resource_t, Option<u64>); 7] {
     let helpers = if layers.pid_namespace {
         HELPER_PROCESSES
     } else {
         0
     };
+    let memory = l.memory_bytes.filter(|_| !cgroup_memory);
     [
         (
             libc::RLIMIT_NPROC,
             l.max_processes.map(|n| n.saturating_add(helpers)),
         ),
-        (libc::RLIMIT_AS, l.memory_bytes),
+        // Private writable memory (heap, anonymous private maps, thread
+        // stacks), counted when mapped writable.
+        (libc::RLIMIT_DATA, memory),
+        // Everything mapped, shared memory included, with the headroom.
+        (
+            libc::RLIMIT_AS,
+            memory.map(|m| m.saturating_add(ADDRESS_SPACE_HEADROOM)),
+        ),
         (libc::RLIMIT_NOFILE, l.open_files),
         (libc::RLIMIT_CPU, l.cpu_seconds),
         (libc::RLIMIT_FSIZE, l.file_size_bytes),
@@ -430,13 +454,6 @@ fn wrap_inner(
         .as_ref()
         .map(cgroup::SandboxCgroup::join_fds)
         .unwrap_or_default();
-    let mut limits = policy.limits;
-    if cgroup.is_some() {
-        // The cgroup holds memory for the sandbox as a whole; an address-
-        // space limit per process would only stop runtimes that reserve
-        // large ranges they never touch (JVM, V8).
-        limits.memory_bytes = None;
-    }
     let plan = ChildPlan {
         cgroup_procs,
         drop_to_nobody,
@@ -445,7 +462,7 @@ fn wrap_inner(
         id_maps: layers.mount_namespace.then(|| IdMaps::identity(uid, gid)),
         mounts,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
-        rlimits: rlimits(&limits, layers),
+        rlimits: rlimits(&policy.limits, layers, cgroup.is_some()),
         last_cap: probe::last_cap(),
         ruleset,
         seccomp,

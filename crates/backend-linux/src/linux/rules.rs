@@ -33,7 +33,31 @@ pub(crate) const SYSTEM_READ_FILES: &[&str] = &[
     "/etc/group",
     // git dies when the system config exists but cannot be read.
     "/etc/gitconfig",
+    // OpenSSL's config: node (and anything linking OpenSSL 3) refuses to
+    // start when it exists but cannot be read.
+    "/etc/ssl/openssl.cnf",
+    // The time zone's name and the locale aliases (glibc, Java, Python).
+    "/etc/timezone",
+    "/etc/locale.alias",
+    "/etc/default/locale",
 ];
+
+/// Directories under /etc granted read-only: public configuration that
+/// runtimes read at start, nothing secret. `/etc/ssl/private` (keys) is
+/// deliberately not among them: only the public certificates are.
+pub(crate) const SYSTEM_READ_DIRS: &[&str] = &[
+    // CA certificates, for TLS clients (which still cannot connect: the
+    // network is denied, but libraries load them at start).
+    "/etc/ssl/certs",
+    // Debian's alternatives: /usr/bin/java -> /etc/alternatives/java -> ...
+    "/etc/alternatives",
+];
+
+/// Prefixes of directories in /etc granted read-only, found when the
+/// ruleset is built: a runtime's own configuration whose name carries its
+/// version. OpenJDK's `conf/` (`java.security`, `jvm.cfg`, …) is a set of
+/// symlinks into `/etc/java-<version>-openjdk`; the JVM aborts without it.
+pub(crate) const SYSTEM_READ_DIR_PREFIXES: &[&str] = &["java-"];
 
 /// Devices granted read + write (+ truncate for `> /dev/null`, + ioctl so
 /// `isatty()` gets its usual ENOTTY).
@@ -181,6 +205,19 @@ pub(crate) fn system_rules() -> Vec<PathRule> {
     };
     push(SYSTEM_EXEC_DIRS, Grant::ReadExec);
     push(SYSTEM_READ_FILES, Grant::ReadFileOnly);
+    push(SYSTEM_READ_DIRS, Grant::ReadOnly);
+    let mut versioned: Vec<String> = std::fs::read_dir("/etc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| SYSTEM_READ_DIR_PREFIXES.iter().any(|p| n.starts_with(p)))
+                .map(|n| format!("/etc/{n}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    versioned.sort();
+    let versioned: Vec<&str> = versioned.iter().map(String::as_str).collect();
+    push(&versioned, Grant::ReadOnly);
     push(SYSTEM_RW_DEVICES, Grant::RwDevice);
     push(SYSTEM_READ_DEVICES, Grant::ReadFileOnly);
     out

@@ -10,7 +10,8 @@
 //! Where the backend claims only a per-process scope (uid 65534 on a host
 //! whose cgroups it cannot write), the scenarios check that weaker claim
 //! instead: each memfd stops at `RLIMIT_FSIZE`, SysV shm is freed with the
-//! sandbox, each process stays within `RLIMIT_AS`.
+//! sandbox, each process's private writable memory stays within
+//! `RLIMIT_DATA`.
 
 use super::*;
 use cordon_backend_linux::Layers;
@@ -321,7 +322,8 @@ print('held', got, flush=True)\n\
 sys.stdin.read()\n";
 
 /// Eight processes, each touching well under `--mem` of anonymous memory
-/// (so each passes its own RLIMIT_AS), four times `--mem` together.
+/// (so each passes its own per-process limit), four times `--mem`
+/// together.
 pub(super) fn limit_memory_processes() -> Outcome {
     let each = ATTEMPT / 8;
     let args = [each.to_string(), "8".to_string()];
@@ -333,8 +335,8 @@ pub(super) fn limit_memory_processes() -> Outcome {
             anon_of_token,
         );
     }
-    // Per-process scope: each process within RLIMIT_AS; together they are
-    // not bounded, which the report states.
+    // Per-process scope: each process's private writable memory within
+    // RLIMIT_DATA; together they are not bounded, which the report states.
     let token = sleep_token();
     let mut spec = py(PROCESSES_ATTACK).limits(mem_limits(1 << 30));
     for a in &args {
@@ -344,7 +346,7 @@ pub(super) fn limit_memory_processes() -> Outcome {
     let held = hold(&spawner(), spec, &token, |_| {
         for pid in host_pids_with_arg(&token) {
             if let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                let kib: u64 = field(&st, "VmSize:")
+                let kib: u64 = field(&st, "VmData:")
                     .trim_end_matches("kB")
                     .trim()
                     .parse()
@@ -358,7 +360,7 @@ pub(super) fn limit_memory_processes() -> Outcome {
         "the attack did not hold".into()
     })?;
     ensure(largest > 0 && largest <= MEM, || {
-        format!("a process's address space was {largest} bytes under RLIMIT_AS {MEM}")
+        format!("a process's private writable memory was {largest} bytes under RLIMIT_DATA {MEM}")
     })
 }
 
