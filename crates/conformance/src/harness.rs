@@ -295,15 +295,22 @@ impl Ctx {
     }
 
     /// Reads the child's report to EOF (bounded by the timeout), answering
-    /// each `HOLD`, then reaps it.
+    /// each `HOLD`, while waiting for it as any caller of the runner does:
+    /// the runner enforces the deadline and the sandbox-wide CPU time only
+    /// while someone waits.
     pub(crate) async fn collect(&self, spawned: Spawned, on_hold: OnHold<'_>) -> ChildRun {
         let Spawned { mut child, token } = spawned;
         let mut run = ChildRun::new();
         run.token = token.clone();
-        let mut stdin = child.stdin.take();
-        if let Some(stdout) = child.stdout.take() {
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let scratch = child.scratch_dir().to_path_buf();
+        let timeout = self.timeout;
+        let read = async {
+            let mut stdin = stdin;
+            let Some(stdout) = stdout else { return };
             let mut lines = BufReader::new(stdout).lines();
-            let deadline = tokio::time::Instant::now() + self.timeout + Duration::from_secs(1);
+            let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(1);
             while let Ok(Ok(Some(line))) =
                 tokio::time::timeout_at(deadline, lines.next_line()).await
             {
@@ -311,7 +318,7 @@ impl Ctx {
                     let hold = Hold {
                         label,
                         pid: inspect::program_pid(&token),
-                        scratch: child.scratch_dir(),
+                        scratch: &scratch,
                         token: &token,
                     };
                     run.checks.extend(on_hold(&hold));
@@ -324,9 +331,10 @@ impl Ctx {
                 }
                 parse_line(&line, &mut run);
             }
-        }
-        drop(stdin);
-        run.outcome = child.wait().await.ok();
+            // Dropping stdin releases a child still held (EOF).
+        };
+        let (_, outcome) = tokio::join!(read, child.wait());
+        run.outcome = outcome.ok();
         run.stderr = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
         run
     }
