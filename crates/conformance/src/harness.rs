@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::child::PROBE_ARG;
 use crate::inspect::{self, TOKEN_ARG};
 use crate::kernel::KernelFacts;
+use crate::scope::LimitScopes;
 
 /// Name of the explicitly granted variable every probe child receives.
 pub(crate) const GRANTED_ENV: &str = "CORDON_PROBE_GRANTED";
@@ -53,6 +54,10 @@ pub(crate) struct Ctx {
     pub sandbox: Ids,
     /// Which probed syscalls the running kernel has.
     pub kernel: KernelFacts,
+    /// The scope the backend claims for each limit (P6 checks each at it).
+    pub scopes: LimitScopes,
+    /// True for the unconfined baseline's context (see `baseline.rs`).
+    pub baseline: bool,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -191,6 +196,7 @@ impl Ctx {
         timeout: Duration,
         sandbox: Ids,
         kernel: KernelFacts,
+        scopes: LimitScopes,
     ) -> std::io::Result<Ctx> {
         // World-readable dirs, so that only the sandbox — not file
         // permissions — stands between the child and the canaries.
@@ -234,6 +240,8 @@ impl Ctx {
             host_uid: unsafe { libc::geteuid() },
             sandbox,
             kernel,
+            scopes,
+            baseline: false,
             root,
         })
     }

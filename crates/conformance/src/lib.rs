@@ -91,6 +91,7 @@ mod harness;
 mod inspect;
 mod kernel;
 mod probes;
+mod scope;
 mod suite;
 
 pub use child::PROBE_ARG;
@@ -142,6 +143,18 @@ fn run_probe_child(args: &[String]) -> i32 {
         }
         "P6-tree" => {
             probes::p6::tree(&mut r);
+            return 0;
+        }
+        // The sandbox-wide checks run alone in their own sandbox, without
+        // the controls: they may end it (by design).
+        "P6-memory" => {
+            probes::p6::memory::child(&mut r, &kv);
+            r.done();
+            return 0;
+        }
+        "P6-cpu" => {
+            probes::p6::cpu::child(&mut r, &kv);
+            r.done();
             return 0;
         }
         _ => {}
