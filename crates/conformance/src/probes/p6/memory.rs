@@ -14,6 +14,10 @@
 //!   (`RssShmem`; it is freed with its last attachment, so nothing is left
 //!   even without an IPC namespace).
 //!
+//! A worker whose kind the sandbox refuses outright (`EPERM`, `EACCES`,
+//! `ENOSYS`) holds its share in anonymous memory instead, so the sandbox
+//! always holds twice the limit unless a limit stops it.
+//!
 //! When every worker has said it holds its share or died, the child holds
 //! and the **host** sums `RssAnon + RssShmem` over the live processes that
 //! bear the child's token. Then the child ends the survivors with
@@ -133,6 +137,10 @@ fn verdict(
     stderr: &str,
 ) -> CheckResult {
     let asked = info.get("smem-start").cloned().unwrap_or_default();
+    let holding = info
+        .get("smem-holding")
+        .map(|h| format!("; holding at the hold: {h}"))
+        .unwrap_or_default();
     let end = info.get("smem-end");
     let oom_killed_all = matches!(
         outcome,
@@ -144,7 +152,7 @@ fn verdict(
             NAME,
             format!(
                 "the host measured {} (RssAnon + RssShmem) in the sandbox's {} processes; the \
-                 limit is {} (+ {} margin); asked: {asked}",
+                 limit is {} (+ {} margin); asked: {asked}{holding}",
                 mib(m.bytes),
                 m.processes,
                 mib(limit),
@@ -154,7 +162,7 @@ fn verdict(
         Some(m) => {
             let held = format!(
                 "the host measured {} in the sandbox's {} processes at the hold (limit {} + {} \
-                 margin); asked: {asked}",
+                 margin); asked: {asked}{holding}",
                 mib(m.bytes),
                 m.processes,
                 mib(limit),
@@ -266,7 +274,7 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             reads.push(fds[0]);
         }
     }
-    let mut holding = 0;
+    let (mut holding, mut fell_back) = (0, 0);
     for fd in &reads {
         let mut b = 0u8;
         // SAFETY: one byte into a local from a pipe we own.
@@ -278,13 +286,17 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
         };
         if n == 1 {
             holding += 1;
+            fell_back += usize::from(b == b'A');
         }
         // SAFETY: closing our own fd.
         unsafe { libc::close(*fd) };
     }
     r.info(
         "smem-holding",
-        format!("{holding} of {} workers", pids.len()),
+        format!(
+            "{holding} of {} workers ({fell_back} in anonymous memory: memfd or shm refused)",
+            pids.len()
+        ),
     );
     r.hold("smem");
     let (mut held, mut killed, mut refused, mut other) = (0, 0, 0, 0);
@@ -326,8 +338,10 @@ unsafe fn give_up() -> ! {
     })
 }
 
-/// One worker: allocates `size` bytes of `kind`, touches every page, says
-/// so on `ready`, and waits for its end. Never returns.
+/// One worker: allocates `size` bytes of `kind` (anonymous memory if the
+/// sandbox refuses that kind outright), touches every page, says so on
+/// `ready` (`R`, or `A` for the fallback), and waits for its end. Never
+/// returns.
 ///
 /// # Safety
 /// Only in a forked child of a single-threaded process: raw syscalls only.
@@ -339,36 +353,54 @@ unsafe fn worker(kind: Kind, size: usize, ready: i32) -> ! {
     libc::sigaddset(&mut set, libc::SIGTERM);
     libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
     let rw = libc::PROT_READ | libc::PROT_WRITE;
-    let p: *mut libc::c_void = match kind {
-        Kind::Anonymous => libc::mmap(
+    let anonymous = || {
+        libc::mmap(
             std::ptr::null_mut(),
             size,
             rw,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
-        ),
+        )
+    };
+    // A backend may refuse a kind of memory outright (seccomp, a policy):
+    // the worker then holds its share in anonymous memory, so the sandbox
+    // still holds twice the limit together, and says so.
+    let refused_kind = |e: i32| [libc::EPERM, libc::EACCES, libc::ENOSYS].contains(&e);
+    let mut said = b'R';
+    let p: *mut libc::c_void = match kind {
+        Kind::Anonymous => anonymous(),
         Kind::Memfd => {
             let fd = libc::memfd_create(c"cordon-probe".as_ptr(), libc::MFD_CLOEXEC);
-            if fd < 0 || libc::ftruncate(fd, size as libc::off_t) != 0 {
-                give_up();
+            if fd < 0 && refused_kind(errno()) {
+                said = b'A';
+                anonymous()
+            } else {
+                if fd < 0 || libc::ftruncate(fd, size as libc::off_t) != 0 {
+                    give_up();
+                }
+                libc::mmap(std::ptr::null_mut(), size, rw, libc::MAP_SHARED, fd, 0)
             }
-            libc::mmap(std::ptr::null_mut(), size, rw, libc::MAP_SHARED, fd, 0)
         }
         Kind::SysvShm => {
             let id = libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600);
-            if id < 0 {
-                give_up();
+            if id < 0 && refused_kind(errno()) {
+                said = b'A';
+                anonymous()
+            } else {
+                if id < 0 {
+                    give_up();
+                }
+                let p = libc::shmat(id, std::ptr::null(), 0);
+                let e = errno();
+                // Removed at once: freed with its last attachment (this
+                // worker's), even in the host's IPC namespace.
+                libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+                if p as isize == -1 {
+                    libc::_exit(if e == libc::ENOMEM { REFUSED } else { FAILED });
+                }
+                p
             }
-            let p = libc::shmat(id, std::ptr::null(), 0);
-            let e = errno();
-            // Removed at once: freed with its last attachment (this
-            // worker's), even in the host's IPC namespace.
-            libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
-            if p as isize == -1 {
-                libc::_exit(if e == libc::ENOMEM { REFUSED } else { FAILED });
-            }
-            p
         }
     };
     if p == libc::MAP_FAILED {
@@ -379,7 +411,7 @@ unsafe fn worker(kind: Kind, size: usize, ready: i32) -> ! {
         std::ptr::write_volatile((p as *mut u8).add(off), 1);
         off += 4096;
     }
-    libc::write(ready, b"R".as_ptr().cast(), 1);
+    libc::write(ready, (&said as *const u8).cast(), 1);
     loop {
         libc::pause();
     }
