@@ -54,6 +54,7 @@ pub(crate) fn errno_name(e: i32) -> String {
         libc::EUSERS => "EUSERS",
         libc::EEXIST => "EEXIST",
         libc::ENOTCONN => "ENOTCONN",
+        libc::EDQUOT => "EDQUOT",
         _ => return format!("errno {e}"),
     };
     name.to_string()

@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::child::PROBE_ARG;
 use crate::inspect::{self, TOKEN_ARG};
 use crate::kernel::KernelFacts;
+use crate::scope::LimitScopes;
 
 /// Name of the explicitly granted variable every probe child receives.
 pub(crate) const GRANTED_ENV: &str = "CORDON_PROBE_GRANTED";
@@ -53,6 +54,10 @@ pub(crate) struct Ctx {
     pub sandbox: Ids,
     /// Which probed syscalls the running kernel has.
     pub kernel: KernelFacts,
+    /// The scope the backend claims for each limit (P6 checks each at it).
+    pub scopes: LimitScopes,
+    /// True for the unconfined baseline's context (see `baseline.rs`).
+    pub baseline: bool,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -191,6 +196,7 @@ impl Ctx {
         timeout: Duration,
         sandbox: Ids,
         kernel: KernelFacts,
+        scopes: LimitScopes,
     ) -> std::io::Result<Ctx> {
         // World-readable dirs, so that only the sandbox — not file
         // permissions — stands between the child and the canaries.
@@ -234,6 +240,8 @@ impl Ctx {
             host_uid: unsafe { libc::geteuid() },
             sandbox,
             kernel,
+            scopes,
+            baseline: false,
             root,
         })
     }
@@ -295,15 +303,22 @@ impl Ctx {
     }
 
     /// Reads the child's report to EOF (bounded by the timeout), answering
-    /// each `HOLD`, then reaps it.
+    /// each `HOLD`, while waiting for it as any caller of the runner does:
+    /// the runner enforces the deadline and the sandbox-wide CPU time only
+    /// while someone waits.
     pub(crate) async fn collect(&self, spawned: Spawned, on_hold: OnHold<'_>) -> ChildRun {
         let Spawned { mut child, token } = spawned;
         let mut run = ChildRun::new();
         run.token = token.clone();
-        let mut stdin = child.stdin.take();
-        if let Some(stdout) = child.stdout.take() {
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let scratch = child.scratch_dir().to_path_buf();
+        let timeout = self.timeout;
+        let read = async {
+            let mut stdin = stdin;
+            let Some(stdout) = stdout else { return };
             let mut lines = BufReader::new(stdout).lines();
-            let deadline = tokio::time::Instant::now() + self.timeout + Duration::from_secs(1);
+            let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(1);
             while let Ok(Ok(Some(line))) =
                 tokio::time::timeout_at(deadline, lines.next_line()).await
             {
@@ -311,7 +326,7 @@ impl Ctx {
                     let hold = Hold {
                         label,
                         pid: inspect::program_pid(&token),
-                        scratch: child.scratch_dir(),
+                        scratch: &scratch,
                         token: &token,
                     };
                     run.checks.extend(on_hold(&hold));
@@ -324,9 +339,10 @@ impl Ctx {
                 }
                 parse_line(&line, &mut run);
             }
-        }
-        drop(stdin);
-        run.outcome = child.wait().await.ok();
+            // Dropping stdin releases a child still held (EOF).
+        };
+        let (_, outcome) = tokio::join!(read, child.wait());
+        run.outcome = outcome.ok();
         run.stderr = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
         run
     }

@@ -10,7 +10,7 @@
 //! | P3 | ⌂ no fd beyond 0–2; host fds not fetched via `/proc` or `pidfd_getfd` (⌂ none of the program's fds is the host's file) |
 //! | P4 | no TCP (127.0.0.1, ::1), UDP, raw, packet, ICMP or io_uring egress; no datagram to a host pathname or abstract UNIX socket from a `socketpair` (⌂ every listener received nothing) |
 //! | P5 | no read/write/create/rename/link outside the grants (⌂ nothing created, ⌂ canary intact with one link); no `chmod`/`fchmodat`/`utimensat`/`setxattr`/`chown` of a same-uid host file (⌂ metadata unchanged); ⌂ setuid/setgid bits planted in scratch not honoured (nosuid mount; as root, run as another uid) |
-//! | P6 | ⌂ fd, process, CPU and file-size limits in force; memory limit (`ENOMEM` or the OOM killer's `SIGKILL`, after the controls); ⌂ the deadline kills the whole tree; ⌂ SIGKILL of the spawned process leaves nothing behind |
+//! | P6 | ⌂ fd, process, CPU and file-size limits in force; memory limit (`ENOMEM` or the OOM killer's `SIGKILL`, after the controls); ⌂ the deadline kills the whole tree; ⌂ SIGKILL of the spawned process leaves nothing behind; for each limit the backend claims `sandbox` scope for (its `limit_*` host facts): ⌂ workers holding twice the memory limit in anonymous memory, memfds and SysV shm are held to it together, ⌂ fork chains whose every process stays under RLIMIT_CPU are stopped at the CPU limit together, ⌂ files each under RLIMIT_FSIZE fill a discarded scratch only to `disk_bytes` |
 //! | P7 | ⌂ NoNewPrivs, ⌂ seccomp filter, ⌂ no capabilities, ⌂ no uid 0 after `setuid(0)`, ⌂ no new user namespace; no bpf/perf/userfaultfd/keyctl/kexec/modules/mount |
 //!
 //! Every probe also runs positive controls first (write in scratch, read
@@ -31,6 +31,18 @@
 //! `ENOENT` for IPC objects another IPC namespace cannot name, `EROFS` for
 //! metadata writes on a read-only mount, `EXDEV` on one filesystem, and
 //! `ENOSYS` only where the host confirms the kernel lacks the call).
+//!
+//! ## Limits at the scope the backend claims
+//! A backend says in its host facts, per limit, whether it holds for the
+//! sandbox as a whole: `limit_memory`, `limit_cpu`, `limit_disk` (and
+//! `limit_processes`) with a value starting `sandbox:` or `per-process:`
+//! (or `per-file:`), followed by the mechanism. P6 checks each limit at the
+//! scope claimed: a backend that claims `sandbox` gets the sandbox-wide
+//! checks (`sandbox-memory-limit`, `sandbox-cpu-limit`,
+//! `sandbox-disk-limit`) and fails P6 if it does not hold them. One that
+//! says per-process, or says nothing, gets the per-process checks only,
+//! and their details say "per-process (not claimed sandbox-wide …)": no
+//! sandbox-wide check passes that was not run.
 //!
 //! ## Passing without a sandbox
 //! Every probe also runs once with no sandbox at all (same harness and
@@ -60,6 +72,8 @@
 //! (`sandbox_uid`, and `sandbox_gid` unless it is that user's primary
 //! group): the suite's targets, such as the sacrificial process, are then
 //! that user's, so that only the sandbox, not credentials, protects them.
+//! A backend whose limits hold for the sandbox as a whole says so there
+//! too (see *Limits at the scope the backend claims*).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -91,6 +105,7 @@ mod harness;
 mod inspect;
 mod kernel;
 mod probes;
+mod scope;
 mod suite;
 
 pub use child::PROBE_ARG;
@@ -142,6 +157,18 @@ fn run_probe_child(args: &[String]) -> i32 {
         }
         "P6-tree" => {
             probes::p6::tree(&mut r);
+            return 0;
+        }
+        // The sandbox-wide checks run alone in their own sandbox, without
+        // the controls: they may end it (by design).
+        "P6-memory" => {
+            probes::p6::memory::child(&mut r, &kv);
+            r.done();
+            return 0;
+        }
+        "P6-cpu" => {
+            probes::p6::cpu::child(&mut r, &kv);
+            r.done();
             return 0;
         }
         _ => {}

@@ -14,6 +14,7 @@ use crate::baseline::{self, Unconfined};
 use crate::harness::{fold, unreachable, Ctx, Ids};
 use crate::kernel::KernelFacts;
 use crate::probes;
+use crate::scope::LimitScopes;
 
 /// Where the probe child executable comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +150,9 @@ impl ConformanceSuite for StandardSuite {
         let ids = self.only.clone().unwrap_or_else(|| ProbeId::ALL.to_vec());
         let name = backend.name().to_string();
         let sandbox = sandbox_ids(&host.backend_facts);
+        // The baseline checks each limit at the same scope, so that a
+        // sandbox-wide check is marked only if it passes without a sandbox.
+        let scopes = LimitScopes::from_facts(&host.backend_facts);
         let contexts = self.probe_exe().and_then(|exe| {
             let kernel = KernelFacts::learn(&exe);
             let real = Ctx::new(
@@ -157,14 +161,17 @@ impl ConformanceSuite for StandardSuite {
                 self.timeout,
                 sandbox,
                 kernel.clone(),
+                scopes.clone(),
             )?;
-            let base = Ctx::new(
+            let mut base = Ctx::new(
                 self.spawner(Arc::new(Unconfined)),
                 &exe,
                 self.timeout,
                 sandbox,
                 kernel,
+                scopes,
             )?;
+            base.baseline = true;
             Ok((real, base))
         });
         let probes = match contexts {

@@ -2,15 +2,21 @@
 //! (`Layers::LEGACY`: user namespace, rlimits, no capabilities,
 //! no_new_privs, Landlock, the seccomp deny-list) exactly the checks added
 //! for issue #12's breaches fail and every other check passes; with all
-//! its layers it conforms.
+//! its layers it conforms, holding its limits sandbox-wide where it claims
+//! to (issue #13); and a backend that claims sandbox-wide limits with only
+//! per-process ones underneath fails P6's sandbox-wide checks.
 #![cfg(target_os = "linux")]
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::process::Command;
 use std::sync::Arc;
 
 use cordon_backend_linux::{Layers, LinuxBackend};
-use cordon_core::{ProbeStatus, SandboxBackend};
+use cordon_core::{
+    Availability, ProbeId, ProbeStatus, SandboxBackend, SandboxPolicy, WrapError, WrapResources,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_layers_fail_exactly_the_new_checks() {
@@ -40,6 +46,10 @@ async fn legacy_layers_fail_exactly_the_new_checks() {
         }
     }
     assert!(!report.conforms());
+    // LEGACY says its limits are per process: no sandbox-wide check is
+    // made, and the report says why.
+    let problems = common::scope_problems(&report);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Fails until the backend's PID, IPC and mount namespaces and its seccomp
@@ -59,4 +69,93 @@ async fn full_backend_conforms() {
         report.summary(),
         common::dump(&report)
     );
+    // Every limit it claims sandbox-wide was checked sandbox-wide, by the
+    // host; as root on this machine (cgroup v1 memory, pids, cpuacct) that
+    // is memory, CPU and disk.
+    let problems = common::scope_problems(&report);
+    assert!(
+        problems.is_empty(),
+        "{}\n\nreport:\n{}",
+        problems.join("\n"),
+        common::dump(&report)
+    );
+    if common::is_root() {
+        for (name, key, _) in common::SANDBOX_CHECKS {
+            assert!(
+                common::claims_sandbox(&report, key),
+                "as root here the backend must claim {key} sandbox-wide (for {name}): {:?}",
+                report.host.backend_facts.get(key)
+            );
+        }
+    }
+}
+
+/// A test double for "the old mechanism with a new claim": the Linux
+/// backend without its sandbox-wide limits (no cgroup, no CPU sum for the
+/// runner: rlimits per process only), handed a discarded scratch as if it
+/// were kept (so the host's directory is bound in, not a tmpfs of
+/// `disk_bytes`), whose host facts nevertheless claim `sandbox` scope for
+/// every limit.
+struct ClaimsSandbox(LinuxBackend);
+
+impl SandboxBackend for ClaimsSandbox {
+    fn name(&self) -> &str {
+        "claims-sandbox"
+    }
+
+    fn availability(&self) -> Availability {
+        self.0.availability()
+    }
+
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        let mut facts = self.0.host_facts();
+        for key in ["limit_memory", "limit_processes", "limit_cpu", "limit_disk"] {
+            facts.insert(
+                key.into(),
+                "sandbox: claimed by a test double with per-process limits only".into(),
+            );
+        }
+        facts
+    }
+
+    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError> {
+        let mut policy = policy.clone();
+        policy.scratch_persists = true;
+        self.0.wrap(cmd, &policy)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claiming_sandbox_scope_without_holding_it_fails_p6() {
+    let backend = ClaimsSandbox(LinuxBackend::with_layers(Layers {
+        sandbox_limits: false,
+        ..Layers::ALL
+    }));
+    let why = backend.availability().reason().map(str::to_string);
+    assert!(
+        why.is_none(),
+        "the Linux backend must be available: {why:?}"
+    );
+    let report = common::run(common::suite().only(vec![ProbeId::P6]), Arc::new(backend)).await;
+    let p6 = &report.probes[0];
+    assert_eq!(p6.status, ProbeStatus::Fail, "{}", common::dump(&report));
+    for c in &p6.checks {
+        let want = if common::SANDBOX_CHECKS.iter().any(|(n, _, _)| *n == c.name) {
+            ProbeStatus::Fail
+        } else {
+            ProbeStatus::Pass
+        };
+        assert_eq!(
+            c.status,
+            want,
+            "{} {}\n\nreport:\n{}",
+            c.name,
+            c.detail,
+            common::dump(&report)
+        );
+    }
+    for (name, _, _) in common::SANDBOX_CHECKS {
+        let c = common::p6_check(&report, name).expect("the claimed check is made");
+        assert_eq!(c.evidence, cordon_core::Evidence::Host, "{name}");
+    }
 }

@@ -61,6 +61,10 @@ async fn noop_backend_fails_every_check_but_the_listed_ones() {
     }
     assert!(!report.conforms());
     assert_noop_table(&report, &[]);
+    // Noop states no scope for its limits: no sandbox-wide check is made,
+    // and the per-process checks say so.
+    let problems = common::scope_problems(&report);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
     // The positive controls still worked: failures are breaches, not a
     // broken probe; and they are never marked as passing without a sandbox.
     for p in &report.probes {

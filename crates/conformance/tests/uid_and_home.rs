@@ -6,11 +6,15 @@
 //! uid 65534 when run as root, or as the same user otherwise, twice: once
 //! with `HOME=/root`, `XDG_*` under it and cwd `/` (none of them usable),
 //! once with a writable home as `HOME`, `XDG_*` and cwd. Each inner run
-//! runs the suite against the no-op backend and against
-//! `Layers::LEGACY`, checks the per-check tables for a non-root user, and
-//! prints every verdict. The outer run checks that both inner runs agree
-//! check by check, and that each probe's verdict matches the one it gets
-//! itself (as root, when it is root).
+//! runs the suite against the no-op backend, against `Layers::LEGACY` and
+//! against the whole Linux backend; checks the per-check tables for a
+//! non-root user for the first two, and for the last that it conforms,
+//! with each limit checked at the scope it claims and the ones it holds
+//! only per process said so (issue #13: as uid 65534 here there is no
+//! cgroup to make); and prints every verdict and claimed scope. The outer
+//! run checks that both inner runs agree check by check, and that each
+//! probe's verdict matches the one it gets itself (as root, when it is
+//! root).
 //!
 //! `harness = false`: a plain `main` that tells the outer and inner runs
 //! apart by an environment variable.
@@ -68,14 +72,40 @@ mod linux {
         out
     }
 
-    fn backends() -> [(&'static str, Arc<dyn SandboxBackend>); 2] {
+    fn backends() -> [(&'static str, Arc<dyn SandboxBackend>); 3] {
         [
             ("noop", Arc::new(NoopBackend)),
             (
                 "legacy",
                 Arc::new(LinuxBackend::with_layers(Layers::LEGACY)),
             ),
+            ("full", Arc::new(LinuxBackend::new())),
         ]
+    }
+
+    /// The whole backend conforms, and says at which scope each limit
+    /// holds (`scope_problems`). Returns the problems.
+    fn full_problems(report: &ConformanceReport) -> Vec<String> {
+        let mut out = common::scope_problems(report);
+        if !report.conforms() {
+            out.push(format!("does not conform:\n{}", report.summary()));
+        }
+        out
+    }
+
+    /// One line per limit: `scope <tab> backend <tab> key <tab> sandbox|per-process`.
+    fn scopes(backend: &str, report: &ConformanceReport) -> Vec<String> {
+        common::SANDBOX_CHECKS
+            .iter()
+            .map(|(_, key, _)| {
+                let scope = if common::claims_sandbox(report, key) {
+                    "sandbox"
+                } else {
+                    "per-process"
+                };
+                format!("scope\t{backend}\t{key}\t{scope}")
+            })
+            .collect()
     }
 
     fn runtime() -> tokio::runtime::Runtime {
@@ -96,6 +126,26 @@ mod linux {
         let mut failed = false;
         for (name, backend) in backends() {
             let report = rt.block_on(common::run(suite.clone(), backend));
+            if name == "full" {
+                let problems = full_problems(&report);
+                if !problems.is_empty() {
+                    eprintln!(
+                        "full as uid {}: {}\n\n{}",
+                        // SAFETY: geteuid has no preconditions.
+                        unsafe { libc::geteuid() },
+                        problems.join("\n"),
+                        common::dump(&report)
+                    );
+                    failed = true;
+                }
+                for line in verdicts(name, &report)
+                    .into_iter()
+                    .chain(scopes(name, &report))
+                {
+                    println!("{line}");
+                }
+                continue;
+            }
             let all = common::all_checks(as_root);
             let fails = if name == "noop" {
                 all.difference(&common::noop_passes(as_root))
@@ -211,6 +261,9 @@ mod linux {
             "verdicts depend on HOME/XDG/cwd:\n{}",
             differ.join("\n")
         );
+        for (k, v) in unusable.iter().filter(|(k, _)| k.starts_with("scope\t")) {
+            println!("inner run: {} {v}", k.replace('\t', " "));
+        }
 
         // Each probe's verdict is the same as this (root) process gets.
         let rt = runtime();

@@ -1,6 +1,6 @@
 //! P6 — resource limits, with the probe limits (64 processes, 256 MiB,
-//! 64 open files, 2 s CPU, 64 MiB files), each verified by the host while
-//! the child is held:
+//! 64 open files, 2 s CPU, 64 MiB files, 64 MiB scratch), each verified by
+//! the host while the child is held:
 //! - the child opens fds until refused: the host counts the program's
 //!   `/proc/<pid>/fd` entries (at most the limit);
 //! - the child forks until refused: the host counts the live processes that
@@ -14,11 +14,31 @@
 //!   by `SIGKILL`, the OOM killer's signal (mm/oom_kill.c), which is how a
 //!   memory cgroup's limit ends a process. Any other end is inconclusive.
 //!
+//! Those are the per-process checks every backend gets. Memory, CPU and
+//! disk are also checked **at the scope the backend claims** in its host
+//! facts (`limit_memory`, `limit_cpu`, `limit_disk`; see `scope.rs`): a
+//! backend that claims `sandbox` scope gets the sandbox-wide checks and
+//! fails P6 if it does not hold them; for one that says `per-process`, or
+//! nothing, they are not run, and the per-process checks' details say so.
+//! - `sandbox-memory-limit` (`p6/memory.rs`): workers holding twice the
+//!   limit together in anonymous memory, memfds and SysV shm; the host
+//!   sums what the sandbox's processes hold;
+//! - `sandbox-cpu-limit` (`p6/cpu.rs`): fork chains whose every process
+//!   stays far below RLIMIT_CPU; the runner must stop the sandbox at the
+//!   limit for all of them together;
+//! - `sandbox-disk-limit` (`p6/disk.rs`): files each below RLIMIT_FSIZE
+//!   written into a discarded scratch; the host sums what the scratch
+//!   holds.
+//!
 //! Two more checks watch the process tree from the host, finding it by the
 //! token every process of the probe carries: when the wall-clock deadline
 //! fires the whole tree dies, including a grandchild that tried `setsid()`;
 //! and when the host SIGKILLs *only the pid it spawned* (as happens when
 //! the process holding a sandbox dies), nothing of the sandbox survives.
+
+pub(crate) mod cpu;
+mod disk;
+pub(crate) mod memory;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,6 +58,24 @@ const PROC_SLACK: usize = 2;
 const GONE_WITHIN: Duration = Duration::from_secs(1);
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
+    // Independent sandboxes: run them together.
+    let (mut checks, deadline, parent, memory, cpu) = tokio::join!(
+        held(ctx),
+        deadline_tree(ctx),
+        parent_killed(ctx),
+        memory::host(ctx),
+        cpu::host(ctx),
+    );
+    checks.push(deadline);
+    checks.push(parent);
+    checks.extend(memory);
+    checks.extend(cpu);
+    checks
+}
+
+/// The main child, with its holds: the per-process checks, and the
+/// sandbox-wide disk check when claimed.
+async fn held(ctx: &Ctx) -> Vec<CheckResult> {
     let limits = Limits::probe();
     let lim = |v: Option<u64>| v.unwrap_or(0);
     let (procs, fds, cpu, fsize) = (
@@ -46,28 +84,40 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         lim(limits.cpu_seconds),
         lim(limits.file_size_bytes),
     );
+    // 0: the child writes no disk fill.
+    let disk = if ctx.scopes.disk.is_sandbox() {
+        lim(limits.disk_bytes)
+    } else {
+        0
+    };
     let args = vec![
         ("procs".to_string(), procs.to_string()),
         ("mem".to_string(), lim(limits.memory_bytes).to_string()),
         ("fds".to_string(), fds.to_string()),
         ("cpu".to_string(), cpu.to_string()),
         ("fsize".to_string(), fsize.to_string()),
+        ("disk".to_string(), disk.to_string()),
     ];
     let mut on_hold = |h: &Hold<'_>| {
         let (label, why) = h.label.split_once(':').unwrap_or((h.label, ""));
         match label {
             "fds" => vec![fd_limit(h.pid, fds, why)],
             "procs" => vec![process_limit(h.token, procs, why)],
+            "disk" => vec![disk::at_hold(h, disk, why)],
             _ => limits_in_force(h, cpu, fsize),
         }
     };
     let run = ctx.run_held("P6", &args, &mut on_hold).await;
     let mut checks = Vec::new();
-    for (label, names) in [
+    let mut holds = vec![
         ("fds", &["fd-limit"][..]),
         ("procs", &["process-limit"][..]),
         ("limits", &["cpu-limit", "file-size-limit"][..]),
-    ] {
+    ];
+    if disk > 0 {
+        holds.push(("disk", &[disk::NAME][..]));
+    }
+    for (label, names) in holds {
         if !run.held.iter().any(|h| h.split(':').next() == Some(label)) {
             checks.extend(
                 names
@@ -77,22 +127,38 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         }
     }
     // The whole probe may be what the memory limit killed (a cgroup that
-    // kills every process of the group): only SIGKILL counts.
+    // kills every process of the group): only SIGKILL counts, which the
+    // runner reports as `MemoryExceeded` when the backend's sandbox-wide
+    // limit did it.
     let killed_touching = run.info.contains_key("mem-touching")
         && !run.checks.iter().any(|c| c.name == "memory-limit")
-        && run.outcome == Some(ExitOutcome::Signaled(libc::SIGKILL));
+        && matches!(
+            run.outcome,
+            Some(ExitOutcome::Signaled(libc::SIGKILL) | ExitOutcome::MemoryExceeded)
+        );
     if killed_touching {
         checks.push(pass(
             "memory-limit",
-            "the child was killed by SIGKILL while touching memory beyond the limit",
+            format!(
+                "the child was killed by SIGKILL ({:?}) while touching memory beyond the limit",
+                run.outcome
+            ),
         ));
         checks.extend(run.checks);
     } else {
         checks.extend(run.into_checks());
     }
-    let (deadline, parent) = tokio::join!(deadline_tree(ctx), parent_killed(ctx));
-    checks.push(deadline);
-    checks.push(parent);
+    // Say at which scope each per-process check was made.
+    let scopes = &ctx.scopes;
+    for c in &mut checks {
+        let (scope, sandbox_check) = match c.name.as_str() {
+            "memory-limit" => (&scopes.memory, memory::NAME),
+            "cpu-limit" => (&scopes.cpu, cpu::NAME),
+            "file-size-limit" => (&scopes.disk, disk::NAME),
+            _ => continue,
+        };
+        c.detail = format!("{}; scope: {}", c.detail, scope.describe(sandbox_check));
+    }
     checks
 }
 
@@ -317,6 +383,7 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     write_past_fsize(r, num(args, "fsize"));
     r.hold("limits");
     let _ = std::fs::remove_file("big");
+    disk::child(r, num(args, "disk"), num(args, "fsize"));
     // Last, after the controls the harness ran first: a backend may
     // enforce this by killing the whole sandbox.
     memory(r, num(args, "mem"));

@@ -357,3 +357,67 @@ pub fn dump(report: &ConformanceReport) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The sandbox-wide checks of P6, each with the host fact that claims its
+/// scope and the per-process check made for every backend.
+pub const SANDBOX_CHECKS: [(&str, &str, &str); 3] = [
+    ("sandbox-memory-limit", "limit_memory", "memory-limit"),
+    ("sandbox-cpu-limit", "limit_cpu", "cpu-limit"),
+    ("sandbox-disk-limit", "limit_disk", "file-size-limit"),
+];
+
+/// Whether the report's backend claims `sandbox` scope in fact `key`.
+pub fn claims_sandbox(report: &ConformanceReport, key: &str) -> bool {
+    report
+        .host
+        .backend_facts
+        .get(key)
+        .is_some_and(|v| v.starts_with("sandbox:"))
+}
+
+/// One of P6's checks, if it was made.
+pub fn p6_check<'a>(
+    report: &'a ConformanceReport,
+    name: &str,
+) -> Option<&'a cordon_core::CheckResult> {
+    report
+        .probes
+        .iter()
+        .find(|p| p.id == ProbeId::P6)?
+        .checks
+        .iter()
+        .find(|c| c.name == name)
+}
+
+/// Each sandbox-wide check is made exactly when the backend claims its
+/// limit sandbox-wide (and then passes, verified by the host); otherwise
+/// the per-process check's detail says that the limit was not claimed
+/// sandbox-wide. Returns the problems, one per line.
+pub fn scope_problems(report: &ConformanceReport) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, key, per_process) in SANDBOX_CHECKS {
+        let claimed = claims_sandbox(report, key);
+        match (claimed, p6_check(report, name)) {
+            (true, Some(c))
+                if c.status == ProbeStatus::Pass && c.evidence == cordon_core::Evidence::Host => {}
+            (true, Some(c)) => out.push(format!(
+                "{name}: {:?} [{:?}] {} ({key} claims sandbox)",
+                c.status, c.evidence, c.detail
+            )),
+            (true, None) => out.push(format!("{name}: missing, though {key} claims sandbox")),
+            (false, Some(c)) => out.push(format!(
+                "{name}: made ({:?}), though {key} does not claim sandbox",
+                c.status
+            )),
+            (false, None) => {
+                let said = p6_check(report, per_process).map(|c| c.detail.as_str());
+                if !said.is_some_and(|d| d.contains("per-process (not claimed sandbox-wide")) {
+                    out.push(format!(
+                        "{per_process}: does not say that {key} is not claimed sandbox-wide: {said:?}"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
