@@ -170,7 +170,69 @@ mod linux {
                 println!("{line}");
             }
         }
+        if let Some(line) = rt.block_on(tree_sum_claim(&suite)) {
+            if !line.ends_with("\tFail") {
+                eprintln!("{line}");
+                failed = true;
+            }
+            println!("{line}");
+        }
         i32::from(failed)
+    }
+
+    /// The whole Linux backend with `limit_cpu` claimed `sandbox:` where it
+    /// only sums the CPU time of the sandbox's process tree (no cgroup):
+    /// P6's CPU chain, whose links the kernel reaps without adding their
+    /// time to anyone's, must make `sandbox-cpu-limit` fail. `None` where
+    /// this process has a cgroup (the tree sum is not what holds then).
+    async fn tree_sum_claim(suite: &StandardSuite) -> Option<String> {
+        #[derive(Debug)]
+        struct ClaimsCpu(LinuxBackend);
+        impl SandboxBackend for ClaimsCpu {
+            fn name(&self) -> &str {
+                "claims-cpu"
+            }
+            fn availability(&self) -> cordon_core::Availability {
+                self.0.availability()
+            }
+            fn host_facts(&self) -> BTreeMap<String, String> {
+                let mut facts = self.0.host_facts();
+                facts.insert(
+                    "limit_cpu".into(),
+                    "sandbox: claimed by a test double that only sums the process tree".into(),
+                );
+                facts
+            }
+            fn wrap(
+                &self,
+                cmd: &mut Command,
+                policy: &cordon_core::SandboxPolicy,
+            ) -> Result<cordon_core::WrapResources, cordon_core::WrapError> {
+                self.0.wrap(cmd, policy)
+            }
+        }
+        let full = LinuxBackend::new();
+        let cpu = full
+            .host_facts()
+            .get("limit_cpu")
+            .cloned()
+            .unwrap_or_default();
+        if !cpu.contains("SIGCHLD ignored") {
+            return None;
+        }
+        let report = common::run(
+            suite.clone().only(vec![cordon_core::ProbeId::P6]),
+            Arc::new(ClaimsCpu(full)),
+        )
+        .await;
+        let check = common::p6_check(&report, "sandbox-cpu-limit");
+        Some(match check {
+            Some(c) => {
+                eprintln!("tree-sum claim: {}", c.detail);
+                format!("tree-sum-claim\tsandbox-cpu-limit\t{:?}", c.status)
+            }
+            None => "tree-sum-claim\tsandbox-cpu-limit\tMissing".into(),
+        })
     }
 
     /// A 0755 dir with copies of this test binary and the probe binary.
@@ -263,6 +325,17 @@ mod linux {
         );
         for (k, v) in unusable.iter().filter(|(k, _)| k.starts_with("scope\t")) {
             println!("inner run: {} {v}", k.replace('\t', " "));
+        }
+        // As uid 65534 on a root host the backend has no cgroup: its tree
+        // sum must be shown escapable (the inner run fails otherwise).
+        if common::is_root() {
+            let claim = unusable
+                .iter()
+                .find(|(k, _)| k.starts_with("tree-sum-claim\t"));
+            assert!(
+                matches!(claim, Some((_, v)) if v == "Fail"),
+                "the inner run as uid 65534 did not show a tree-sum CPU claim failing: {claim:?}"
+            );
         }
 
         // Each probe's verdict is the same as this (root) process gets.

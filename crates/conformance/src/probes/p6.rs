@@ -10,7 +10,7 @@
 //!   file size at most the limits) and the size of the file in scratch;
 //! - then, after the positive controls, a forked child touches more memory
 //!   than the limit; the limit holds if `mmap` is refused with `ENOMEM`
-//!   (`RLIMIT_AS`: `may_expand_vm()`, mm/mmap.c) or the toucher is killed
+//!   (`RLIMIT_AS` or `RLIMIT_DATA`: `may_expand_vm()`, mm/mmap.c) or the toucher is killed
 //!   by `SIGKILL`, the OOM killer's signal (mm/oom_kill.c), which is how a
 //!   memory cgroup's limit ends a process. Any other end is inconclusive.
 //!
@@ -23,9 +23,10 @@
 //! - `sandbox-memory-limit` (`p6/memory.rs`): workers holding twice the
 //!   limit together in anonymous memory, memfds and SysV shm; the host
 //!   sums what the sandbox's processes hold;
-//! - `sandbox-cpu-limit` (`p6/cpu.rs`): fork chains whose every process
-//!   stays far below RLIMIT_CPU; the runner must stop the sandbox at the
-//!   limit for all of them together;
+//! - `sandbox-cpu-limit` (`p6/cpu.rs`): chains of processes that each stay
+//!   far below RLIMIT_CPU and are reaped by the kernel (the program
+//!   ignores `SIGCHLD`, so no sum over the live process tree sees them);
+//!   the runner must stop the sandbox at the limit for all together;
 //! - `sandbox-disk-limit` (`p6/disk.rs`): files each below RLIMIT_FSIZE
 //!   written into a discarded scratch; the host sums what the scratch
 //!   holds.

@@ -5,11 +5,12 @@
 //!
 //! A child of its own (mode `P6-cpu`), with a CPU limit of [`LIMIT_MS`]
 //! (1 s, the smallest `Limits::cpu_seconds` can say, to keep the probe
-//! short), starts [`CHAINS`] fork chains: each process burns [`LINK_MS`]
-//! of CPU (a quarter of its RLIMIT_CPU), forks its successor and exits,
-//! handing down the chain's total, which it reports every [`STEP_MS`] of
-//! its own CPU time. Each chain stops by itself at its share of
-//! [`CAP_MS`]; the program waits until they are gone.
+//! short), runs [`CHAINS`] chains of processes: each link burns
+//! [`LINK_MS`] of CPU (a quarter of its RLIMIT_CPU) and exits, and the
+//! program, which ignores `SIGCHLD` so that the kernel reaps the links
+//! without adding their time to anyone's, starts the next. Each link
+//! reports its chain's total every [`STEP_MS`] of its own CPU time. Each
+//! chain stops by itself at its share of [`CAP_MS`].
 //!
 //! - **Fail**: the chains report more than the limit + [`SLACK_MS`] of CPU
 //!   together, however the sandbox ended.
@@ -38,7 +39,7 @@ pub(crate) const NAME: &str = "sandbox-cpu-limit";
 const LIMIT_MS: u64 = 1000;
 /// How many chains burn at once (the host has two cores).
 const CHAINS: u64 = 2;
-/// CPU time each process of a chain burns before it forks its successor.
+/// CPU time each link of a chain burns before it exits.
 const LINK_MS: u64 = 250;
 /// How often (in a process's own CPU time) a chain reports its total.
 const STEP_MS: u64 = 25;
@@ -109,7 +110,7 @@ fn verdict(
         }
     }
     let ran = format!(
-        "{CHAINS} fork chains of {links} processes, each burning {LINK_MS} ms (RLIMIT_CPU 1 s \
+        "{CHAINS} chains of {links} auto-reaped processes, each burning {LINK_MS} ms (RLIMIT_CPU 1 s \
          each), reported {total} ms of CPU together in {:.1} s (limit {LIMIT_MS} ms + \
          {SLACK_MS} ms slack); outcome {outcome:?}",
         wall.as_secs_f64()
@@ -142,63 +143,102 @@ fn num(args: &BTreeMap<String, String>, k: &str) -> u64 {
     args.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
-/// The child's side (mode `P6-cpu`): starts the chains, waits until every
-/// process of them is gone.
+/// The child's side (mode `P6-cpu`): runs the chains, one link at a time
+/// per chain, until each reaches its cap or the sandbox is stopped.
+///
+/// The program ignores `SIGCHLD`, so the kernel reaps each link the moment
+/// it exits and its CPU time reaches no parent's `cutime`: a backend that
+/// sums the CPU time of the live process tree from `/proc` never sees more
+/// than the running links, and only accounting for the sandbox as a whole
+/// (a cgroup) stops the chains.
 pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     let plan = Plan {
         link_ns: num(args, "link_ms") * 1_000_000,
         step_ns: num(args, "step_ms").max(1) * 1_000_000,
         cap_ns: num(args, "cap_ms") * 1_000_000,
     };
-    let chains = num(args, "chains");
+    let chains = num(args, "chains").min(MAX_CHAINS as u64) as usize;
     r.info("cpu-chains", chains);
-    let mut fds = [0i32; 2];
-    // SAFETY: a pipe into a local array. Each process of a chain holds its
-    // write end, so EOF on the read end means every chain is gone.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        r.info("chain-error", format!("pipe: errno {}", errno()));
-        return;
-    }
-    for c in 0..chains {
-        // SAFETY: fork of this single-threaded process; the chain runs
-        // only raw syscalls and `_exit`s.
-        unsafe {
-            let pid = libc::fork();
-            if pid == 0 {
-                libc::close(fds[0]);
-                chain(c, &plan);
+    // SAFETY: setting this single-threaded process's SIGCHLD disposition.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    // Per chain: the read end of the running link's pipe (EOF once the
+    // link has exited) and the CPU time its finished links burned.
+    let mut running = [-1i32; MAX_CHAINS];
+    let mut before = [0u64; MAX_CHAINS];
+    let mut links = [0u64; MAX_CHAINS];
+    loop {
+        for c in 0..chains {
+            if running[c] >= 0 || before[c] >= plan.cap_ns {
+                continue;
             }
-            if pid < 0 {
-                r.info("chain-error", format!("fork: errno {}", errno()));
-            }
-        }
-    }
-    // SAFETY: closing our write end; then polling and reading our read
-    // end and reaping our own children (the chains' first processes).
-    unsafe {
-        libc::close(fds[1]);
-        loop {
-            let mut p = libc::pollfd {
-                fd: fds[0],
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ready = libc::poll(&mut p, 1, 20);
-            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
-            if ready > 0 {
-                let mut b = 0u8;
-                if libc::read(fds[0], (&mut b as *mut u8).cast(), 1) == 0 {
-                    break;
+            links[c] += 1;
+            match start_link(c as u64, before[c], links[c], &plan) {
+                Ok(fd) => running[c] = fd,
+                Err(e) => {
+                    r.info("chain-error", format!("fork: errno {e}"));
+                    before[c] = plan.cap_ns;
                 }
             }
         }
-        while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}
-        libc::close(fds[0]);
+        let mut polls = [libc::pollfd {
+            fd: -1,
+            events: libc::POLLIN,
+            revents: 0,
+        }; MAX_CHAINS];
+        for c in 0..chains {
+            polls[c].fd = running[c];
+        }
+        if running[..chains].iter().all(|fd| *fd < 0) {
+            break;
+        }
+        // SAFETY: polling our own pipe fds (a negative fd is ignored).
+        unsafe { libc::poll(polls.as_mut_ptr(), chains as libc::nfds_t, 1000) };
+        for c in 0..chains {
+            if polls[c].revents == 0 {
+                continue;
+            }
+            let mut b = 0u8;
+            // SAFETY: reading one byte from our own pipe; 0 is EOF.
+            if unsafe { libc::read(running[c], (&mut b as *mut u8).cast(), 1) } == 0 {
+                // SAFETY: closing our own read end.
+                unsafe { libc::close(running[c]) };
+                running[c] = -1;
+                before[c] += plan.link_ns;
+            }
+        }
     }
     r.info("cpu-chains-ended", "on their own");
 }
 
-/// What each process of a chain does, in ns of CPU time.
+/// How many chains the child runs at most.
+const MAX_CHAINS: usize = 8;
+
+/// Forks one link of chain `c`, which holds the write end of a fresh pipe
+/// until it exits; returns the read end, or the errno.
+fn start_link(c: u64, before: u64, link: u64, plan: &Plan) -> Result<i32, i32> {
+    let mut fds = [0i32; 2];
+    // SAFETY: a pipe into a local array; fork of this single-threaded
+    // process, whose child runs only raw syscalls and `_exit`s.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(errno());
+        }
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::close(fds[0]);
+            burn(c, before, link, plan);
+        }
+        let e = errno();
+        libc::close(fds[1]);
+        if pid < 0 {
+            libc::close(fds[0]);
+            return Err(e);
+        }
+    }
+    Ok(fds[0])
+}
+
+/// What each link of a chain does, in ns of CPU time.
 struct Plan {
     link_ns: u64,
     step_ns: u64,
@@ -216,45 +256,26 @@ fn own_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// One fork chain; never returns. Runs in a forked child of a
-/// single-threaded process: raw syscalls and stack buffers only.
-fn chain(c: u64, plan: &Plan) -> ! {
-    let (mut before, mut link) = (0u64, 1u64);
+/// One link: burns `link_ns` of CPU (or up to the chain's cap), reporting
+/// the chain's total every step; never returns. Runs in a forked child of
+/// a single-threaded process: raw syscalls and stack buffers only.
+fn burn(c: u64, before: u64, link: u64, plan: &Plan) -> ! {
+    let mut next_report = plan.step_ns;
+    let mut x = 0u64;
     loop {
-        let mut next_report = plan.step_ns;
-        let mut x = 0u64;
-        let own = loop {
-            for i in 0..20_000u64 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-            }
-            let own = own_cpu_ns();
-            if own >= next_report {
-                report(c, before + own, link);
-                next_report = own + plan.step_ns;
-            }
-            if before + own >= plan.cap_ns {
-                report(c, before + own, link);
-                // SAFETY: ending this process.
-                unsafe { libc::_exit(0) };
-            }
-            if own >= plan.link_ns {
-                break own;
-            }
-        };
-        report(c, before + own, link);
-        // SAFETY: fork of this single-threaded process; the parent exits
-        // at once, the successor carries on with the same raw code.
-        let pid = unsafe { libc::fork() };
-        if pid != 0 {
-            if pid < 0 {
-                let e = errno();
-                line(b"chain-error", b"fork failed: errno ", e as u64, None);
-            }
+        for i in 0..20_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        let own = own_cpu_ns();
+        let done = own >= plan.link_ns || before + own >= plan.cap_ns;
+        if own >= next_report || done {
+            report(c, before + own, link);
+            next_report = own + plan.step_ns;
+        }
+        if done {
             // SAFETY: ending this process.
             unsafe { libc::_exit(0) };
         }
-        before += own;
-        link += 1;
     }
 }
 
