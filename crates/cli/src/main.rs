@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 mod backends;
 mod cache;
 mod conformance;
+mod diagnose;
 mod run;
 #[cfg(feature = "starlark")]
 mod sandboxed;

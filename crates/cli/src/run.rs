@@ -209,6 +209,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         }
     }
 
+    let program_named = spec.program.clone();
+    let mut sandbox_uid: Option<u32> = None;
     let runner: Box<dyn Runner> = if args.trusted {
         eprintln!("cordon: --trusted: running WITHOUT an OS sandbox (hygiene only)");
         spec.trust = TrustTier::Trusted;
@@ -216,7 +218,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     } else {
         match admit(&args.backend.backend, args.recheck, config).await? {
             Ok(r) => {
-                let weaker = per_process_limits(&r.report().host.backend_facts, &args_limits);
+                let facts = &r.report().host.backend_facts;
+                sandbox_uid = facts.get("sandbox_uid").and_then(|u| u.parse().ok());
+                let weaker = per_process_limits(facts, &args_limits);
                 if !weaker.is_empty() {
                     eprintln!(
                         "cordon: warning: on this host {} {} per process (or per file), not for \
@@ -237,7 +241,21 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             }
         }
     };
-    let mut child = runner.start(spec).await.map_err(|e| e.to_string())?;
+    let mut child = match runner.start(spec).await {
+        Ok(child) => child,
+        Err(e) => {
+            let unstartable = matches!(
+                e,
+                cordon_core::SpawnError::Spawn { .. } | cordon_core::SpawnError::ProgramOpen { .. }
+            );
+            if unstartable {
+                for note in crate::diagnose::unstartable(&program_named, sandbox_uid) {
+                    eprintln!("cordon: note: {note}");
+                }
+            }
+            return Err(e.to_string());
+        }
+    };
     if args.keep_scratch {
         eprintln!(
             "cordon: scratch dir kept at {}",
@@ -276,6 +294,12 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
         }
     };
+    if !outcome.success() && !args.trusted {
+        for note in crate::diagnose::denied_paths(&child.stderr_tail(), &program_named, sandbox_uid)
+        {
+            eprintln!("cordon: note: {note}");
+        }
+    }
     Ok(match outcome {
         ExitOutcome::Exited(code) => ExitCode::from(code.clamp(0, 255) as u8),
         ExitOutcome::Signaled(sig) => ExitCode::from((128 + sig).clamp(0, 255) as u8),

@@ -57,6 +57,7 @@ pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, Wra
 pub use child::{ExitOutcome, RunningChild};
 pub use error::{SandboxUnavailable, SpawnError};
 pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};
+pub use program::resolve_program;
 pub use report::{
     kernel_release, CheckResult, ConformanceReport, ConformanceSuite, Evidence, HostFacts, ProbeId,
     ProbeResult, ProbeStatus, REPORT_SCHEMA,

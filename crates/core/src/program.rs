@@ -64,6 +64,21 @@ fn is_executable_file(p: &Path) -> bool {
     p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
 }
 
+/// The program `program` names, resolved as the spawner resolves it (on
+/// the `PATH` in `env` when it has no `/`), followed by the files loading
+/// it needs: its `#!` interpreter chain and the ELF dynamic loader, each
+/// canonical. A sandboxed child is granted exactly these (read +
+/// execute); tools use this to explain why a program cannot start.
+pub fn resolve_program(
+    program: &Path,
+    env: &[(OsString, OsString)],
+) -> Result<Vec<PathBuf>, SpawnError> {
+    let resolved = resolve(program, env)?;
+    let mut files = vec![resolved.clone()];
+    files.extend(load_requirements(&resolved, env));
+    Ok(files)
+}
+
 /// The files loading `program` needs besides itself: its `#!` interpreter
 /// chain and the ELF dynamic loader of whatever is finally executed, each
 /// canonical. Best effort: a file that cannot be read adds nothing (the
