@@ -78,9 +78,11 @@ fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
     Ok((OsString::from(k), v))
 }
 
-/// As root, the Linux backend runs the child as uid 65534 and hands it only
-/// scratch dirs it created itself: a caller's `--scratch` dir must already
-/// be writable by that uid, or the program fails on its first write.
+/// As root, the Linux backend runs the child as uid 65534. A `--scratch`
+/// dir root owns is mounted idmapped for it (root's files appear as its
+/// own, and what it creates is stored as root's), but a dir another user
+/// owns is handed over as it is: the sandbox uid must be able to write it,
+/// or the program fails on its first write.
 fn warn_if_sandbox_cannot_write(dir: &std::path::Path, trusted: bool) {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid cannot fail.
@@ -88,11 +90,12 @@ fn warn_if_sandbox_cannot_write(dir: &std::path::Path, trusted: bool) {
         return;
     }
     if let Ok(m) = std::fs::metadata(dir) {
-        if m.uid() != 65534 && m.mode() & 0o002 == 0 {
+        if m.uid() != 0 && m.uid() != 65534 && m.mode() & 0o002 == 0 {
             eprintln!(
-                "cordon: note: as root the sandbox runs as uid 65534, which cannot write {}; \
-                 chown it to 65534 or make it world-writable",
-                dir.display()
+                "cordon: note: as root the sandbox runs as uid 65534, which cannot write {} \
+                 (owned by uid {}); chown it to root or 65534, or make it world-writable",
+                dir.display(),
+                m.uid()
             );
         }
     }

@@ -283,10 +283,58 @@ fn sigterm_of_cordon_kills_the_whole_tree() {
     assert_no_process_with_arg(&token);
 }
 
+/// `--scratch DIR` gives the program a writable cwd in DIR, and what it
+/// creates there is left owned by the caller; DIR's owner and mode never
+/// change (as root: an idmapped mount for the sandbox's uid 65534).
 #[test]
-fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
+fn a_scratch_dir_of_the_caller_is_writable_and_stays_the_callers() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let cache = tempfile::tempdir().unwrap();
     let scratch = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(scratch.path().join("input"), "in\n").unwrap();
+    let before = std::fs::metadata(scratch.path()).unwrap();
+    let out = run(cordon(cache.path()).args([
+        "run",
+        "--scratch",
+        scratch.path().to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat input > output && mkdir sub && echo x > sub/f && echo more >> input && echo ok",
+    ]));
+    let err = text(&out.stderr);
+    assert_eq!(text(&out.stdout), "ok\n", "{err}");
+    assert!(!err.contains("cannot write"), "{err}");
+    // SAFETY: geteuid/getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    for f in ["output", "sub", "sub/f", "input"] {
+        let m = std::fs::metadata(scratch.path().join(f)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{f} is not the caller's");
+    }
+    assert_eq!(
+        std::fs::read_to_string(scratch.path().join("input")).unwrap(),
+        "in\nmore\n"
+    );
+    let after = std::fs::metadata(scratch.path()).unwrap();
+    assert_eq!(
+        (after.uid(), after.gid(), after.mode()),
+        (before.uid(), before.gid(), before.mode()),
+        "the scratch dir's owner or mode changed"
+    );
+}
+
+/// As root, a dir another user owns is handed over as it is: cordon says
+/// the sandbox uid cannot write it.
+#[test]
+fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let cache = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    if root {
+        std::os::unix::fs::chown(scratch.path(), Some(1234), Some(1234)).unwrap();
+    }
     let out = run(cordon(cache.path()).args([
         "run",
         "--scratch",
@@ -297,13 +345,12 @@ fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
         "echo x > f",
     ]));
     let err = text(&out.stderr);
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if root {
         assert!(err.contains("uid 65534, which cannot write"), "{err}");
         assert_ne!(
             out.status.code(),
             Some(0),
-            "the sandbox wrote a root-owned 0700 dir"
+            "the sandbox wrote another user's 0755 dir"
         );
     } else {
         assert!(!err.contains("cannot write"), "{err}");

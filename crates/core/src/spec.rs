@@ -89,7 +89,10 @@ pub enum Scratch {
     Fresh,
     /// A fresh directory that is kept after the child exits (for debugging).
     FreshKept,
-    /// A directory the caller owns: used as is, never removed.
+    /// A directory the caller owns: used as is, never removed, its owner
+    /// and mode never changed. A backend that runs the child as another
+    /// uid says how the child gets to write it (the Linux backend, as
+    /// root: an idmapped mount, so what the child creates is the caller's).
     Existing(PathBuf),
 }
 

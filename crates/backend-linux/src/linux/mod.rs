@@ -416,11 +416,31 @@ fn wrap_inner(
         (euid, egid)
     };
     // Only a scratch dir the runner made for this child is handed to the
-    // sandbox uid; a caller's own dir is left as it is (it must already be
-    // writable by that uid). A private tmpfs over it makes this moot.
+    // sandbox uid (below). A caller's own dir is, as root, mounted
+    // idmapped: the caller's files appear as the sandbox's, and what it
+    // creates is stored as the caller's; where the filesystem cannot, it is
+    // bound as it is (and must already be writable by that uid). A private
+    // tmpfs over it makes this moot.
+    let scratch_tree = if layers.mount_namespace
+        && drop_to_nobody
+        && policy.scratch_persists
+        && !policy.scratch_is_fresh
+    {
+        mounts::idmapped_tree(&scratch, (euid, egid), (uid, gid))
+            .inspect_err(|e| {
+                tracing::warn!(
+                    scratch = %scratch.display(),
+                    error = %e,
+                    "cannot idmap the caller's scratch dir; binding it as it is"
+                );
+            })
+            .ok()
+    } else {
+        None
+    };
     let mounts = if layers.mount_namespace {
         let rw: Vec<&std::path::Path> = read_write.iter().map(PathBuf::as_path).collect();
-        Some(MountPlan::prepare(policy, &scratch, &rw, uid, gid).map_err(wrap_err)?)
+        Some(MountPlan::prepare(policy, &scratch, &rw, uid, gid, scratch_tree).map_err(wrap_err)?)
     } else {
         None
     };

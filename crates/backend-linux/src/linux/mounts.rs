@@ -19,6 +19,11 @@
 //!   with the namespace even when the host is SIGKILLed. A scratch dir the
 //!   host reads afterwards, and each read-write grant, is bind-mounted over
 //!   itself and made writable again with `nosuid,nodev`.
+//! - As root, a caller's own scratch dir (`--scratch DIR`) is instead
+//!   mounted *idmapped* ([`idmapped_tree`]): through that mount, files the
+//!   caller owns appear owned by the sandbox's uid, and what the sandbox
+//!   creates is written to disk as the caller's. The program gets a
+//!   writable cwd; DIR's owner and mode never change.
 //!
 //! - With a PID namespace, a fresh read-only procfs of that namespace
 //!   covers the host's `/proc`.
@@ -45,7 +50,10 @@ struct MountAttr {
 const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
 const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
 
 /// Everything the child needs to set up its mounts, prepared in the parent.
 pub(crate) struct MountPlan {
@@ -56,6 +64,10 @@ pub(crate) struct MountPlan {
     tmpfs_options: Option<CString>,
     /// Read-write grants (canonical), bind-mounted writable.
     writable: Vec<CString>,
+    /// The caller's scratch dir as a detached, idmapped mount
+    /// ([`idmapped_tree`]), moved over the scratch dir in the child instead
+    /// of a plain bind.
+    scratch_tree: Option<std::os::fd::OwnedFd>,
 }
 
 fn c_path(p: &Path) -> Result<CString, String> {
@@ -73,6 +85,7 @@ impl MountPlan {
         read_write: &[&Path],
         uid: u32,
         gid: u32,
+        scratch_tree: Option<std::os::fd::OwnedFd>,
     ) -> Result<MountPlan, String> {
         let tmpfs_options = if policy.scratch_persists {
             None
@@ -94,6 +107,7 @@ impl MountPlan {
                 .iter()
                 .map(|p| c_path(p))
                 .collect::<Result<_, _>>()?,
+            scratch_tree,
         })
     }
 
@@ -121,7 +135,17 @@ impl MountPlan {
                     libc::MS_NOSUID | libc::MS_NODEV,
                     opts.as_ptr().cast(),
                 ))?,
-                None => bind_writable(&self.scratch)?,
+                None => match &self.scratch_tree {
+                    Some(tree) => check(libc::syscall(
+                        libc::SYS_move_mount,
+                        std::os::fd::AsRawFd::as_raw_fd(tree),
+                        c"".as_ptr(),
+                        libc::AT_FDCWD,
+                        self.scratch.as_ptr(),
+                        MOVE_MOUNT_F_EMPTY_PATH,
+                    ) as libc::c_int)?,
+                    None => bind_writable(&self.scratch)?,
+                },
             }
             for p in &self.writable {
                 bind_writable(p)?;
@@ -216,6 +240,130 @@ fn bind_writable(path: &CString) -> std::io::Result<()> {
             MOUNT_ATTR_RDONLY,
         )
     }
+}
+
+/// A detached copy of the mount at `dir` (`open_tree(OPEN_TREE_CLONE)`)
+/// made `nosuid,nodev` and idmapped so that, through it, files owned by
+/// `host` (uid, gid) appear owned by `sandbox` and files the sandbox
+/// creates are stored as `host`'s. Runs in the parent, as root (writing a
+/// user namespace's maps for another uid needs `CAP_SETUID`/`CAP_SETGID`);
+/// the child moves it over `dir` inside its own mount namespace.
+///
+/// The idmapping is a user namespace that maps `host` to `sandbox`; a
+/// short-lived helper process creates it (a user namespace exists only
+/// while a process or an fd holds it: the fd we open keeps it). Needs
+/// Linux 5.12 and a filesystem that supports idmapped mounts (ext4, xfs,
+/// btrfs, tmpfs since 6.3, …); an error means the caller falls back to a
+/// plain bind.
+pub(crate) fn idmapped_tree(
+    dir: &Path,
+    host: (u32, u32),
+    sandbox: (u32, u32),
+) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let userns = helper_userns(host, sandbox)?;
+    let path = c_path(dir)?;
+    // SAFETY: raw syscalls on a NUL-terminated path and a struct that
+    // outlive the calls; the returned fd is ours.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        );
+        if fd < 0 {
+            return Err(format!(
+                "open_tree(`{}`): {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        let tree = OwnedFd::from_raw_fd(fd as libc::c_int);
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: std::os::fd::AsRawFd::as_raw_fd(&userns) as u64,
+        };
+        let r = libc::syscall(
+            libc::SYS_mount_setattr,
+            std::os::fd::AsRawFd::as_raw_fd(&tree),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        );
+        if r < 0 {
+            return Err(format!(
+                "idmapping the mount of `{}`: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(tree)
+    }
+}
+
+/// A user namespace mapping `host` ids to `sandbox` ids (as seen from the
+/// initial namespace), held by an fd: a child unshares it and waits while
+/// the parent writes its maps and opens it, then exits.
+fn helper_userns(host: (u32, u32), sandbox: (u32, u32)) -> Result<std::os::fd::OwnedFd, String> {
+    let mut pipe = [0i32; 2];
+    // SAFETY: pipe2 into a local array; fork whose child only calls
+    // unshare, read and _exit (async-signal-safe); the parent reaps it.
+    let pid = unsafe {
+        if libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        }
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::close(pipe[1]);
+            let ok = libc::unshare(libc::CLONE_NEWUSER) == 0;
+            let mut b = 0u8;
+            // Wait until the parent has opened the namespace (or gone).
+            libc::read(pipe[0], (&mut b as *mut u8).cast(), 1);
+            libc::_exit(i32::from(!ok));
+        }
+        libc::close(pipe[0]);
+        pid
+    };
+    if pid < 0 {
+        // SAFETY: closing our own write end.
+        unsafe { libc::close(pipe[1]) };
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    let result = (|| {
+        // The maps can be written once the child has unshared: poll for
+        // its namespace to differ from ours.
+        let ours = std::fs::read_link("/proc/self/ns/user").map_err(|e| e.to_string())?;
+        let ns = format!("/proc/{pid}/ns/user");
+        let mut tries = 0;
+        while std::fs::read_link(&ns).map_err(|e| e.to_string())? == ours {
+            tries += 1;
+            if tries > 2000 {
+                return Err("the helper did not enter its user namespace".to_string());
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        let write = |file: &str, text: String| {
+            std::fs::write(format!("/proc/{pid}/{file}"), text)
+                .map_err(|e| format!("writing the helper's {file}: {e}"))
+        };
+        write("uid_map", format!("{} {} 1\n", host.0, sandbox.0))?;
+        write("setgroups", "deny".into())?;
+        write("gid_map", format!("{} {} 1\n", host.1, sandbox.1))?;
+        std::fs::File::open(&ns)
+            .map(std::os::fd::OwnedFd::from)
+            .map_err(|e| format!("opening {ns}: {e}"))
+    })();
+    // SAFETY: releasing and reaping our own child.
+    unsafe {
+        libc::close(pipe[1]);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
+    result
 }
 
 /// The one mount point every sandbox of this user mounts its private

@@ -60,7 +60,7 @@ fn writable_scratch() -> tempfile::TempDir {
 /// a creation mode). On a host mount such a file runs as the sandbox's uid
 /// for any local user.
 pub(super) fn breach_setuid_planting() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    legacy_breaches_full_holds(|sp, legacy| {
         let scratch = writable_scratch();
         let r = run_with(
             sp,
@@ -90,6 +90,19 @@ pub(super) fn breach_setuid_planting() -> Outcome {
             if mode & 0o6000 != 0 {
                 planted.push(format!("{:?} {mode:o}", e.file_name()));
             }
+        }
+        // As root, a caller's scratch dir is mounted idmapped: what the
+        // sandbox creates is stored as root's, so a planted setuid file
+        // would be a root one. Make sure that case is the one tested.
+        // SAFETY: geteuid cannot fail.
+        if !legacy && unsafe { libc::geteuid() } == 0 {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::metadata(scratch.path().join("sid"))
+                .map_err(|e| format!("the program's copy is missing: {e}"))?
+                .uid();
+            ensure(owner == 0, || {
+                format!("the scratch dir was not idmapped (the copy is owned by {owner})")
+            })?;
         }
         Ok((!planted.is_empty()).then(|| format!("setuid/setgid files left: {planted:?}")))
     })
