@@ -114,6 +114,15 @@ impl Build {
         default_features: false,
     };
 
+    /// The `cordon` command `cargo xtask bench` measures end to end
+    /// (`cordon run -- /bin/true`): release, without the Starlark host.
+    pub const BENCH_CLI: Build = Build {
+        package: "cordon",
+        bin: "cordon",
+        release: true,
+        default_features: false,
+    };
+
     /// What `cargo xtask bench` runs: the harness, in release mode (debug
     /// builds would measure the compiler, not Cordon).
     pub const BENCH: Build = Build {

@@ -32,8 +32,23 @@ fn main() -> ExitCode {
     };
     let rest: Vec<String> = args.collect();
     match task.as_str() {
-        "conformance" => build_and_run(Build::GATE, Some("conformance"), &rest),
-        "bench" => build_and_run(Build::BENCH, None, &rest),
+        "conformance" => build_and_run(Build::GATE, Some("conformance"), &rest, &[]),
+        "bench" => {
+            // The harness measures the whole `cordon run` command too.
+            let cli = match Build::BENCH_CLI.executable() {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("xtask: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            build_and_run(
+                Build::BENCH,
+                None,
+                &rest,
+                &[("CORDON_BENCH_CLI", cli.into())],
+            )
+        }
         "-h" | "--help" | "help" => {
             print_usage();
             ExitCode::SUCCESS
@@ -54,9 +69,15 @@ fn usage() -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Builds `build`'s binary, runs it with `sub` (if any) and `rest`, and
-/// passes its exit status through (2 when it cannot be built or started).
-fn build_and_run(build: Build, sub: Option<&str>, rest: &[String]) -> ExitCode {
+/// Builds `build`'s binary, runs it with `sub` (if any) and `rest` (and
+/// `env` added to the user's environment), and passes its exit status
+/// through (2 when it cannot be built or started).
+fn build_and_run(
+    build: Build,
+    sub: Option<&str>,
+    rest: &[String],
+    env: &[(&str, std::ffi::OsString)],
+) -> ExitCode {
     let exe = match build.executable() {
         Ok(p) => p,
         Err(e) => {
@@ -66,6 +87,7 @@ fn build_and_run(build: Build, sub: Option<&str>, rest: &[String]) -> ExitCode {
     };
     // The binary gets the user's environment too, not cargo's additions.
     let status = cargo::command_with_env(&exe, std::env::vars_os())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .args(sub)
         .args(rest)
         .status();

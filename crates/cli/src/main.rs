@@ -128,11 +128,18 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // One thread for `run` (its child's wait and the gate answered from
+    // the cache need no more, and each worker thread costs start-up time);
+    // the conformance suite and the Starlark host use two.
+    let mut builder = match cli.command {
+        Command::Run(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        }
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cordon: cannot start the async runtime: {e}");

@@ -89,7 +89,24 @@ pub(crate) fn seccomp() -> Result<(), String> {
 /// root, `unshare` of the same namespaces, its own uid/gid maps, a private
 /// mount tree made read-only with `mount_setattr`) and reports which step
 /// failed, if any.
+///
+/// A success is remembered for the rest of the process (per set of
+/// layers): the kernel does not lose namespaces while a process runs, a
+/// second `SandboxRunner` (or `cordon run`'s cache check and gate) need
+/// not fork again, and should the host change anyway, the child's own
+/// `unshare` fails and nothing is spawned. A failure is tried again.
 pub(crate) fn namespaces(layers: Layers) -> Result<(), String> {
+    static PASSED: std::sync::Mutex<Vec<Layers>> = std::sync::Mutex::new(Vec::new());
+    let passed = || PASSED.lock().unwrap_or_else(|p| p.into_inner());
+    if passed().contains(&layers) {
+        return Ok(());
+    }
+    try_namespaces(layers)?;
+    passed().push(layers);
+    Ok(())
+}
+
+fn try_namespaces(layers: Layers) -> Result<(), String> {
     // SAFETY: geteuid/getegid have no preconditions.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let is_root = euid == 0;

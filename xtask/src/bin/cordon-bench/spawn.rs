@@ -34,10 +34,37 @@ async fn time_runner(runner: &dyn Runner, trust: TrustTier) -> Duration {
     t.elapsed()
 }
 
+/// The `cordon` binary `cargo xtask bench` built (release, without the
+/// Starlark host), for the whole-command row.
+fn cordon_cli() -> Option<std::path::PathBuf> {
+    std::env::var_os("CORDON_BENCH_CLI")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+}
+
+/// One `cordon run -- /bin/true`, the whole command, with the report
+/// cached in `cache`.
+fn time_cli(cli: &std::path::Path, cache: &std::path::Path) -> Duration {
+    let t = Instant::now();
+    let s = Command::new(cli)
+        .env("XDG_CACHE_HOME", cache)
+        .args(["run", "--", "/bin/true"])
+        .status()
+        .expect("cordon");
+    assert!(s.success(), "cordon run -- /bin/true failed: {s}");
+    t.elapsed()
+}
+
 pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     let trusted = TrustedProcessRunner::default();
     let bwrap = bwrap();
-    let (mut plain, mut tr, mut sb, mut bw) = (vec![], vec![], vec![], vec![]);
+    let cli = cordon_cli();
+    let cache = tempfile::tempdir().expect("temp dir");
+    if let Some(cli) = &cli {
+        // Fills the cache: the rows measure a cached report.
+        time_cli(cli, cache.path());
+    }
+    let (mut plain, mut tr, mut sb, mut bw, mut cl) = (vec![], vec![], vec![], vec![], vec![]);
     // Interleaved, so that drift on a shared machine hits every row alike.
     for i in 0..plan.spawn_iters + 10 {
         let t = Instant::now();
@@ -66,7 +93,11 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             assert!(s.success(), "bwrap failed");
             t.elapsed()
         });
+        let c = cli.as_ref().map(|cli| time_cli(cli, cache.path()));
         if i >= 10 {
+            if let Some(c) = c {
+                cl.push(c);
+            }
             plain.push(p);
             tr.push(t2);
             if let Some(s) = s2 {
@@ -103,6 +134,22 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     } else {
         let mut r = row(SECTION, "bwrap --ro-bind / / --unshare-all ...", bw);
         r.ratio = Some(r.median / base.median);
+        if cl.is_empty() {
+            rows.push(not_built(
+                SECTION,
+                "cordon run -- /bin/true (whole command)",
+                "CORDON_BENCH_CLI not set: run through `cargo xtask bench`",
+            ));
+        } else {
+            let mut c = row(
+                SECTION,
+                "cordon run -- /bin/true (whole command, cached report)",
+                std::mem::take(&mut cl),
+            );
+            c.ratio = Some(c.median / base.median);
+            c.note = format!("{:.2}x bwrap", c.median / r.median);
+            rows.push(c);
+        }
         if let Some(sb) = rows
             .iter_mut()
             .find(|r| r.name.starts_with("SandboxRunner"))
