@@ -23,9 +23,10 @@ use crate::{SANDBOX_GID, SANDBOX_UID};
 /// Everything the child needs, computed in the parent. Moved into the
 /// pre-exec closure, so it lives exactly as long as the `Command`.
 pub(crate) struct ChildPlan {
-    /// `cgroup.procs` of the sandbox's cgroups (held open by the resources
-    /// the runner keeps): the child writes `0` to each to join them.
-    pub cgroup_procs: Vec<libc::c_int>,
+    /// `tasks` (v1) or `cgroup.procs` (v2) of the sandbox's cgroups (held
+    /// open by the resources the runner keeps): the child, one thread
+    /// after fork, writes `0` to each to join them.
+    pub cgroup_join: Vec<libc::c_int>,
     pub drop_to_nobody: bool,
     pub parent_pid: libc::pid_t,
     /// `CLONE_NEWUSER` plus the namespaces of the enabled layers.
@@ -141,7 +142,7 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
     unsafe {
         // Into the sandbox's cgroups first, while still allowed to write
         // there: every process it makes is counted from now on.
-        for fd in &plan.cgroup_procs {
+        for fd in &plan.cgroup_join {
             if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
                 return Err(std::io::Error::last_os_error());
             }

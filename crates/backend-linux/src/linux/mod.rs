@@ -470,12 +470,12 @@ fn wrap_inner(
         ),
         _ => None,
     };
-    let cgroup_procs = cgroup
+    let cgroup_join = cgroup
         .as_ref()
         .map(cgroup::SandboxCgroup::join_fds)
         .unwrap_or_default();
     let plan = ChildPlan {
-        cgroup_procs,
+        cgroup_join,
         drop_to_nobody,
         parent_pid,
         unshare_flags: unshare_flags(layers),

@@ -89,7 +89,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, b
         let mut r = row(S, format!("concurrency {concurrency}: latency"), lat);
         r.note = format!(
             "{:.0} spawns/s ({} killed); {failures} failed; fds {fds_before}->{fds_after}; \
-             unreaped children {}; left: {left_after}; {}",
+             unreaped children {}; host before -> after: {left_before} -> {left_after}; {}",
             plan.scale_spawns as f64 / elapsed.as_secs_f64(),
             plan.scale_spawns / 10,
             zombies_and_live.saturating_sub(live_after),
