@@ -666,7 +666,7 @@ int main(void) {
 
     /// The probes: each issues real syscalls and prints one line.
     fn run_probe(name: &str, arg: &str) -> String {
-        // SAFETY (for the whole match): raw syscalls with arguments that
+        // SAFETY: (for the whole match) raw syscalls with arguments that
         // are harmless even when no filter stops them (invalid fds or
         // addresses, the process's own values, or a no-op re-set of the
         // parent's current value).

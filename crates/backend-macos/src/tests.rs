@@ -227,6 +227,7 @@ fn rlimit_plan_maps_every_limit() {
             rlim_cur: 0,
             rlim_max: 0,
         };
+        // SAFETY: getrlimit writes into `rl`.
         assert_eq!(unsafe { libc::getrlimit(r, &mut rl) }, 0);
         rl.rlim_max
     };

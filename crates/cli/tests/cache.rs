@@ -40,8 +40,8 @@ fn cstring(p: &Path) -> CString {
 }
 
 fn need_root() {
-    // SAFETY: geteuid cannot fail.
     assert_eq!(
+        // SAFETY: geteuid cannot fail.
         unsafe { libc::geteuid() },
         0,
         "this test plays two users (victim uid {VICTIM}, attacker uid {ATTACKER}) and needs root"

@@ -277,6 +277,7 @@ fn sigterm_of_cordon_kills_the_whole_tree() {
             .arg(format!("sleep {token} & wait")),
     );
     wait_for_process_with_arg(&token);
+    // SAFETY: a signal to the cordon this test started, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));

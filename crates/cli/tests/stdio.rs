@@ -320,8 +320,8 @@ fn the_program_cannot_change_the_callers_terminal() {
         if way.unprivileged && unsafe { libc::geteuid() } == 0 {
             // The caller's own terminal, as after a login as that user: in
             // the old design its owner's program could chmod it.
-            // SAFETY: fchown on an fd we own.
             assert_eq!(
+                // SAFETY: fchown on an fd we own.
                 unsafe { libc::fchown(pty.slave.as_raw_fd(), 65534, u32::MAX) },
                 0
             );

@@ -287,12 +287,19 @@ fn socketpair_roundtrip() -> Result<(), String> {
     }
 }
 
-unsafe fn roundtrip(w: i32, r: i32) -> Result<(), String> {
-    let ok = libc::write(w, b"ok".as_ptr().cast(), 2) == 2;
+/// Writes two bytes to `w`, reads them from `r`, and closes both (fds
+/// this process owns and passes in).
+fn roundtrip(w: i32, r: i32) -> Result<(), String> {
     let mut b = [0u8; 2];
-    let ok = ok && libc::read(r, b.as_mut_ptr().cast(), 2) == 2 && &b == b"ok";
-    libc::close(w);
-    libc::close(r);
+    // SAFETY: read/write on fds the caller owns, with buffers of the
+    // stated size; the fds are closed once, here.
+    let ok = unsafe {
+        let ok = libc::write(w, b"ok".as_ptr().cast(), 2) == 2;
+        let ok = ok && libc::read(r, b.as_mut_ptr().cast(), 2) == 2;
+        libc::close(w);
+        libc::close(r);
+        ok
+    } && &b == b"ok";
     if ok {
         Ok(())
     } else {

@@ -229,6 +229,7 @@ pub(crate) fn is_nosuid(path: &Path) -> std::io::Result<bool> {
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // SAFETY: statvfs is plain data; the path is a valid C string.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a valid C string; `st` is writable.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }

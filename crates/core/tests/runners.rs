@@ -54,6 +54,7 @@ async fn fds_without_cloexec_do_not_reach_the_child() {
     let file = std::fs::File::open("/dev/null").unwrap();
     let fd = file.as_raw_fd();
     // Clear CLOEXEC, as a careless host library would.
+    // SAFETY: fcntl on an fd this test owns.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
         assert_eq!(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC), 0);

@@ -496,6 +496,7 @@ fn enumerate(r: &mut Reporter, sacrificial: i32, window: Option<&String>) {
     for p in lo..=hi {
         // SAFETY: getpgid and kill(p, 0) only query.
         let by_pgid = unsafe { libc::getpgid(p) } >= 0;
+        // SAFETY: as above (signal 0 sends nothing).
         let by_kill = unsafe { libc::kill(p, 0) } == 0 || errno() == libc::EPERM;
         let by_proc = std::fs::symlink_metadata(format!("/proc/{p}")).is_ok();
         if by_pgid || by_kill || by_proc {

@@ -212,6 +212,7 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
         // SAFETY: socket() on integers; closed if created.
         let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
         let res = if fd >= 0 {
+            // SAFETY: closes the fd just created here.
             unsafe { libc::close(fd) };
             Ok(format!("created socket({domain}, {ty}, {proto})"))
         } else {

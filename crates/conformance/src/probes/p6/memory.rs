@@ -277,8 +277,8 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     let (mut holding, mut fell_back) = (0, 0);
     for fd in &reads {
         let mut b = 0u8;
-        // SAFETY: one byte into a local from a pipe we own.
         let n = loop {
+            // SAFETY: one byte into a local from a pipe we own.
             let n = unsafe { libc::read(*fd, (&mut b as *mut u8).cast(), 1) };
             if n >= 0 || errno() != libc::EINTR {
                 break n;
@@ -331,11 +331,14 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
 /// # Safety
 /// As [`worker`].
 unsafe fn give_up() -> ! {
-    libc::_exit(if errno() == libc::ENOMEM {
+    let code = if errno() == libc::ENOMEM {
         REFUSED
     } else {
         FAILED
-    })
+    };
+    // SAFETY: _exit ends the forked worker without running the host's
+    // exit handlers.
+    unsafe { libc::_exit(code) }
 }
 
 /// One worker: allocates `size` bytes of `kind` (anonymous memory if the
@@ -346,74 +349,78 @@ unsafe fn give_up() -> ! {
 /// # Safety
 /// Only in a forked child of a single-threaded process: raw syscalls only.
 unsafe fn worker(kind: Kind, size: usize, ready: i32) -> ! {
-    // Released with SIGTERM whatever the host process did with it.
-    libc::signal(libc::SIGTERM, libc::SIG_DFL);
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    libc::sigaddset(&mut set, libc::SIGTERM);
-    libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    let rw = libc::PROT_READ | libc::PROT_WRITE;
-    let anonymous = || {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            rw,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    // A backend may refuse a kind of memory outright (seccomp, a policy):
-    // the worker then holds its share in anonymous memory, so the sandbox
-    // still holds twice the limit together, and says so.
-    let refused_kind = |e: i32| [libc::EPERM, libc::EACCES, libc::ENOSYS].contains(&e);
-    let mut said = b'R';
-    let p: *mut libc::c_void = match kind {
-        Kind::Anonymous => anonymous(),
-        Kind::Memfd => {
-            let fd = libc::memfd_create(c"cordon-probe".as_ptr(), libc::MFD_CLOEXEC);
-            if fd < 0 && refused_kind(errno()) {
-                said = b'A';
-                anonymous()
-            } else {
-                if fd < 0 || libc::ftruncate(fd, size as libc::off_t) != 0 {
-                    give_up();
+    // SAFETY: the caller guarantees a forked child of a single-threaded
+    // process; every pointer below is one this worker mapped, `size` long.
+    unsafe {
+        // Released with SIGTERM whatever the host process did with it.
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let anonymous = || {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                rw,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        // A backend may refuse a kind of memory outright (seccomp, a policy):
+        // the worker then holds its share in anonymous memory, so the sandbox
+        // still holds twice the limit together, and says so.
+        let refused_kind = |e: i32| [libc::EPERM, libc::EACCES, libc::ENOSYS].contains(&e);
+        let mut said = b'R';
+        let p: *mut libc::c_void = match kind {
+            Kind::Anonymous => anonymous(),
+            Kind::Memfd => {
+                let fd = libc::memfd_create(c"cordon-probe".as_ptr(), libc::MFD_CLOEXEC);
+                if fd < 0 && refused_kind(errno()) {
+                    said = b'A';
+                    anonymous()
+                } else {
+                    if fd < 0 || libc::ftruncate(fd, size as libc::off_t) != 0 {
+                        give_up();
+                    }
+                    libc::mmap(std::ptr::null_mut(), size, rw, libc::MAP_SHARED, fd, 0)
                 }
-                libc::mmap(std::ptr::null_mut(), size, rw, libc::MAP_SHARED, fd, 0)
             }
-        }
-        Kind::SysvShm => {
-            let id = libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600);
-            if id < 0 && refused_kind(errno()) {
-                said = b'A';
-                anonymous()
-            } else {
-                if id < 0 {
-                    give_up();
+            Kind::SysvShm => {
+                let id = libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600);
+                if id < 0 && refused_kind(errno()) {
+                    said = b'A';
+                    anonymous()
+                } else {
+                    if id < 0 {
+                        give_up();
+                    }
+                    let p = libc::shmat(id, std::ptr::null(), 0);
+                    let e = errno();
+                    // Removed at once: freed with its last attachment (this
+                    // worker's), even in the host's IPC namespace.
+                    libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+                    if p as isize == -1 {
+                        libc::_exit(if e == libc::ENOMEM { REFUSED } else { FAILED });
+                    }
+                    p
                 }
-                let p = libc::shmat(id, std::ptr::null(), 0);
-                let e = errno();
-                // Removed at once: freed with its last attachment (this
-                // worker's), even in the host's IPC namespace.
-                libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
-                if p as isize == -1 {
-                    libc::_exit(if e == libc::ENOMEM { REFUSED } else { FAILED });
-                }
-                p
             }
+        };
+        if p == libc::MAP_FAILED {
+            give_up();
         }
-    };
-    if p == libc::MAP_FAILED {
-        give_up();
-    }
-    let mut off = 0;
-    while off < size {
-        std::ptr::write_volatile((p as *mut u8).add(off), 1);
-        off += 4096;
-    }
-    libc::write(ready, (&said as *const u8).cast(), 1);
-    loop {
-        libc::pause();
+        let mut off = 0;
+        while off < size {
+            std::ptr::write_volatile((p as *mut u8).add(off), 1);
+            off += 4096;
+        }
+        libc::write(ready, (&said as *const u8).cast(), 1);
+        loop {
+            libc::pause();
+        }
     }
 }
 
