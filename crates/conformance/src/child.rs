@@ -19,8 +19,7 @@ use std::io::Write;
 
 use cordon_core::ProbeStatus;
 
-/// The first argument that switches a binary into probe-child mode.
-pub const PROBE_ARG: &str = "__cordon-probe";
+pub(crate) use crate::PROBE_ARG;
 
 pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)

@@ -5,11 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_core::{
-    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, ProbeId, ProbeResult, ProbeStatus,
-    RunningChild, Spawner,
+    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, ProbeStatus, RunningChild, Spawner,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -17,6 +16,7 @@ use crate::child::PROBE_ARG;
 use crate::inspect::{self, TOKEN_ARG};
 use crate::kernel::KernelFacts;
 use crate::scope::LimitScopes;
+pub(crate) use crate::verdict::{check, fail, pass, random_token, unreachable, verdict};
 
 /// Name of the explicitly granted variable every probe child receives.
 pub(crate) const GRANTED_ENV: &str = "CORDON_PROBE_GRANTED";
@@ -137,42 +137,6 @@ impl ChildRun {
             .map(|n| unreachable(n, format!("the child never reached hold `{label}`")))
             .collect()
     }
-}
-
-/// A host-made check result.
-pub(crate) fn check(name: &str, status: ProbeStatus, detail: impl Into<String>) -> CheckResult {
-    CheckResult {
-        name: name.to_string(),
-        status,
-        detail: detail.into(),
-        evidence: Evidence::Host,
-        passes_without_sandbox: false,
-    }
-}
-
-pub(crate) fn pass(name: &str, detail: impl Into<String>) -> CheckResult {
-    check(name, ProbeStatus::Pass, detail)
-}
-
-pub(crate) fn fail(name: &str, detail: impl Into<String>) -> CheckResult {
-    check(name, ProbeStatus::Fail, detail)
-}
-
-pub(crate) fn unreachable(name: &str, detail: impl Into<String>) -> CheckResult {
-    check(name, ProbeStatus::Unreachable, detail)
-}
-
-/// `pass` if `ok`, else `fail`, with one detail.
-pub(crate) fn verdict(name: &str, ok: bool, detail: impl Into<String>) -> CheckResult {
-    check(
-        name,
-        if ok {
-            ProbeStatus::Pass
-        } else {
-            ProbeStatus::Fail
-        },
-        detail,
-    )
 }
 
 fn mkdir_mode(path: &Path, mode: u32) -> std::io::Result<()> {
@@ -373,58 +337,6 @@ fn parse_line(line: &str, run: &mut ChildRun) {
             format!("unexpected line from probe child: {line:?}"),
         )),
     }
-}
-
-/// Folds checks into one probe result.
-pub(crate) fn fold(id: ProbeId, checks: Vec<CheckResult>, started: Instant) -> ProbeResult {
-    let failing: Vec<&CheckResult> = checks
-        .iter()
-        .filter(|c| c.status == ProbeStatus::Fail)
-        .collect();
-    let unsure: Vec<&CheckResult> = checks
-        .iter()
-        .filter(|c| c.status == ProbeStatus::Unreachable)
-        .collect();
-    let (status, detail) = if checks.is_empty() {
-        (ProbeStatus::Unreachable, "no check ran".to_string())
-    } else if !failing.is_empty() {
-        (ProbeStatus::Fail, describe(&failing))
-    } else if !unsure.is_empty() {
-        (ProbeStatus::Unreachable, describe(&unsure))
-    } else {
-        (ProbeStatus::Pass, String::new())
-    };
-    ProbeResult {
-        id,
-        title: id.title().to_string(),
-        status,
-        detail,
-        checks,
-        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-    }
-}
-
-fn describe(checks: &[&CheckResult]) -> String {
-    checks
-        .iter()
-        .map(|c| format!("{}: {}", c.name, c.detail))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// A random token for canary names and values.
-pub(crate) fn random_token() -> String {
-    let mut b = [0u8; 8];
-    // SAFETY: getrandom writes at most 8 bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != 8 {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0) as u64;
-        b = (t ^ std::process::id() as u64).to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// SIGKILLs every live process bearing `token` (what a breach left

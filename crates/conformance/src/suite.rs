@@ -6,15 +6,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_core::{
-    ConformanceReport, ConformanceSuite, HostFacts, Limits, ProbeId, ProbeResult, ProbeStatus,
-    RunnerConfig, SandboxBackend, Spawner,
+    ConformanceReport, ConformanceSuite, HostFacts, ProbeId, ProbeResult, ProbeStatus,
+    SandboxBackend,
 };
+#[cfg(target_os = "linux")]
+use cordon_core::{Limits, RunnerConfig, Spawner};
 
+#[cfg(target_os = "linux")]
 use crate::baseline::{self, Unconfined};
-use crate::harness::{fold, unreachable, Ctx, Ids};
+#[cfg(target_os = "linux")]
+use crate::harness::{Ctx, Ids};
+#[cfg(target_os = "linux")]
 use crate::kernel::KernelFacts;
+#[cfg(target_os = "linux")]
 use crate::probes;
+#[cfg(target_os = "linux")]
 use crate::scope::LimitScopes;
+use crate::verdict::{fold, unreachable};
 
 /// Where the probe child executable comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +105,7 @@ impl StandardSuite {
         self
     }
 
+    #[cfg(target_os = "linux")]
     fn probe_exe(&self) -> std::io::Result<PathBuf> {
         match &self.exe {
             ProbeExecutable::CurrentExe => std::env::current_exe(),
@@ -106,6 +115,7 @@ impl StandardSuite {
 
     /// The spawner for one side: `backend` confined, with the test-only
     /// hygiene overrides if any.
+    #[cfg(target_os = "linux")]
     fn spawner(&self, backend: Arc<dyn SandboxBackend>) -> Spawner {
         let config = RunnerConfig {
             ceilings: Limits {
@@ -121,6 +131,7 @@ impl StandardSuite {
         Spawner::confined(backend, config)
     }
 
+    #[cfg(target_os = "linux")]
     async fn run_probe(ctx: &Ctx, id: ProbeId) -> ProbeResult {
         let started = Instant::now();
         let checks = match id {
@@ -149,6 +160,51 @@ impl ConformanceSuite for StandardSuite {
         }
         let ids = self.only.clone().unwrap_or_else(|| ProbeId::ALL.to_vec());
         let name = backend.name().to_string();
+        let probes = self.run_probes(backend, &host, &ids).await;
+        let report = ConformanceReport::new(
+            name,
+            availability,
+            host,
+            probes,
+            started.elapsed().as_secs_f64() * 1000.0,
+        );
+        debug_assert!(report
+            .probes
+            .iter()
+            .all(|p| p.status != ProbeStatus::Pass || !p.checks.is_empty()));
+        report
+    }
+}
+
+impl StandardSuite {
+    /// Outside Linux no probe is written yet: each is `Unreachable`, so no
+    /// backend conforms there (fail closed, and the report says why).
+    #[cfg(not(target_os = "linux"))]
+    async fn run_probes(
+        &self,
+        _backend: Arc<dyn SandboxBackend>,
+        _host: &HostFacts,
+        ids: &[ProbeId],
+    ) -> Vec<ProbeResult> {
+        let os = std::env::consts::OS;
+        ids.iter()
+            .map(|id| {
+                let why = format!(
+                    "the conformance probes are written for Linux; none exists for {os} yet, \
+                     so no backend can be shown to confine here"
+                );
+                fold(*id, vec![unreachable("platform", why)], Instant::now())
+            })
+            .collect()
+    }
+
+    #[cfg(target_os = "linux")]
+    async fn run_probes(
+        &self,
+        backend: Arc<dyn SandboxBackend>,
+        host: &HostFacts,
+        ids: &[ProbeId],
+    ) -> Vec<ProbeResult> {
         let sandbox = sandbox_ids(&host.backend_facts);
         // The baseline checks each limit at the same scope, so that a
         // sandbox-wide check is marked only if it passes without a sandbox.
@@ -174,7 +230,7 @@ impl ConformanceSuite for StandardSuite {
             base.baseline = true;
             Ok((real, base))
         });
-        let probes = match contexts {
+        match contexts {
             // The probes are independent, and so is the baseline: run them
             // all concurrently.
             Ok((real, base)) => {
@@ -202,25 +258,14 @@ impl ConformanceSuite for StandardSuite {
                     )
                 })
                 .collect(),
-        };
-        let report = ConformanceReport::new(
-            name,
-            availability,
-            host,
-            probes,
-            started.elapsed().as_secs_f64() * 1000.0,
-        );
-        debug_assert!(report
-            .probes
-            .iter()
-            .all(|p| p.status != ProbeStatus::Pass || !p.checks.is_empty()));
-        report
+        }
     }
 }
 
 /// Who the sandboxed program runs as: the backend's `sandbox_uid` /
 /// `sandbox_gid` facts, else (no such fact) the host's own ids. A uid
 /// without a gid takes that user's primary group from the user database.
+#[cfg(target_os = "linux")]
 fn sandbox_ids(facts: &std::collections::BTreeMap<String, String>) -> Ids {
     // SAFETY: geteuid/getegid have no preconditions.
     let (host_uid, host_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -242,6 +287,7 @@ fn sandbox_ids(facts: &std::collections::BTreeMap<String, String>) -> Ids {
 }
 
 /// The primary gid of `uid` in the user database.
+#[cfg(target_os = "linux")]
 fn primary_gid(uid: u32) -> Option<u32> {
     let mut buf = vec![0 as libc::c_char; 4096];
     // SAFETY: passwd is plain data; getpwuid_r writes into pw and buf,
@@ -255,6 +301,7 @@ fn primary_gid(uid: u32) -> Option<u32> {
 }
 
 /// Polls two futures concurrently on the current task.
+#[cfg(target_os = "linux")]
 async fn futures_join2<A: std::future::Future, B: std::future::Future>(
     a: A,
     b: B,
@@ -288,6 +335,7 @@ async fn futures_join2<A: std::future::Future, B: std::future::Future>(
 }
 
 /// Polls futures concurrently on the current task and keeps their order.
+#[cfg(target_os = "linux")]
 async fn futures_join_all<F: std::future::Future>(
     futures: impl Iterator<Item = F>,
 ) -> Vec<F::Output> {

@@ -499,11 +499,26 @@ fn pending_bytes(fd: &OwnedFd) -> usize {
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    // No pipe2 on macOS: the fds are close-on-exec a moment later, which
+    // another thread's fork could see in between (the spawn's own fd
+    // hygiene still closes them in the child).
+    // SAFETY: pipe writes two fds into the array.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let made = unsafe { libc::pipe(fds.as_mut_ptr()) };
+    if made != 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both fds are fresh and owned by nobody else.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    for fd in [&r, &w] {
+        // SAFETY: fcntl on an fd we own.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     Ok((above_stdio(r)?, above_stdio(w)?))
 }
 

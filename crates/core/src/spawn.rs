@@ -342,6 +342,9 @@ fn install_hygiene(cmd: &mut std::process::Command, hygiene: Hygiene) {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // No parent-death signal outside Linux: there, a child
+            // outlives a host that dies without dropping its runner.
+            #[cfg(any(target_os = "linux", target_os = "android"))]
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -352,7 +355,8 @@ fn install_hygiene(cmd: &mut std::process::Command, hygiene: Hygiene) {
             {
                 return Err(std::io::Error::last_os_error());
             }
-            // The parent may have died before PDEATHSIG was armed.
+            // The parent may have died before PDEATHSIG was armed (or,
+            // elsewhere, before the child got here).
             if libc::getppid() != parent_pid {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }

@@ -1,0 +1,98 @@
+//! How checks become verdicts: the constructors of a host-made
+//! [`CheckResult`], and the fold of a probe's checks into its one status
+//! (any `Fail` fails it; else any `Unreachable`, or no check at all, makes
+//! it `Unreachable`). Portable: the harness uses it on Linux, and the suite
+//! elsewhere, where every probe is `Unreachable`.
+
+use std::time::Instant;
+
+use cordon_core::{CheckResult, Evidence, ProbeId, ProbeResult, ProbeStatus};
+
+/// A host-made check result.
+pub(crate) fn check(name: &str, status: ProbeStatus, detail: impl Into<String>) -> CheckResult {
+    CheckResult {
+        name: name.to_string(),
+        status,
+        detail: detail.into(),
+        evidence: Evidence::Host,
+        passes_without_sandbox: false,
+    }
+}
+
+pub(crate) fn pass(name: &str, detail: impl Into<String>) -> CheckResult {
+    check(name, ProbeStatus::Pass, detail)
+}
+
+pub(crate) fn fail(name: &str, detail: impl Into<String>) -> CheckResult {
+    check(name, ProbeStatus::Fail, detail)
+}
+
+pub(crate) fn unreachable(name: &str, detail: impl Into<String>) -> CheckResult {
+    check(name, ProbeStatus::Unreachable, detail)
+}
+
+/// `pass` if `ok`, else `fail`, with one detail.
+pub(crate) fn verdict(name: &str, ok: bool, detail: impl Into<String>) -> CheckResult {
+    check(
+        name,
+        if ok {
+            ProbeStatus::Pass
+        } else {
+            ProbeStatus::Fail
+        },
+        detail,
+    )
+}
+
+/// Folds checks into one probe result.
+pub(crate) fn fold(id: ProbeId, checks: Vec<CheckResult>, started: Instant) -> ProbeResult {
+    let failing: Vec<&CheckResult> = checks
+        .iter()
+        .filter(|c| c.status == ProbeStatus::Fail)
+        .collect();
+    let unsure: Vec<&CheckResult> = checks
+        .iter()
+        .filter(|c| c.status == ProbeStatus::Unreachable)
+        .collect();
+    let (status, detail) = if checks.is_empty() {
+        (ProbeStatus::Unreachable, "no check ran".to_string())
+    } else if !failing.is_empty() {
+        (ProbeStatus::Fail, describe(&failing))
+    } else if !unsure.is_empty() {
+        (ProbeStatus::Unreachable, describe(&unsure))
+    } else {
+        (ProbeStatus::Pass, String::new())
+    };
+    ProbeResult {
+        id,
+        title: id.title().to_string(),
+        status,
+        detail,
+        checks,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+    }
+}
+
+fn describe(checks: &[&CheckResult]) -> String {
+    checks
+        .iter()
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A random token for canary names and values.
+pub(crate) fn random_token() -> String {
+    let mut b = [0u8; 8];
+    // SAFETY: getentropy writes exactly 8 bytes into b (at most 256 are
+    // allowed), or fails.
+    let n = unsafe { libc::getentropy(b.as_mut_ptr().cast(), b.len()) };
+    if n != 0 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0) as u64;
+        b = (t ^ std::process::id() as u64).to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
