@@ -1,3 +1,7 @@
+//! What a package can reach: a module only when granted and requested,
+//! secrets and notifications per package, no module calls at top level,
+//! and the compiled-package cache with a fresh heap per call.
+
 use std::collections::BTreeMap;
 
 use cordon_starlark::*;

@@ -1,3 +1,6 @@
+//! The `http` module against a real server on 127.0.0.1: the allowlist,
+//! the loopback guard, redirects, and the size, time and count caps.
+
 use std::time::{Duration, Instant};
 
 use cordon_starlark::*;

@@ -1,3 +1,7 @@
+//! Each hard limit of a call (ticks, deadline, cancel, call stack, heap,
+//! output, source and value sizes) ends it with the limit named, and the
+//! host goes on working.
+
 use std::time::{Duration, Instant};
 
 use cordon_starlark::*;

@@ -1,3 +1,7 @@
+//! `provider.complete` against a real server on 127.0.0.1: which key is
+//! used (package, channel, user or host), and that no key ever reaches
+//! the script.
+
 use cordon_starlark::*;
 use serde_json::json;
 

@@ -1,0 +1,211 @@
+//! Tidiness the compiler does not check, as rust-analyzer's `tidy` test
+//! does: every Rust file opens with a `//!` line that says its job, the
+//! paths the architecture docs name exist, and source files stay small
+//! (the few that are not are listed here, to be split, and the list may
+//! only shrink).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Source files (not tests) allowed over [`MAX_LINES`], with the reason
+/// each is still long. A file that is split must leave this list (the test
+/// fails while a listed file is short), and no new file may join it.
+const LONG_FILES: &[(&str, &str)] = &[
+    (
+        "crates/backend-linux/src/linux/filter.rs",
+        "the seccomp assembler, its syscall tables and their tests in one file",
+    ),
+    (
+        "crates/starlark-host/src/sandbox.rs",
+        "the worker pool: config, connection, frame reader, staging (issue 15)",
+    ),
+    (
+        "crates/starlark-host/src/worker.rs",
+        "the worker's loop and its module stubs",
+    ),
+    (
+        "crates/cli/src/cache.rs",
+        "the report cache and its forging tests",
+    ),
+    (
+        "crates/backend-macos/src/profile.rs",
+        "the Seatbelt profile generator and its golden tests",
+    ),
+    (
+        "crates/conformance/src/probes/p6.rs",
+        "P6's per-process limits, both sides",
+    ),
+    (
+        "crates/conformance/src/probes/p5.rs",
+        "P5's filesystem checks, both sides",
+    ),
+];
+
+const MAX_LINES: usize = 600;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Every `.rs` file of the project (not build output, not fuzz corpora).
+fn rust_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || ["target", "corpus", "artifacts"].contains(&&*name) {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out);
+            } else if name.ends_with(".rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for top in ["crates", "xtask", "examples", "benches", "fuzz"] {
+        walk(&root().join(top), &mut out);
+    }
+    out.sort();
+    assert!(out.len() > 50, "too few Rust files found: {}", out.len());
+    out
+}
+
+fn relative(p: &Path) -> String {
+    p.strip_prefix(root()).unwrap_or(p).display().to_string()
+}
+
+#[test]
+fn every_rust_file_opens_with_its_job() {
+    let missing: Vec<String> = rust_files()
+        .iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            !text.starts_with("//!")
+        })
+        .map(|p| relative(p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "these files do not open with a `//!` line saying what they are for:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn source_files_stay_small() {
+    let listed: BTreeSet<&str> = LONG_FILES.iter().map(|(p, _)| *p).collect();
+    let mut problems = Vec::new();
+    for p in rust_files() {
+        let rel = relative(&p);
+        if rel.contains("/tests/") {
+            continue;
+        }
+        let lines = std::fs::read_to_string(&p)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        match (lines > MAX_LINES, listed.contains(rel.as_str())) {
+            (true, false) => problems.push(format!(
+                "{rel}: {lines} lines (over {MAX_LINES}): split it along its jobs"
+            )),
+            (false, true) => problems.push(format!(
+                "{rel}: {lines} lines now: remove it from LONG_FILES in {}",
+                file!()
+            )),
+            _ => {}
+        }
+    }
+    for (p, _) in LONG_FILES {
+        if !root().join(p).is_file() {
+            problems.push(format!("{p}: listed in LONG_FILES but gone: remove it"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The path-like code spans of a Markdown text: `a/b.rs`, `crates/x`,
+/// with `{a,b}` alternatives expanded. Placeholders (`pN.rs`, `<pid>`,
+/// globs) are skipped: they name no one file.
+fn named_paths(markdown: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, span) in markdown.split('`').enumerate() {
+        if i % 2 == 0 || span.contains(char::is_whitespace) {
+            continue;
+        }
+        let looks_like_path = [".rs", ".md", ".toml"].iter().any(|e| span.ends_with(e))
+            || ["crates/", "xtask/", "docs/", "examples/"]
+                .iter()
+                .any(|d| span.starts_with(d));
+        let placeholder = span.contains(['<', '*', '$'])
+            || span
+                .split('/')
+                .any(|part| part.len() >= 2 && part.ends_with("N.rs"));
+        if !looks_like_path || placeholder {
+            continue;
+        }
+        match (span.find('{'), span.find('}')) {
+            (Some(a), Some(b)) if a < b => {
+                for alt in span[a + 1..b].split(',') {
+                    out.push(format!("{}{alt}{}", &span[..a], &span[b + 1..]));
+                }
+            }
+            _ => out.push(span.to_string()),
+        }
+    }
+    out
+}
+
+#[test]
+fn paths_the_docs_name_exist() {
+    let root = root();
+    let files: Vec<String> = rust_files()
+        .iter()
+        .map(|p| relative(p))
+        .chain(
+            ["README.md", "ARCHITECTURE.md", "Cargo.toml"]
+                .iter()
+                .map(|s| s.to_string()),
+        )
+        .collect();
+    let mut docs = vec![root.join("ARCHITECTURE.md")];
+    for c in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        let readme = c.path().join("README.md");
+        if readme.is_file() {
+            docs.push(readme);
+        }
+    }
+    let mut dangling = Vec::new();
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        // A crate README's paths may be relative to its crate.
+        let base = doc.parent().unwrap();
+        for path in named_paths(&text) {
+            checked += 1;
+            let exists = root.join(&path).exists()
+                || base.join(&path).exists()
+                || path.ends_with(".toml") && !path.contains('/') // a file name users write (package.toml)
+                || files
+                    .iter()
+                    .any(|f| f.ends_with(&format!("/{}", path.trim_start_matches("./"))));
+            if !exists {
+                dangling.push(format!("{}: `{path}`", relative(doc)));
+            }
+        }
+    }
+    assert!(checked > 20, "too few paths found in the docs: {checked}");
+    assert!(
+        dangling.is_empty(),
+        "the docs name paths that do not exist (fix the doc or the path):\n{}",
+        dangling.join("\n")
+    );
+}
