@@ -78,22 +78,24 @@ fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
     Ok((OsString::from(k), v))
 }
 
-/// As root, the Linux backend runs the child as uid 65534. A `--scratch`
-/// dir root owns is mounted idmapped for it (root's files appear as its
-/// own, and what it creates is stored as root's), but a dir another user
-/// owns is handed over as it is: the sandbox uid must be able to write it,
-/// or the program fails on its first write.
-fn warn_if_sandbox_cannot_write(dir: &std::path::Path, trusted: bool) {
+/// As root, a backend may run the child as another uid (the Linux
+/// backend's `sandbox_uid` fact: 65534). A `--scratch` dir root owns is
+/// mounted idmapped for it (root's files appear as its own, and what it
+/// creates is stored as root's), but a dir another user owns is handed
+/// over as it is: the sandbox uid must be able to write it, or the program
+/// fails on its first write.
+fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox_uid: Option<u32>) {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid cannot fail.
-    if trusted || !cfg!(target_os = "linux") || unsafe { libc::geteuid() } != 0 {
+    let caller = unsafe { libc::geteuid() };
+    let Some(uid) = sandbox_uid.filter(|&u| caller == 0 && u != caller) else {
         return;
-    }
+    };
     if let Ok(m) = std::fs::metadata(dir) {
-        if m.uid() != 0 && m.uid() != 65534 && m.mode() & 0o002 == 0 {
+        if m.uid() != 0 && m.uid() != uid && m.mode() & 0o002 == 0 {
             eprintln!(
-                "cordon: note: as root the sandbox runs as uid 65534, which cannot write {} \
-                 (owned by uid {}); chown it to root or 65534, or make it world-writable",
+                "cordon: note: as root the sandbox runs as uid {uid}, which cannot write {} \
+                 (owned by uid {}); chown it to root or {uid}, or make it world-writable",
                 dir.display(),
                 m.uid()
             );
@@ -182,9 +184,6 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         read_write: args.read_write.clone(),
         ..RunnerConfig::default()
     };
-    if let Some(dir) = &args.scratch {
-        warn_if_sandbox_cannot_write(dir, args.trusted);
-    }
     let args_limits = RequestedLimits {
         mem: args.mem.is_some(),
         cpu: args.cpu.is_some(),
@@ -223,6 +222,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             Ok(r) => {
                 let facts = &r.report().host.backend_facts;
                 sandbox_uid = facts.get("sandbox_uid").and_then(|u| u.parse().ok());
+                if let Some(dir) = &args.scratch {
+                    warn_if_sandbox_cannot_write(dir, sandbox_uid);
+                }
                 let weaker = per_process_limits(facts, &args_limits);
                 if !weaker.is_empty() {
                     eprintln!(
