@@ -1,0 +1,410 @@
+//! The host side of sandboxed evaluation: [`SandboxedRunner`] runs each
+//! package in a pool of worker processes started through an admitted
+//! [`cordon_core::SandboxRunner`], and serves their module calls with the
+//! same [`ModuleBroker`] code as in-process runs.
+//!
+//! * [`WorkerConnection`] speaks the protocol (`docs/protocol.md`) over any
+//!   async byte streams: handshake, `load_package`, `call`, and brokering
+//!   `module` requests. Anything unexpected is terminal.
+//! * [`SandboxedRunner`] owns the pool: per (source hash, module set) a few
+//!   warm workers with the package loaded and frozen, reused across calls,
+//!   retired after a failure, after [`PoolConfig::max_calls_per_worker`]
+//!   calls, when their CPU budget runs low, or when idle for
+//!   [`PoolConfig::idle_timeout`].
+//!
+//! The wall-clock deadline is enforced twice: the worker's interpreter
+//! stops at [`Limits::timeout`] by itself, and the host kills the worker's
+//! process group [`WorkerConfig::kill_grace`] later if it has not answered.
+
+mod config;
+mod connection;
+mod failure;
+mod pool;
+mod staging;
+
+pub use config::{PoolConfig, WorkerConfig, WorkerLimits, WorkerProgram};
+pub use connection::{SessionError, WorkerConnection};
+use failure::memory_message;
+use pool::{sweep_idle, Pids, PoolKey, Worker};
+pub use pool::{ColdWorker, PoolStats};
+use staging::{stage, Staged};
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use cordon_core::{ExitOutcome, SandboxRunner};
+
+use crate::bindings::ModuleSet;
+use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker};
+use crate::error::{LimitKind, StarlarkHostError};
+use crate::eval::CallOutcome;
+use crate::limits::Limits;
+use crate::package::Package;
+use crate::runner::ExecOutcome;
+use crate::stores::RunContext;
+use crate::wire;
+
+struct Inner {
+    runner: SandboxRunner,
+    caps: Arc<Capabilities>,
+    limits: Limits,
+    config: WorkerConfig,
+    staged: Staged,
+    idle: Mutex<HashMap<PoolKey, Vec<Worker>>>,
+    permits: tokio::sync::Semaphore,
+    started: AtomicU64,
+    reused: AtomicU64,
+    retired: AtomicU64,
+    instance_seq: AtomicU64,
+    pids: Pids,
+    spares: Mutex<Vec<Worker>>,
+    replenishing: std::sync::atomic::AtomicBool,
+    paused: std::sync::atomic::AtomicBool,
+    me: Weak<Inner>,
+}
+
+/// Runs packages in sandboxed worker processes: the executor for
+/// [`Isolation::Sandboxed`](crate::Isolation::Sandboxed). Cheap to clone.
+///
+/// Must be created inside a tokio runtime (an idle sweeper task runs there).
+#[derive(Clone)]
+pub struct SandboxedRunner {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SandboxedRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxedRunner")
+            .field("runner", &self.inner.runner)
+            .field("program", &self.inner.staged.program)
+            .field("stats", &self.pool_stats())
+            .finish()
+    }
+}
+
+/// Kills a worker and reaps it; returns how it ended and its stderr tail.
+async fn kill_and_reap(mut w: Worker) -> (Option<ExitOutcome>, String) {
+    w.child.kill();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), w.child.wait())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let tail = String::from_utf8_lossy(&w.child.stderr_tail()).into_owned();
+    (outcome, tail)
+}
+
+/// Reaps a worker whose pipe closed (it is dying or dead), then kills
+/// whatever is left.
+async fn reap_dead(mut w: Worker) -> (Option<ExitOutcome>, String) {
+    let outcome = match tokio::time::timeout(Duration::from_millis(500), w.child.wait()).await {
+        Ok(r) => r.ok(),
+        Err(_) => {
+            w.child.kill();
+            tokio::time::timeout(Duration::from_secs(5), w.child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    };
+    let tail = String::from_utf8_lossy(&w.child.stderr_tail()).into_owned();
+    (outcome, tail)
+}
+
+impl SandboxedRunner {
+    /// A sandboxed runner over an admitted `runner`, serving module calls
+    /// with `caps`, evaluating under `limits`. Stages the worker program.
+    pub fn new(
+        runner: SandboxRunner,
+        caps: Arc<Capabilities>,
+        limits: Limits,
+        config: WorkerConfig,
+    ) -> Result<Self, StarlarkHostError> {
+        let staged = stage(&config.program.path).map_err(|e| StarlarkHostError::WorkerStart {
+            package: String::new(),
+            message: format!(
+                "cannot stage worker program {}: {e}",
+                config.program.path.display()
+            ),
+        })?;
+        tracing::debug!(program = %staged.program.display(), "staged the Starlark worker program");
+        let inner = Arc::new_cyclic(|me| Inner {
+            permits: tokio::sync::Semaphore::new(config.pool.max_concurrent_calls.max(1)),
+            runner,
+            caps,
+            limits,
+            config,
+            staged,
+            idle: Mutex::new(HashMap::new()),
+            started: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
+            retired: AtomicU64::new(0),
+            instance_seq: AtomicU64::new(0),
+            pids: Pids::default(),
+            spares: Mutex::new(Vec::new()),
+            replenishing: Default::default(),
+            paused: Default::default(),
+            me: me.clone(),
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&inner);
+            let period = (inner.config.pool.idle_timeout / 2).max(Duration::from_millis(100));
+            rt.spawn(sweep_idle(weak, period));
+        }
+        Ok(SandboxedRunner { inner })
+    }
+
+    /// The evaluation limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// The worker configuration.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.inner.config
+    }
+
+    /// The capabilities module calls are served with.
+    pub fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.inner.caps
+    }
+
+    /// The staged worker executable.
+    pub fn staged_program(&self) -> &Path {
+        &self.inner.staged.program
+    }
+
+    /// Pool counters.
+    pub fn pool_stats(&self) -> PoolStats {
+        let idle = self
+            .inner
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(Vec::len)
+            .sum();
+        PoolStats {
+            spares: self
+                .inner
+                .spares
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .len(),
+            started: self.inner.started.load(Ordering::Relaxed),
+            reused: self.inner.reused.load(Ordering::Relaxed),
+            retired: self.inner.retired.load(Ordering::Relaxed),
+            idle,
+        }
+    }
+
+    /// Process ids of the live workers (idle and busy), for diagnostics.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.inner
+            .pids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// Starts a worker for `pkg` outside the pool and returns how long
+    /// that took; for benchmarks. With `use_spare` a ready spare is used if
+    /// there is one (then only `load_package` is timed); without, it is a
+    /// full cold start (spawn, handshake, `load_package`). Hand the worker
+    /// to [`SandboxedRunner::discard`].
+    pub async fn time_cold_start(
+        &self,
+        pkg: &Package,
+        modules: ModuleSet,
+        use_spare: bool,
+    ) -> Result<(Duration, ColdWorker), StarlarkHostError> {
+        let t = Instant::now();
+        let w = self.inner.start_worker(pkg, modules, use_spare).await?;
+        Ok((t.elapsed(), ColdWorker(w)))
+    }
+
+    /// Waits (up to `timeout`) until at least `n` spare workers are ready.
+    pub async fn wait_for_spares(&self, n: usize, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if self.pool_stats().spares >= n {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Kills and reaps a worker from [`SandboxedRunner::time_cold_start`].
+    pub async fn discard(&self, worker: ColdWorker) {
+        self.inner.retire(worker.0).await;
+    }
+
+    /// Kills and reaps every idle worker (in-flight calls are unaffected).
+    /// Spare workers are killed too (after any spare being started has
+    /// finished starting); new spares are started again on later calls.
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.paused.store(true, Ordering::SeqCst);
+        for _ in 0..1000 {
+            if !inner.replenishing.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut all: Vec<Worker> = {
+            let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.drain().flat_map(|(_, v)| v).collect()
+        };
+        all.extend(
+            inner
+                .spares
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..),
+        );
+        for w in all {
+            inner.retire(w).await;
+        }
+        inner.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Loads the package in a worker (or reuses a warm one) and returns its
+    /// globals and top-level output, like [`crate::Runner::exec_package`].
+    pub async fn exec_package(
+        &self,
+        pkg: &Package,
+        ctx: Option<&RunContext>,
+    ) -> Result<ExecOutcome, StarlarkHostError> {
+        ensure_runnable(pkg)?;
+        let modules = self.inner.caps.module_set(pkg, ctx).await?;
+        let _permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StarlarkHostError::Internal("the worker pool is closed".into()))?;
+        let (worker, cached) = self.inner.checkout(pkg, modules).await?;
+        let out = ExecOutcome {
+            globals: worker.loaded.globals.clone(),
+            functions: worker.loaded.functions.clone(),
+            output: worker.loaded.output.clone(),
+            modules: modules.names().into_iter().map(str::to_owned).collect(),
+            cached,
+        };
+        self.inner.check_in(worker).await;
+        tracing::info!(package = %pkg.id, cached, modules = ?modules.names(), "package executed in a sandboxed worker");
+        Ok(out)
+    }
+
+    /// Calls a function of the package in a sandboxed worker, like
+    /// [`crate::Runner::call_entry_point`]. `cached` in the outcome means a
+    /// warm worker served it.
+    pub async fn call_entry_point(
+        &self,
+        pkg: &Package,
+        name: &str,
+        args: Vec<serde_json::Value>,
+        kwargs: serde_json::Map<String, serde_json::Value>,
+        ctx: Option<&RunContext>,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        self.call_entry_point_with_cancel(pkg, name, args, kwargs, ctx, CancelToken::new())
+            .await
+    }
+
+    /// [`SandboxedRunner::call_entry_point`] with a caller-held
+    /// [`CancelToken`]. Dropping the future kills the worker.
+    pub async fn call_entry_point_with_cancel(
+        &self,
+        pkg: &Package,
+        name: &str,
+        args: Vec<serde_json::Value>,
+        kwargs: serde_json::Map<String, serde_json::Value>,
+        ctx: Option<&RunContext>,
+        cancel: CancelToken,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        let start = Instant::now();
+        ensure_runnable(pkg)?;
+        let inner = &self.inner;
+        let modules = inner.caps.module_set(pkg, ctx).await?;
+        let _permit = inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StarlarkHostError::Internal("the worker pool is closed".into()))?;
+        let (mut worker, cached) = inner.checkout(pkg, modules).await?;
+        let timeout = inner.limits.timeout;
+        let deadline = Instant::now() + timeout;
+        let broker = ModuleBroker::new(
+            inner.caps.clone(),
+            pkg,
+            modules,
+            ctx,
+            inner.limits.http.clone(),
+            deadline,
+            cancel.clone(),
+        );
+        let broker = match broker {
+            Ok(b) => b,
+            Err(e) => {
+                inner.check_in(worker).await;
+                return Err(e);
+            }
+        };
+        let call = wire::Call {
+            entry: name.to_owned(),
+            args,
+            kwargs,
+            timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
+        };
+        let hard = tokio::time::Instant::from_std(deadline) + inner.config.kill_grace;
+        let began = Instant::now();
+        let r = worker
+            .conn
+            .call(&call, &broker, hard, &cancel, inner.config.kill_grace)
+            .await;
+        worker.busy += began.elapsed();
+        worker.calls += 1;
+        let elapsed_us = start.elapsed().as_micros() as u64;
+        match r {
+            Ok(res) => {
+                inner.check_in(worker).await;
+                tracing::debug!(package = %pkg.id, entry = name, cached, elapsed_us, "sandboxed entry point returned");
+                Ok(CallOutcome {
+                    value: res.value,
+                    output: res.output,
+                    cached,
+                })
+            }
+            Err(SessionError::Reported { code, message }) => {
+                let memory = code == format!("limit.{}", LimitKind::Memory.as_str());
+                let message = if memory {
+                    memory_message(&pkg.id, &inner.config.limits, &message)
+                } else {
+                    message
+                };
+                let e = wire::error_from_code(&pkg.id, &code, message, &worker.loaded.functions);
+                // After an internal error or an allocation failure the
+                // worker's state is suspect: do not reuse it.
+                if memory || code == "internal" || code == wire::CODE_NOT_LOADED {
+                    inner.retire(worker).await;
+                } else {
+                    inner.check_in(worker).await;
+                }
+                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %e, "sandboxed entry point failed");
+                Err(e)
+            }
+            Err(e) => {
+                let err = inner.fail(worker, &pkg.id, e).await;
+                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %err, "sandboxed worker failed");
+                Err(err)
+            }
+        }
+    }
+}
