@@ -14,7 +14,6 @@ mod conformance;
 mod diagnose;
 mod run;
 #[cfg(feature = "starlark")]
-mod sandboxed;
 #[cfg(feature = "starlark")]
 mod star;
 
@@ -101,7 +100,7 @@ fn main() -> ExitCode {
     // child and the Starlark worker are this same binary in another mode.
     cordon_conformance::dispatch_probe_child();
     #[cfg(feature = "starlark")]
-    cordon_starlark::worker::dispatch_worker();
+    cordon_starlark::dispatch_worker();
 
     let argv: Vec<OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&argv) {

@@ -10,7 +10,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Subcommand, ValueEnum};
-use cordon_starlark::{LocalOutcome, LocalRun, Permission, RunContext, StarlarkHostError};
+use std::sync::Arc;
+
+use cordon_starlark::{
+    load_package_from_path, Call, CallOutcome, ExecOutcome, InMemoryPackageStore,
+    InMemoryPermissionStore, InMemorySecretStore, Limits, Notification, Package, Permission,
+    RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError, TrustTier,
+    WorkerConfig, WorkerProgram,
+};
 
 use crate::{EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
@@ -93,39 +100,11 @@ fn parse_secret(s: &str) -> Result<(String, String), String> {
 
 pub async fn main(cmd: StarCommand) -> ExitCode {
     let StarCommand::Run(args) = cmd;
-    let options = LocalRun {
-        grant: args.grants.clone(),
-        secrets: args.secrets.clone(),
-        context: args.user.clone().map(RunContext::for_user),
-        provider: None,
-        limits: args.timeout.map(|t| cordon_starlark::Limits {
-            timeout: t,
-            ..Default::default()
-        }),
-    };
-    let entry = args.entry.as_deref();
-    let call_args = args.args.clone().map(|a| a.0).unwrap_or_default();
-    let result = match args.isolation {
-        IsolationArg::InProcess => {
-            eprintln!("cordon: --isolation in-process: the package is treated as TRUSTED");
-            cordon_starlark::run_local(&args.package, entry, call_args, options).await
-        }
-        IsolationArg::Sandboxed => {
-            match crate::sandboxed::run(
-                &args.backend.backend,
-                &args.package,
-                entry,
-                call_args,
-                options,
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(message) => {
-                    eprintln!("cordon: {message}");
-                    return ExitCode::from(EXIT_CORDON_FAILED);
-                }
-            }
+    let result = match run(&args).await {
+        Ok(r) => r,
+        Err(message) => {
+            eprintln!("cordon: {message}");
+            return ExitCode::from(EXIT_CORDON_FAILED);
         }
     };
     match result {
@@ -140,8 +119,94 @@ pub async fn main(cmd: StarCommand) -> ExitCode {
     }
 }
 
-/// 1 for the script's own errors, 124 for time/step/heap limits, 125 for
-/// everything the host failed at.
+/// What one `star run` produced.
+struct StarOutcome {
+    package: Package,
+    exec: ExecOutcome,
+    call: Option<CallOutcome>,
+    /// Notifications the package sent (recorded, not delivered).
+    notifications: Vec<Notification>,
+}
+
+/// Loads the package, builds a host with only the listed grants and
+/// secrets, loads it and calls the entry point. `--isolation sandboxed`
+/// (the default) treats the package as untrusted: it runs in a worker (this
+/// binary in worker mode) admitted through the same gate as `cordon run`,
+/// or not at all. The outer error is cordon's own (no gate, no executable).
+async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, StarlarkHostError>, String> {
+    let package = match load_package_from_path(&args.package) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e)),
+    };
+    let perms = Arc::new(InMemoryPermissionStore::new());
+    for p in &args.grants {
+        perms.grant(&package.id, *p);
+    }
+    let secrets = Arc::new(InMemorySecretStore::new());
+    for (k, v) in &args.secrets {
+        secrets.set(&package.id, k, v);
+    }
+    let notifier = RecordingNotifier::new();
+    let packages = Arc::new(InMemoryPackageStore::new());
+    packages.insert(package.clone());
+    let mut services = Services::new(packages, perms);
+    services.secrets = Some(secrets);
+    services.notifier = Some(Arc::new(notifier.clone()));
+    let limits = Limits {
+        timeout: args.timeout.unwrap_or(Limits::default().timeout),
+        ..Limits::default()
+    };
+    let mut builder = StarlarkHost::builder(services).limits(limits);
+    let tier = match args.isolation {
+        IsolationArg::InProcess => {
+            eprintln!("cordon: --isolation in-process: the package is treated as TRUSTED");
+            TrustTier::Trusted
+        }
+        IsolationArg::Sandboxed => {
+            let sandbox = crate::run::admit(
+                &args.backend.backend,
+                false,
+                cordon_core::RunnerConfig::default(),
+            )
+            .await?;
+            if let Err(e) = &sandbox {
+                eprint!("{}", crate::conformance::render(&e.report));
+            }
+            let program = WorkerProgram::current_exe()
+                .map_err(|e| format!("cannot find cordon's own executable: {e}"))?;
+            builder = builder.sandbox(sandbox, WorkerConfig::new(program));
+            TrustTier::Untrusted
+        }
+    };
+    let host = match builder.build() {
+        Ok(h) => h,
+        Err(e) => return Ok(Err(e)),
+    };
+    let ctx = args.user.clone().map(RunContext::for_user);
+    let result = async {
+        let exec = host.load(&package, tier, ctx.as_ref()).await?;
+        let call = match &args.entry {
+            Some(entry) => {
+                let mut call = Call::new(entry.as_str())
+                    .args(args.args.clone().map(|a| a.0).unwrap_or_default());
+                call.context = ctx.clone();
+                Some(host.call(&package, tier, call).await?)
+            }
+            None => None,
+        };
+        Ok::<_, StarlarkHostError>((exec, call))
+    }
+    .await;
+    // The worker is killed and reaped before cordon exits.
+    host.shutdown().await;
+    Ok(result.map(|(exec, call)| StarOutcome {
+        package,
+        exec,
+        call,
+        notifications: notifier.sent(),
+    }))
+}
+
 pub fn exit_code_for(e: &StarlarkHostError) -> u8 {
     use cordon_starlark::LimitKind;
     match e {
@@ -158,7 +223,7 @@ pub fn exit_code_for(e: &StarlarkHostError) -> u8 {
     }
 }
 
-fn print_outcome(o: &LocalOutcome, json: bool) {
+fn print_outcome(o: &StarOutcome, json: bool) {
     let output = match &o.call {
         Some(c) => format!("{}{}", o.exec.output, c.output),
         None => o.exec.output.clone(),

@@ -62,7 +62,8 @@ impl CancelToken {
 /// corresponding module absent.
 #[derive(Clone)]
 pub struct Services {
-    /// Package registrations (used by [`crate::Runner::call_by_id`]).
+    /// Package registrations: where an embedder keeps its packages (the
+    /// host itself is handed each package it runs).
     pub packages: Arc<dyn PackageStore>,
     /// Grants.
     pub permissions: Arc<dyn PermissionStore>,

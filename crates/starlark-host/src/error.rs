@@ -143,12 +143,16 @@ pub enum StarlarkHostError {
     /// The evaluation thread died unexpectedly (an interpreter bug).
     #[error("internal error: {0}")]
     Internal(String),
-    /// An untrusted package asked for in-process evaluation.
+    /// An untrusted package, on a host built without a sandbox
+    /// ([`StarlarkHostBuilder::sandbox`](crate::StarlarkHostBuilder::sandbox)
+    /// was not called): it runs only in a sandboxed worker, never in
+    /// process.
     #[error(
-        "package {package:?} is not trusted, so it cannot run in process; \
-         run it with Isolation::Sandboxed (the default) or mark it trusted"
+        "package {package:?} is untrusted and this host has no sandbox to run it in; \
+         untrusted packages never run in process (give the host a sandbox: \
+         StarlarkHostBuilder::sandbox)"
     )]
-    InProcessRefused {
+    NoSandbox {
         /// Package id.
         package: String,
     },

@@ -14,18 +14,19 @@
 //!   (`api.http`), `provider` (`provider.complete`, also needs a user in the
 //!   [`RunContext`] and `requires_provider`). `print`, `json` and `struct`
 //!   are always there. `load()` reaches only files of the same package.
-//! * Capabilities and bindings are split: the Starlark builtins
-//!   ([`bindings`]) only turn arguments into serde structs
-//!   ([`ModuleCall`]) and call a `dyn` [`ModuleCalls`]. In process that is a
-//!   [`ModuleBroker`], which does all the checking (gating, allowlist,
-//!   private-address guard, caps, deadline). In a sandboxed worker it is a
-//!   forwarder that asks the host, which serves it with
-//!   [`ModuleBroker::handle`] — the same code.
-//! * [`Runner`] compiles a package once (parse, run the top level, freeze),
-//!   caches it by (source hash, module set) and evaluates each entry-point
-//!   call on a fresh heap on a dedicated large-stack thread, under
-//!   [`Limits`] (ticks, deadline, cancellation, heap, call depth, output,
-//!   source size, bracket nesting, JSON value depth/size).
+//! * Capabilities and bindings are split: the Starlark builtins only turn
+//!   arguments into serde structs
+//!   and call a `dyn` handler. In process that is the host's module broker,
+//!   which does all the checking (gating, allowlist, private-address guard,
+//!   caps, deadline). In a sandboxed worker it is a forwarder that asks the
+//!   host, which serves it with the same broker — the same code.
+//! * [`StarlarkHost`] is the one way to run a package: [`StarlarkHost::load`]
+//!   and [`StarlarkHost::call`] take the package's [`TrustTier`]. A package
+//!   is compiled once (parse, run the top level, freeze) and kept (in
+//!   process: cached by source hash and module set; in a sandboxed worker:
+//!   loaded in a warm worker); each entry-point [`Call`] runs on a fresh
+//!   heap under [`Limits`] (ticks, deadline, cancellation, heap, call
+//!   depth, output, source size, bracket nesting, JSON value depth/size).
 //!
 //! Module calls are refused while a package's top level runs: the frozen,
 //! cached state must not depend on which user invoked it first. Call modules
@@ -38,30 +39,30 @@
 //! deep that `json.encode` overflows the native stack) or exhaust memory
 //! inside one builtin before a limit is checked. So:
 //!
-//! * **untrusted** packages run only in a sandboxed worker process
-//!   ([`Isolation::Sandboxed`], [`SandboxedRunner`]) started through an
-//!   admitted [`cordon_core::SandboxRunner`]; with no conforming backend
-//!   they are refused with the conformance report, never run in process;
-//! * **trusted** packages may run in process ([`Isolation::InProcess`],
-//!   [`Runner`]).
+//! * **untrusted** packages ([`TrustTier::Untrusted`]) run only in a
+//!   sandboxed worker process ([`WorkerPool`]) started through an admitted
+//!   [`cordon_core::SandboxRunner`] given to
+//!   [`StarlarkHostBuilder::sandbox`]; with no conforming backend, or none
+//!   given, they are refused (with the conformance report), never run in
+//!   process. There is no API that evaluates one in process: the
+//!   in-process evaluator is private to this crate and reached only for
+//!   [`TrustTier::Trusted`];
+//! * **trusted** packages run in process ([`Isolation::InProcess`], the
+//!   default) or, if the host is built so, in the pool too.
 //!
-//! [`StarlarkHost`] / [`select_isolation`] make that choice in one place.
 //! The worker is the application's own executable: call
-//! [`worker::dispatch_worker`] first thing in `main`. The host ⇄ worker
-//! protocol is specified in `docs/protocol.md` ([`wire`] has the bodies).
-//!
-//! For `cordon star run`, [`run_local`] (in process) and
-//! [`run_local_sandboxed`] (in a worker) do all of this for a path with
-//! explicit grants and secrets. `cargo xtask bench` measures call latency
-//! in process and through warm and cold workers.
+//! [`dispatch_worker`] first thing in `main`. The host ⇄ worker protocol is
+//! specified in `docs/protocol.md`. `cargo xtask bench` measures call
+//! latency in process and through warm and cold workers.
 //!
 //! ## Example
 //!
 //! ```no_run
 //! use std::sync::Arc;
+//! use cordon_core::TrustTier;
 //! use cordon_starlark::{
-//!     load_package_from_path, InMemoryPackageStore, InMemoryPermissionStore,
-//!     InMemorySecretStore, Permission, RunContext, Runner, Services,
+//!     load_package_from_path, Call, InMemoryPackageStore, InMemoryPermissionStore,
+//!     InMemorySecretStore, Permission, RunContext, Services, StarlarkHost,
 //! };
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,58 +75,68 @@
 //!
 //! let mut services = Services::new(Arc::new(InMemoryPackageStore::new()), perms);
 //! services.secrets = Some(secrets);
-//! let runner = Runner::new(services)?;
+//! // No sandbox given: this host runs trusted packages only (in process).
+//! let host = StarlarkHost::builder(services).build()?;
 //!
-//! let out = runner
-//!     .call_entry_point(&pkg, "main", vec![], Default::default(), Some(&RunContext::for_user("u1")))
-//!     .await?;
+//! let call = Call::new("main").context(RunContext::for_user("u1"));
+//! let out = host.call(&pkg, TrustTier::Trusted, call).await?;
 //! println!("{} {}", out.value, out.output);
 //! # Ok(()) }
 //! ```
 
 #![deny(missing_docs)]
 
-pub mod bindings;
-pub mod broker;
-pub mod error;
-pub mod eval;
-pub mod http;
-pub mod isolation;
-pub mod limits;
-pub mod local;
-pub mod package;
-pub mod protocol;
-pub mod provider;
-pub mod runner;
-pub mod sandbox;
-pub mod stores;
+mod bindings;
+mod broker;
+mod error;
+mod eval;
+mod host;
+mod http;
+mod limits;
+mod package;
+mod protocol;
+mod provider;
+mod runner;
+mod sandbox;
+mod stores;
+/// The worker protocol's method bodies (`docs/protocol.md`); public for the
+/// crate's protocol tests, not a stable API.
+#[doc(hidden)]
 pub mod wire;
-pub mod worker;
+mod worker;
 
-pub use bindings::{globals_for, ModuleSet};
-pub use broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
+pub use broker::{CancelToken, Services};
+pub use cordon_core::TrustTier;
 pub use error::{LimitKind, StarlarkHostError};
-pub use eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
-pub use http::{is_public_ip, Allowlist, HttpLimits};
-pub use isolation::{select_isolation, Executor, Isolation, StarlarkHost};
+pub use eval::CallOutcome;
+pub use host::{Call, Isolation, StarlarkHost, StarlarkHostBuilder};
+pub use http::HttpLimits;
 pub use limits::Limits;
-pub use local::{run_local, run_local_sandboxed, LocalOutcome, LocalRun};
 pub use package::{
-    load_package_from_path, parse_manifest, Manifest, Package, PackageStatus, PackageTier,
-    Permission, ProviderRequirement,
+    load_package_from_path, Manifest, Package, PackageStatus, PackageTier, Permission,
+    ProviderRequirement,
 };
-pub use protocol::{
-    ChatMessage, CompletionRequest, CompletionResponse, DenyAllCalls, HttpRequest, HttpResponse,
-    ModuleCall, ModuleCalls, ModuleError, ModuleReply, Notification, SecretGet, Usage,
-};
-pub use provider::OpenAiCompatibleProvider;
-pub use runner::{CacheStats, ExecOutcome, Runner};
-pub use sandbox::{
-    ColdWorker, PoolConfig, PoolStats, SandboxedRunner, SessionError, WorkerConfig,
-    WorkerConnection, WorkerLimits, WorkerProgram,
-};
+pub use protocol::Notification;
+pub use runner::{CacheStats, ExecOutcome};
+pub use sandbox::{PoolConfig, PoolStats, WorkerConfig, WorkerLimits, WorkerPool, WorkerProgram};
 pub use stores::{
     ApiKey, InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver,
     InMemorySecretStore, KeySource, NotificationSender, PackageStore, PermissionStore,
     ProviderConfig, ProviderResolver, RecordingNotifier, ResolvedProvider, RunContext, SecretStore,
+    StoreError,
 };
+pub use worker::dispatch_worker;
+
+/// The crate's parts below [`StarlarkHost`], for its own tests and
+/// benchmarks (the wire protocol by hand, the interpreter without a host).
+/// Not a stable API: embedders use the items at the crate root.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::bindings::{globals_for, ModuleSet};
+    pub use crate::broker::{ensure_runnable, Capabilities, ModuleBroker};
+    pub use crate::eval::{compile_package, run_on_eval_thread, CompiledPackage};
+    pub use crate::http::{is_public_ip, Allowlist};
+    pub use crate::protocol::*;
+    pub use crate::sandbox::{ColdWorker, SessionError, WorkerConnection};
+    pub use crate::worker::{run_worker, WORKER_ARG};
+}

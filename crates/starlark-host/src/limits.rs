@@ -83,7 +83,9 @@ const LAMBDA_WEIGHT: usize = 10;
 
 /// Deepest bracket nesting of Starlark source, ignoring strings and
 /// comments. Returns `Err((depth, line))` as soon as `max` is exceeded.
-pub fn check_nesting(src: &str, max: usize) -> Result<usize, (usize, usize)> {
+/// (The scanner's bracket half alone, for its tests.)
+#[cfg(test)]
+fn check_nesting(src: &str, max: usize) -> Result<usize, (usize, usize)> {
     match check_source_shape(src, max, usize::MAX) {
         Ok(d) => Ok(d),
         Err(ShapeError::Nesting(d, l)) => Err((d, l)),

@@ -1,5 +1,6 @@
-//! The async runner: permission gating, caching of compiled packages, and
-//! evaluation on a dedicated large-stack thread.
+//! In-process evaluation, for trusted packages only (reached through
+//! [`StarlarkHost`](crate::StarlarkHost)): permission gating, a cache of
+//! compiled packages, and evaluation on warm large-stack threads.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::bindings::ModuleSet;
-use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
+use crate::broker::{CancelToken, Capabilities, ModuleBroker};
 use crate::error::StarlarkHostError;
 use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
+use crate::host::{Call, Evaluator};
 use crate::limits::Limits;
 use crate::package::Package;
-use crate::stores::RunContext;
 
-/// Result of [`Runner::exec_package`].
+/// What loading a package gave: [`StarlarkHost::load`](crate::StarlarkHost::load).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExecOutcome {
     /// Public globals that convert to JSON (functions are in `functions`).
@@ -48,10 +49,8 @@ struct Cache {
     order: VecDeque<CacheKey>,
 }
 
-/// Runs Starlark packages in process. Cheap to share behind an `Arc`.
-///
-/// In-process evaluation is for **trusted** packages: see the crate docs.
-pub struct Runner {
+/// Runs Starlark packages in process: the evaluator for trusted packages.
+pub(crate) struct InProcess {
     caps: Arc<Capabilities>,
     limits: Limits,
     max_cache_entries: usize,
@@ -60,9 +59,9 @@ pub struct Runner {
     misses: AtomicU64,
 }
 
-impl std::fmt::Debug for Runner {
+impl std::fmt::Debug for InProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runner")
+        f.debug_struct("InProcess")
             .field("limits", &self.limits)
             .field("cache", &self.cache_stats())
             .finish()
@@ -85,18 +84,10 @@ impl Drop for CancelOnDrop {
     }
 }
 
-impl Runner {
-    /// A runner with default [`Limits`].
-    pub fn new(services: Services) -> Result<Self, StarlarkHostError> {
-        Ok(Self::with_capabilities(
-            Capabilities::new(services)?,
-            Limits::default(),
-        ))
-    }
-
-    /// A runner over existing capabilities with the given limits.
-    pub fn with_capabilities(caps: Arc<Capabilities>, limits: Limits) -> Self {
-        Runner {
+impl InProcess {
+    /// An evaluator over `caps` with the given limits.
+    pub(crate) fn new(caps: Arc<Capabilities>, limits: Limits) -> Self {
+        InProcess {
             caps,
             limits,
             max_cache_entries: 256,
@@ -106,24 +97,13 @@ impl Runner {
         }
     }
 
-    /// Replace the limits (builder style).
-    pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
     /// The limits in force.
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.limits
     }
 
-    /// The capabilities (for building a [`ModuleBroker`] to serve a worker).
-    pub fn capabilities(&self) -> &Arc<Capabilities> {
-        &self.caps
-    }
-
     /// Cache counters.
-    pub fn cache_stats(&self) -> CacheStats {
+    pub(crate) fn cache_stats(&self) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
@@ -162,26 +142,6 @@ impl Runner {
         }
     }
 
-    /// Compile (or fetch from cache) and return the package's globals and
-    /// the output of its top level.
-    pub async fn exec_package(
-        &self,
-        pkg: &Package,
-        ctx: Option<&RunContext>,
-    ) -> Result<ExecOutcome, StarlarkHostError> {
-        ensure_runnable(pkg)?;
-        let modules = self.caps.module_set(pkg, ctx).await?;
-        let (compiled, cached) = self.compiled(pkg, modules, &CancelToken::new()).await?;
-        tracing::info!(package = %pkg.id, cached, modules = ?modules.names(), "package executed");
-        Ok(ExecOutcome {
-            globals: compiled.globals().clone(),
-            functions: compiled.functions().to_vec(),
-            output: compiled.load_output().to_owned(),
-            modules: modules.names().into_iter().map(str::to_owned).collect(),
-            cached,
-        })
-    }
-
     async fn compiled(
         &self,
         pkg: &Package,
@@ -206,36 +166,43 @@ impl Runner {
         self.cache_put(key, compiled.clone());
         Ok((compiled, false))
     }
+}
 
-    /// Call a function of the package with JSON arguments. The package is
-    /// compiled once and cached by (source hash, module set); the call runs
-    /// on a fresh heap. `output` holds only what the call printed.
-    pub async fn call_entry_point(
+#[async_trait::async_trait]
+impl Evaluator for InProcess {
+    async fn load(
         &self,
         pkg: &Package,
-        name: &str,
-        args: Vec<serde_json::Value>,
-        kwargs: serde_json::Map<String, serde_json::Value>,
-        ctx: Option<&RunContext>,
-    ) -> Result<CallOutcome, StarlarkHostError> {
-        self.call_entry_point_with_cancel(pkg, name, args, kwargs, ctx, CancelToken::new())
-            .await
+        modules: ModuleSet,
+    ) -> Result<ExecOutcome, StarlarkHostError> {
+        let (compiled, cached) = self.compiled(pkg, modules, &CancelToken::new()).await?;
+        tracing::info!(package = %pkg.id, cached, modules = ?modules.names(), "package executed");
+        Ok(ExecOutcome {
+            globals: compiled.globals().clone(),
+            functions: compiled.functions().to_vec(),
+            output: compiled.load_output().to_owned(),
+            modules: modules.names().into_iter().map(str::to_owned).collect(),
+            cached,
+        })
     }
 
-    /// [`Runner::call_entry_point`] with a caller-held [`CancelToken`].
-    /// Dropping the returned future cancels as well.
-    pub async fn call_entry_point_with_cancel(
+    /// The package is compiled once and cached by (source hash, module
+    /// set); the call runs on a fresh heap. Dropping the future cancels it.
+    async fn call(
         &self,
         pkg: &Package,
-        name: &str,
-        args: Vec<serde_json::Value>,
-        kwargs: serde_json::Map<String, serde_json::Value>,
-        ctx: Option<&RunContext>,
-        cancel: CancelToken,
+        modules: ModuleSet,
+        call: Call,
     ) -> Result<CallOutcome, StarlarkHostError> {
+        let Call {
+            entry: name,
+            args,
+            kwargs,
+            context,
+            cancel,
+        } = call;
+        let ctx = context.as_ref();
         let start = Instant::now();
-        ensure_runnable(pkg)?;
-        let modules = self.caps.module_set(pkg, ctx).await?;
         let (compiled, cached) = self.compiled(pkg, modules, &cancel).await?;
         let deadline = Instant::now() + self.limits.timeout;
         let broker = Arc::new(ModuleBroker::new(
@@ -272,25 +239,5 @@ impl Runner {
                 Err(e)
             }
         }
-    }
-
-    /// Look a package up in the [`crate::PackageStore`] and call it.
-    pub async fn call_by_id(
-        &self,
-        package_id: &str,
-        name: &str,
-        args: Vec<serde_json::Value>,
-        kwargs: serde_json::Map<String, serde_json::Value>,
-        ctx: Option<&RunContext>,
-    ) -> Result<CallOutcome, StarlarkHostError> {
-        let pkg = self
-            .caps
-            .services()
-            .packages
-            .get(package_id)
-            .await
-            .map_err(StarlarkHostError::Store)?
-            .ok_or_else(|| StarlarkHostError::UnknownPackage(package_id.to_owned()))?;
-        self.call_entry_point(&pkg, name, args, kwargs, ctx).await
     }
 }

@@ -9,7 +9,7 @@
 //! ```no_run
 //! # #[allow(clippy::needless_doctest_main)]
 //! fn main() {
-//!     cordon_starlark::worker::dispatch_worker();
+//!     cordon_starlark::dispatch_worker();
 //!     // ... the application ...
 //! }
 //! ```

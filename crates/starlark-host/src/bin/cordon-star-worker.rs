@@ -1,7 +1,7 @@
 //! The Starlark worker as a stand-alone binary, for this crate's tests and
 //! for hosts that configure an explicit worker path
 //! (`WorkerProgram::path`). Applications normally call
-//! [`cordon_starlark::worker::dispatch_worker`] at the top of their own
+//! [`cordon_starlark::dispatch_worker`] at the top of their own
 //! `main` instead.
 //!
 //! With the `probe-child` feature (on for this crate's tests) the same
@@ -11,10 +11,10 @@
 fn main() {
     #[cfg(feature = "probe-child")]
     cordon_conformance::dispatch_probe_child();
-    cordon_starlark::worker::dispatch_worker();
+    cordon_starlark::dispatch_worker();
     eprintln!(
         "cordon-star-worker: started by a Starlark host (argv[1] = {}), not by hand",
-        cordon_starlark::worker::WORKER_ARG
+        cordon_starlark::internals::WORKER_ARG
     );
     std::process::exit(2);
 }

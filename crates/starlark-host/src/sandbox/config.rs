@@ -100,7 +100,7 @@ pub struct PoolConfig {
     /// package without a warm worker pays only `load_package` instead of
     /// spawn + process start-up + interpreter set-up. Topped up in the
     /// background after one is used (the first cold start after creation
-    /// or [`SandboxedRunner::shutdown`] is a full one); idle spares expire
+    /// or [`WorkerPool::shutdown`] is a full one); idle spares expire
     /// like idle workers. Default 0 (off: no process runs that was not
     /// asked for); 1 cuts a new package's first call from a full cold start
     /// (~5 ms) to ~0.7 ms (see the README's figures).

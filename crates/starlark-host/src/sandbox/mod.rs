@@ -1,4 +1,4 @@
-//! The host side of sandboxed evaluation: [`SandboxedRunner`] runs each
+//! The host side of sandboxed evaluation: [`WorkerPool`] runs each
 //! package in a pool of worker processes started through an admitted
 //! [`cordon_core::SandboxRunner`], and serves their module calls with the
 //! same [`ModuleBroker`] code as in-process runs.
@@ -6,7 +6,7 @@
 //! * [`WorkerConnection`] speaks the protocol (`docs/protocol.md`) over any
 //!   async byte streams: handshake, `load_package`, `call`, and brokering
 //!   `module` requests. Anything unexpected is terminal.
-//! * [`SandboxedRunner`] owns the pool: per (source hash, module set) a few
+//! * [`WorkerPool`] owns the pool: per (source hash, module set) a few
 //!   warm workers with the package loaded and frozen, reused across calls,
 //!   retired after a failure, after [`PoolConfig::max_calls_per_worker`]
 //!   calls, when their CPU budget runs low, or when idle for
@@ -38,13 +38,13 @@ use std::time::{Duration, Instant};
 use cordon_core::{ExitOutcome, SandboxRunner};
 
 use crate::bindings::ModuleSet;
-use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker};
+use crate::broker::{Capabilities, ModuleBroker};
 use crate::error::{LimitKind, StarlarkHostError};
 use crate::eval::CallOutcome;
+use crate::host::{Call, Evaluator};
 use crate::limits::Limits;
 use crate::package::Package;
 use crate::runner::ExecOutcome;
-use crate::stores::RunContext;
 use crate::wire;
 
 struct Inner {
@@ -66,18 +66,20 @@ struct Inner {
     me: Weak<Inner>,
 }
 
-/// Runs packages in sandboxed worker processes: the executor for
-/// [`Isolation::Sandboxed`](crate::Isolation::Sandboxed). Cheap to clone.
-///
-/// Must be created inside a tokio runtime (an idle sweeper task runs there).
+/// Runs packages in sandboxed worker processes: the evaluator for every
+/// untrusted package, and for trusted ones on a host built with
+/// [`Isolation::Sandboxed`](crate::Isolation::Sandboxed). Made by
+/// [`StarlarkHostBuilder::build`](crate::StarlarkHostBuilder::build);
+/// [`StarlarkHost::worker_pool`](crate::StarlarkHost::worker_pool) gives
+/// its counters. Cheap to clone.
 #[derive(Clone)]
-pub struct SandboxedRunner {
+pub struct WorkerPool {
     inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for SandboxedRunner {
+impl std::fmt::Debug for WorkerPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SandboxedRunner")
+        f.debug_struct("WorkerPool")
             .field("runner", &self.inner.runner)
             .field("program", &self.inner.staged.program)
             .field("stats", &self.pool_stats())
@@ -113,10 +115,10 @@ async fn reap_dead(mut w: Worker) -> (Option<ExitOutcome>, String) {
     (outcome, tail)
 }
 
-impl SandboxedRunner {
+impl WorkerPool {
     /// A sandboxed runner over an admitted `runner`, serving module calls
     /// with `caps`, evaluating under `limits`. Stages the worker program.
-    pub fn new(
+    pub(crate) fn new(
         runner: SandboxRunner,
         caps: Arc<Capabilities>,
         limits: Limits,
@@ -153,7 +155,7 @@ impl SandboxedRunner {
             let period = (inner.config.pool.idle_timeout / 2).max(Duration::from_millis(100));
             rt.spawn(sweep_idle(weak, period));
         }
-        Ok(SandboxedRunner { inner })
+        Ok(WorkerPool { inner })
     }
 
     /// The evaluation limits.
@@ -215,7 +217,7 @@ impl SandboxedRunner {
     /// that took; for benchmarks. With `use_spare` a ready spare is used if
     /// there is one (then only `load_package` is timed); without, it is a
     /// full cold start (spawn, handshake, `load_package`). Hand the worker
-    /// to [`SandboxedRunner::discard`].
+    /// to [`WorkerPool::discard`].
     pub async fn time_cold_start(
         &self,
         pkg: &Package,
@@ -241,7 +243,7 @@ impl SandboxedRunner {
         }
     }
 
-    /// Kills and reaps a worker from [`SandboxedRunner::time_cold_start`].
+    /// Kills and reaps a worker from [`WorkerPool::time_cold_start`].
     pub async fn discard(&self, worker: ColdWorker) {
         self.inner.retire(worker.0).await;
     }
@@ -274,16 +276,17 @@ impl SandboxedRunner {
         }
         inner.paused.store(false, Ordering::SeqCst);
     }
+}
 
+#[async_trait::async_trait]
+impl Evaluator for WorkerPool {
     /// Loads the package in a worker (or reuses a warm one) and returns its
-    /// globals and top-level output, like [`crate::Runner::exec_package`].
-    pub async fn exec_package(
+    /// globals and top-level output.
+    async fn load(
         &self,
         pkg: &Package,
-        ctx: Option<&RunContext>,
+        modules: ModuleSet,
     ) -> Result<ExecOutcome, StarlarkHostError> {
-        ensure_runnable(pkg)?;
-        let modules = self.inner.caps.module_set(pkg, ctx).await?;
         let _permit = self
             .inner
             .permits
@@ -303,36 +306,25 @@ impl SandboxedRunner {
         Ok(out)
     }
 
-    /// Calls a function of the package in a sandboxed worker, like
-    /// [`crate::Runner::call_entry_point`]. `cached` in the outcome means a
-    /// warm worker served it.
-    pub async fn call_entry_point(
+    /// Calls a function of the package in a sandboxed worker; `cached` in
+    /// the outcome means a warm worker served it. Dropping the future
+    /// kills the worker.
+    async fn call(
         &self,
         pkg: &Package,
-        name: &str,
-        args: Vec<serde_json::Value>,
-        kwargs: serde_json::Map<String, serde_json::Value>,
-        ctx: Option<&RunContext>,
+        modules: ModuleSet,
+        call: Call,
     ) -> Result<CallOutcome, StarlarkHostError> {
-        self.call_entry_point_with_cancel(pkg, name, args, kwargs, ctx, CancelToken::new())
-            .await
-    }
-
-    /// [`SandboxedRunner::call_entry_point`] with a caller-held
-    /// [`CancelToken`]. Dropping the future kills the worker.
-    pub async fn call_entry_point_with_cancel(
-        &self,
-        pkg: &Package,
-        name: &str,
-        args: Vec<serde_json::Value>,
-        kwargs: serde_json::Map<String, serde_json::Value>,
-        ctx: Option<&RunContext>,
-        cancel: CancelToken,
-    ) -> Result<CallOutcome, StarlarkHostError> {
+        let Call {
+            entry: name,
+            args,
+            kwargs,
+            context,
+            cancel,
+        } = call;
+        let ctx = context.as_ref();
         let start = Instant::now();
-        ensure_runnable(pkg)?;
         let inner = &self.inner;
-        let modules = inner.caps.module_set(pkg, ctx).await?;
         let _permit = inner
             .permits
             .acquire()
@@ -358,7 +350,7 @@ impl SandboxedRunner {
             }
         };
         let call = wire::Call {
-            entry: name.to_owned(),
+            entry: name.clone(),
             args,
             kwargs,
             timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,

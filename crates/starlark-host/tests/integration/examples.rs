@@ -69,7 +69,7 @@ async fn single_file_example_runs_without_permissions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_local_grants_only_what_it_is_told() {
+async fn a_package_from_disk_gets_only_what_is_granted() {
     let srv = start().await;
     // Copy the hello package so its network_access can point at the test server.
     let dir = tempfile::tempdir().unwrap();
@@ -87,28 +87,30 @@ async fn run_local_grants_only_what_it_is_told() {
     std::fs::write(dir.path().join("package.toml"), toml).unwrap();
     let args = vec![json!(srv.base()), json!("/json")];
 
+    // A package loaded from disk, as `cordon star run` does it; nothing is
+    // granted but what is listed.
+    let pkg = load_package_from_path(dir.path()).unwrap();
+    let h = harness(Limits::default());
+
     // Without grants the modules are absent.
-    let e = run_local(dir.path(), Some("main"), args.clone(), LocalRun::default())
+    let e = h
+        .runner
+        .call_entry_point(&pkg, "main", args.clone(), Default::default(), None)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("secrets"), "{e}");
 
-    let opts = LocalRun {
-        grant: vec![Permission::ApiHttp, Permission::SecretsRead],
-        secrets: vec![("greeting_token".into(), "t".into())],
-        ..Default::default()
-    };
-    let out = run_local(dir.path(), Some("main"), args, opts)
+    h.perms.grant(&pkg.id, Permission::ApiHttp);
+    h.perms.grant(&pkg.id, Permission::SecretsRead);
+    h.secrets.set(&pkg.id, "greeting_token", "t");
+    let exec = h.runner.exec_package(&pkg, None).await.unwrap();
+    let call = h
+        .runner
+        .call_entry_point(&pkg, "main", args, Default::default(), None)
         .await
         .unwrap();
-    assert_eq!(
-        out.exec.modules,
-        vec!["secrets".to_owned(), "http".to_owned()]
-    );
-    assert_eq!(
-        out.exec.globals["DEFAULT_BASE"],
-        json!("http://127.0.0.1:8080")
-    );
-    assert_eq!(out.call.unwrap().value["status"], json!(200));
+    assert_eq!(exec.modules, vec!["secrets".to_owned(), "http".to_owned()]);
+    assert_eq!(exec.globals["DEFAULT_BASE"], json!("http://127.0.0.1:8080"));
+    assert_eq!(call.value["status"], json!(200));
     assert_eq!(srv.hits(), 1);
 }

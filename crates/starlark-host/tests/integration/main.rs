@@ -7,14 +7,19 @@ mod http;
 mod limits;
 mod provider;
 mod server;
+#[path = "../common/tiered.rs"]
+mod tiered;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cordon_starlark::*;
+use tiered::TieredHost;
 
 pub struct Harness {
-    pub runner: Runner,
+    /// Calls as [`TrustTier::Trusted`], so in process: the interpreter's
+    /// limits are what stands between a script and this test process.
+    pub runner: TieredHost,
     pub perms: Arc<InMemoryPermissionStore>,
     pub secrets: Arc<InMemorySecretStore>,
     pub notifier: RecordingNotifier,
@@ -32,7 +37,13 @@ pub fn harness(limits: Limits) -> Harness {
     services.secrets = Some(secrets.clone());
     services.notifier = Some(Arc::new(notifier.clone()));
     services.providers = Some(providers.clone());
-    let runner = Runner::new(services).unwrap().with_limits(limits);
+    let runner = TieredHost {
+        host: StarlarkHost::builder(services)
+            .limits(limits)
+            .build()
+            .unwrap(),
+        tier: TrustTier::Trusted,
+    };
     Harness {
         runner,
         perms,

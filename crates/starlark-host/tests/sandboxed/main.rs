@@ -14,6 +14,8 @@
 mod server;
 
 mod protocol;
+#[path = "../common/tiered.rs"]
+mod tiered;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,6 +26,7 @@ use cordon_conformance::{ProbeExecutable, StandardSuite};
 use cordon_core::{RunnerConfig, SandboxRunner, SandboxUnavailable};
 use cordon_starlark::*;
 use serde_json::json;
+use tiered::TieredHost;
 
 pub const WORKER: &str = env!("CARGO_BIN_EXE_cordon-star-worker");
 
@@ -61,8 +64,8 @@ pub struct Env {
     pub perms: Arc<InMemoryPermissionStore>,
     pub secrets: Arc<InMemorySecretStore>,
     pub notifier: RecordingNotifier,
-    pub caps: Arc<Capabilities>,
-    pub sandboxed: SandboxedRunner,
+    /// Calls as [`TrustTier::Untrusted`]: always a sandboxed worker.
+    pub sandboxed: Arc<TieredHost>,
 }
 
 /// The test worker config (no spare workers, the default, so process
@@ -80,15 +83,20 @@ pub fn env_with(limits: Limits, config: WorkerConfig) -> Env {
     let mut services = Services::new(Arc::new(InMemoryPackageStore::new()), perms.clone());
     services.secrets = Some(secrets.clone());
     services.notifier = Some(Arc::new(notifier.clone()));
-    let caps = Capabilities::new(services).unwrap();
     let runner = sandbox().unwrap_or_else(|e| panic!("the Linux backend must conform here: {e}"));
-    let sandboxed = SandboxedRunner::new(runner, caps.clone(), limits, config).unwrap();
+    let host = StarlarkHost::builder(services)
+        .limits(limits)
+        .sandbox(Ok(runner), config)
+        .build()
+        .unwrap();
     Env {
         perms,
         secrets,
         notifier,
-        caps,
-        sandboxed,
+        sandboxed: Arc::new(TieredHost {
+            host,
+            tier: TrustTier::Untrusted,
+        }),
     }
 }
 
@@ -578,41 +586,59 @@ def outside():
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn starlark_host_refuses_untrusted_in_process_and_never_falls_back() {
+async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
     let _g = serial();
-    let caps = Capabilities::new(Services::new(
-        Arc::new(InMemoryPackageStore::new()),
-        Arc::new(InMemoryPermissionStore::new()),
-    ))
-    .unwrap();
-    let pkg = package("iso", &[], &[], "def f():\n    return 7\n");
-
-    let host =
-        StarlarkHost::new(caps.clone(), Limits::default(), sandbox(), worker_config()).unwrap();
-    let call = |trusted, iso| {
-        let host = &host;
-        let pkg = &pkg;
-        async move {
-            host.call_entry_point(pkg, trusted, iso, "f", vec![], Default::default(), None)
-                .await
-        }
+    let services = || {
+        Services::new(
+            Arc::new(InMemoryPackageStore::new()),
+            Arc::new(InMemoryPermissionStore::new()),
+        )
     };
-    assert_eq!(call(false, None).await.unwrap().value, json!(7));
-    assert_eq!(call(true, None).await.unwrap().value, json!(7));
+    let pkg = package("iso", &[], &[], "def f():\n    return 7\n");
+    let f = || Call::new("f");
+
+    let host = StarlarkHost::builder(services())
+        .sandbox(sandbox(), worker_config())
+        .build()
+        .unwrap();
+    let pool = host.worker_pool().unwrap();
+    // Untrusted: in a worker (the pool starts one).
     assert_eq!(
-        call(true, Some(Isolation::Sandboxed)).await.unwrap().value,
+        host.call(&pkg, TrustTier::Untrusted, f())
+            .await
+            .unwrap()
+            .value,
         json!(7)
     );
-    let err = call(false, Some(Isolation::InProcess)).await.unwrap_err();
-    assert!(
-        matches!(err, StarlarkHostError::InProcessRefused { .. }),
-        "{err}"
+    assert_eq!(pool.pool_stats().started, 1);
+    // Trusted: in process by default (no new worker).
+    assert_eq!(
+        host.call(&pkg, TrustTier::Trusted, f())
+            .await
+            .unwrap()
+            .value,
+        json!(7)
     );
-    assert!(matches!(
-        host.executor("iso", false, None).unwrap(),
-        Executor::Sandboxed(_)
-    ));
-    host.sandboxed().unwrap().shutdown().await;
+    assert_eq!(pool.pool_stats().started, 1);
+    assert_eq!(host.cache_stats().misses, 1);
+    host.shutdown().await;
+    // Trusted, on a host that sends trusted packages to the pool too.
+    let all_sandboxed = StarlarkHost::builder(services())
+        .sandbox(sandbox(), worker_config())
+        .trusted_isolation(Isolation::Sandboxed)
+        .build()
+        .unwrap();
+    assert_eq!(
+        all_sandboxed
+            .call(&pkg, TrustTier::Trusted, f())
+            .await
+            .unwrap()
+            .value,
+        json!(7)
+    );
+    assert_eq!(all_sandboxed.worker_pool().unwrap().pool_stats().started, 1);
+    assert_eq!(all_sandboxed.cache_stats().misses, 0);
+    all_sandboxed.shutdown().await;
 
     // No conforming backend: the no-op backend fails the suite.
     let refused = SandboxRunner::new(
@@ -622,9 +648,12 @@ async fn starlark_host_refuses_untrusted_in_process_and_never_falls_back() {
     )
     .await;
     assert!(refused.is_err());
-    let host = StarlarkHost::new(caps, Limits::default(), refused, worker_config()).unwrap();
+    let host = StarlarkHost::builder(services())
+        .sandbox(refused, worker_config())
+        .build()
+        .unwrap();
     let err = host
-        .call_entry_point(&pkg, false, None, "f", vec![], Default::default(), None)
+        .call(&pkg, TrustTier::Untrusted, f())
         .await
         .unwrap_err();
     assert!(
@@ -636,7 +665,7 @@ async fn starlark_host_refuses_untrusted_in_process_and_never_falls_back() {
     assert!(msg.contains("iso"), "{msg}");
     // Trusted packages still run in process.
     assert_eq!(
-        host.call_entry_point(&pkg, true, None, "f", vec![], Default::default(), None)
+        host.call(&pkg, TrustTier::Trusted, f())
             .await
             .unwrap()
             .value,
@@ -723,7 +752,7 @@ async fn dropping_a_call_kills_its_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_local_sandboxed_runs_the_example_package_in_a_worker() {
+async fn a_package_from_disk_runs_in_a_worker_with_only_its_grants() {
     let _g = serial();
     let srv = server::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -741,30 +770,26 @@ async fn run_local_sandboxed_runs_the_example_package_in_a_worker() {
         );
     std::fs::write(dir.path().join("package.toml"), toml).unwrap();
     let args = vec![json!(srv.base()), json!("/json")];
-    let opts = LocalRun {
-        grant: vec![Permission::ApiHttp, Permission::SecretsRead],
-        secrets: vec![("greeting_token".into(), "t".into())],
-        ..Default::default()
-    };
-    let out = run_local_sandboxed(
-        dir.path(),
-        Some("main"),
-        args.clone(),
-        opts,
-        sandbox(),
-        worker_config(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        out.exec.modules,
-        vec!["secrets".to_owned(), "http".to_owned()]
-    );
-    assert_eq!(out.call.unwrap().value["status"], json!(200));
+    // A package loaded from disk, granted explicitly (as `cordon star run`
+    // does it).
+    let pkg = load_package_from_path(dir.path()).unwrap();
+    let e = env(Limits::default());
+    e.perms.grant(&pkg.id, Permission::ApiHttp);
+    e.perms.grant(&pkg.id, Permission::SecretsRead);
+    e.secrets.set(&pkg.id, "greeting_token", "t");
+    let exec = e.sandboxed.exec_package(&pkg, None).await.unwrap();
+    let call = e
+        .sandboxed
+        .call_entry_point(&pkg, "main", args.clone(), Default::default(), None)
+        .await
+        .unwrap();
+    e.sandboxed.shutdown().await;
+    assert_eq!(exec.modules, vec!["secrets".to_owned(), "http".to_owned()]);
+    assert_eq!(call.value["status"], json!(200));
     assert_eq!(srv.hits(), 1);
     assert!(
         settle_children().await.is_empty(),
-        "workers reaped on return"
+        "workers reaped after shutdown"
     );
     // Without a conforming sandbox: refused, not run in process.
     let refused: Result<SandboxRunner, SandboxUnavailable> = Err(
@@ -779,16 +804,19 @@ async fn run_local_sandboxed_runs_the_example_package_in_a_worker() {
             Ok(_) => unreachable!(),
         },
     );
-    let err = run_local_sandboxed(
-        dir.path(),
-        Some("main"),
-        args,
-        LocalRun::default(),
-        refused,
-        worker_config(),
-    )
-    .await
-    .unwrap_err();
+    let mut services = Services::new(
+        Arc::new(InMemoryPackageStore::new()),
+        Arc::new(InMemoryPermissionStore::new()),
+    );
+    services.secrets = Some(Arc::new(InMemorySecretStore::new()));
+    let host = StarlarkHost::builder(services)
+        .sandbox(refused, worker_config())
+        .build()
+        .unwrap();
+    let err = host
+        .call(&pkg, TrustTier::Untrusted, Call::new("main").args(args))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, StarlarkHostError::SandboxUnavailable { .. }),
         "{err}"

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cordon_core::protocol::{read_message, write_message, Message, DEFAULT_MAX_FRAME};
+use cordon_starlark::internals::*;
 use cordon_starlark::wire::{self, worker_identity};
 use cordon_starlark::*;
 use serde_json::json;
@@ -154,7 +155,7 @@ struct Driven {
 impl Driven {
     fn start() -> Driven {
         let mut child = Command::new(WORKER)
-            .args([worker::WORKER_ARG, "--instance", "by-hand"])
+            .args([WORKER_ARG, "--instance", "by-hand"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -29,7 +29,7 @@ pub struct Plan {
 
 fn main() {
     cordon_conformance::dispatch_probe_child();
-    cordon_starlark::worker::dispatch_worker();
+    cordon_starlark::dispatch_worker();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let json = args.iter().any(|a| a == "--json");

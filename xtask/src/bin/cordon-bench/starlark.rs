@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_core::{ChildSpec, Runner as _, SandboxRunner};
+use cordon_core::{ChildSpec, Runner as _, SandboxRunner, TrustTier};
+use cordon_starlark::internals::{compile_package, run_on_eval_thread, DenyAllCalls, ModuleSet};
 use cordon_starlark::{
-    compile_package, run_on_eval_thread, CancelToken, Capabilities, DenyAllCalls,
-    InMemoryPackageStore, InMemoryPermissionStore, Limits, ModuleSet, Package, Runner,
-    SandboxedRunner, Services, WorkerConfig, WorkerProgram,
+    Call, CancelToken, InMemoryPackageStore, InMemoryPermissionStore, Limits, Package, Services,
+    StarlarkHost, WorkerConfig, WorkerProgram,
 };
 
 use crate::proc_stats::status_kib;
@@ -25,12 +25,39 @@ const TRIVIAL: &str = "CONFIG = {'name': 'bench'}\n\ndef ping():\n    return 1\n
 const SPIN: &str =
     "def spin():\n    t = 0\n    for i in range(1000000):\n        t += i\n    return t\n";
 
-fn caps() -> Arc<Capabilities> {
-    Capabilities::new(Services::new(
+fn services() -> Services {
+    Services::new(
         Arc::new(InMemoryPackageStore::new()),
         Arc::new(InMemoryPermissionStore::new()),
-    ))
-    .expect("capabilities")
+    )
+}
+
+/// A host with only in-process evaluation (the bench's trusted packages).
+fn trusted_host(limits: &Limits) -> StarlarkHost {
+    StarlarkHost::builder(services())
+        .limits(limits.clone())
+        .build()
+        .expect("host")
+}
+
+/// A host whose worker pool runs the bench's untrusted packages.
+fn pool_host(
+    sandbox: &SandboxRunner,
+    limits: &Limits,
+    config: WorkerConfig,
+) -> Result<StarlarkHost, String> {
+    StarlarkHost::builder(services())
+        .limits(limits.clone())
+        .sandbox(Ok(sandbox.clone()), config)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// One call of `entry` with no arguments.
+async fn call(host: &StarlarkHost, pkg: &Package, tier: TrustTier, entry: &str) {
+    host.call(pkg, tier, Call::new(entry))
+        .await
+        .unwrap_or_else(|e| panic!("{entry}: {e}"));
 }
 
 async fn timed<F, T>(f: F) -> Duration
@@ -44,20 +71,16 @@ where
 
 pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     let mut rows = vec![];
-    let caps = caps();
     let limits = Limits::default();
-    let runner = Runner::with_capabilities(caps.clone(), limits.clone());
+    let runner = trusted_host(&limits);
     let pkg = Package::from_script("bench-trivial", TRIVIAL.to_string());
-    let none = Default::default;
+    let trusted = TrustTier::Trusted;
 
     // In process, cached.
-    runner
-        .call_entry_point(&pkg, "ping", vec![], none(), None)
-        .await
-        .expect("warm");
+    call(&runner, &pkg, trusted, "ping").await;
     let mut cached = Vec::with_capacity(plan.star_iters);
     for _ in 0..plan.star_iters {
-        cached.push(timed(runner.call_entry_point(&pkg, "ping", vec![], none(), None)).await);
+        cached.push(timed(call(&runner, &pkg, trusted, "ping")).await);
     }
     let base = row(S, "in-process, cached package (baseline)", cached);
     rows.push(base.clone());
@@ -95,9 +118,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             "sandboxed worker",
             "no conforming native backend",
         )),
-        Some(sandbox) => {
-            rows.extend(worker_rows(plan, sandbox, caps.clone(), &limits, &pkg, base.median).await)
-        }
+        Some(sandbox) => rows.extend(worker_rows(plan, sandbox, &limits, &pkg, base.median).await),
     }
 
     rows.extend(compute(plan, &runner).await);
@@ -107,7 +128,6 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
 async fn worker_rows(
     plan: &Plan,
     sandbox: &SandboxRunner,
-    caps: Arc<Capabilities>,
     limits: &Limits,
     pkg: &Package,
     base: f64,
@@ -123,21 +143,14 @@ async fn worker_rows(
             )]
         }
     };
-    let workers = match SandboxedRunner::new(
-        sandbox.clone(),
-        caps,
-        limits.clone(),
-        WorkerConfig::new(program),
-    ) {
-        Ok(w) => w,
-        Err(e) => return vec![not_built(S, "sandboxed worker", e.to_string())],
+    let host = match pool_host(sandbox, limits, WorkerConfig::new(program)) {
+        Ok(h) => h,
+        Err(e) => return vec![not_built(S, "sandboxed worker", e)],
     };
-    let none = Default::default;
+    let workers = host.worker_pool().expect("the host has a pool");
+    let untrusted = TrustTier::Untrusted;
     // Warm worker.
-    if let Err(e) = workers
-        .call_entry_point(pkg, "ping", vec![], none(), None)
-        .await
-    {
+    if let Err(e) = host.call(pkg, untrusted, Call::new("ping")).await {
         return vec![not_built(
             S,
             "sandboxed worker",
@@ -146,7 +159,7 @@ async fn worker_rows(
     }
     let mut warm = Vec::with_capacity(plan.star_iters);
     for _ in 0..plan.star_iters {
-        warm.push(timed(workers.call_entry_point(pkg, "ping", vec![], none(), None)).await);
+        warm.push(timed(call(&host, pkg, untrusted, "ping")).await);
     }
     let mut r = row(S, "sandboxed worker, warm", warm);
     r.ratio = Some(r.median / base);
@@ -196,9 +209,7 @@ async fn worker_rows(
     let k = 8;
     for i in 0..k {
         let p = Package::from_script(format!("bench-mem-{i}"), format!("{TRIVIAL}# mem {i}\n"));
-        let _ = workers
-            .call_entry_point(&p, "ping", vec![], none(), None)
-            .await;
+        let _ = host.call(&p, untrusted, Call::new("ping")).await;
     }
     let host_after = status_kib("self", "VmRSS").unwrap_or(0);
     let heap_after = crate::proc_stats::heap_in_use();
@@ -238,10 +249,11 @@ async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &Limits, base: 
         Err(e) => return not_built(S, NAME, e.to_string()),
     };
     config.pool.spare_workers = 1;
-    let workers = match SandboxedRunner::new(sandbox.clone(), caps(), limits.clone(), config) {
-        Ok(w) => w,
-        Err(e) => return not_built(S, NAME, e.to_string()),
+    let host = match pool_host(sandbox, limits, config) {
+        Ok(h) => h,
+        Err(e) => return not_built(S, NAME, e),
     };
+    let workers = host.worker_pool().expect("the host has a pool");
     let mut loads = vec![];
     for i in 0..plan.cold_workers {
         workers.wait_for_spares(1, Duration::from_secs(5)).await;
@@ -264,17 +276,13 @@ async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &Limits, base: 
     r
 }
 
-async fn compute(plan: &Plan, runner: &Runner) -> Vec<Row> {
+async fn compute(plan: &Plan, runner: &StarlarkHost) -> Vec<Row> {
     let n = if plan.quick { 3 } else { 9 };
     let pkg = Package::from_script("bench-spin", SPIN.to_string());
-    let none = Default::default;
-    runner
-        .call_entry_point(&pkg, "spin", vec![], none(), None)
-        .await
-        .expect("spin");
+    call(runner, &pkg, TrustTier::Trusted, "spin").await;
     let mut limited = vec![];
     for _ in 0..n {
-        limited.push(timed(runner.call_entry_point(&pkg, "spin", vec![], none(), None)).await);
+        limited.push(timed(call(runner, &pkg, TrustTier::Trusted, "spin")).await);
     }
     let mut bare = vec![];
     for _ in 0..n {

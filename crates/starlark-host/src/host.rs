@@ -1,0 +1,433 @@
+//! The one way in: [`StarlarkHost`] runs a package in the isolation its
+//! [`TrustTier`] allows, behind one [`Evaluator`] seam with two
+//! crate-private implementations (in process, and the worker pool).
+//!
+//! * **Untrusted** packages reach only the worker pool: the route for
+//!   [`TrustTier::Untrusted`] is typed `&WorkerPool` ([`StarlarkHost`]'s
+//!   `untrusted_route`), and no public API names in-process evaluation, so
+//!   there is nothing to call that would evaluate one in process. A host
+//!   built without a sandbox, or whose sandbox was not admitted, refuses
+//!   them ([`StarlarkHostError::NoSandbox`],
+//!   [`StarlarkHostError::SandboxUnavailable`] with the conformance
+//!   report), never falling back.
+//! * **Trusted** packages run in process by default (fastest), or in the
+//!   pool when the host is built with
+//!   [`StarlarkHostBuilder::trusted_isolation`]`(Isolation::Sandboxed)`.
+//!
+//! Both routes run the same checks first (runnable package, granted and
+//! requested modules) and serve module calls with the same
+//! [`ModuleBroker`](crate::ModuleBroker) code.
+
+use std::sync::Arc;
+
+use cordon_core::{SandboxRunner, SandboxUnavailable, TrustTier};
+
+use crate::bindings::ModuleSet;
+use crate::broker::{ensure_runnable, CancelToken, Capabilities, Services};
+use crate::error::StarlarkHostError;
+use crate::eval::CallOutcome;
+use crate::limits::Limits;
+use crate::package::Package;
+use crate::runner::{CacheStats, ExecOutcome, InProcess};
+use crate::sandbox::{WorkerConfig, WorkerPool};
+use crate::stores::{PackageStore, RunContext};
+
+/// One entry-point call: the function, its JSON arguments, who calls
+/// (for the provider key chain) and a token to cancel it with.
+///
+/// ```
+/// use cordon_starlark::{Call, CancelToken, RunContext};
+/// let cancel = CancelToken::new();
+/// let call = Call::new("main")
+///     .args(vec![serde_json::json!("world")])
+///     .context(RunContext::for_user("u1"))
+///     .cancel(cancel.clone());
+/// assert_eq!(call.entry, "main");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The package function to call.
+    pub entry: String,
+    /// Positional arguments.
+    pub args: Vec<serde_json::Value>,
+    /// Keyword arguments.
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+    /// The invocation's context (a user is needed for `provider`).
+    pub context: Option<RunContext>,
+    /// Cancels the call when cancelled; dropping the call's future cancels
+    /// it too (in a worker: the worker is killed).
+    pub cancel: CancelToken,
+}
+
+impl Call {
+    /// A call of `entry` with no arguments, no context and its own token.
+    pub fn new(entry: impl Into<String>) -> Self {
+        Call {
+            entry: entry.into(),
+            args: Vec::new(),
+            kwargs: serde_json::Map::new(),
+            context: None,
+            cancel: CancelToken::new(),
+        }
+    }
+
+    /// Sets the positional arguments.
+    pub fn args(mut self, args: Vec<serde_json::Value>) -> Self {
+        self.args = args;
+        self
+    }
+
+    /// Sets the keyword arguments.
+    pub fn kwargs(mut self, kwargs: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.kwargs = kwargs;
+        self
+    }
+
+    /// Sets the invocation context.
+    pub fn context(mut self, context: RunContext) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// Uses a caller-held cancellation token.
+    pub fn cancel(mut self, cancel: CancelToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+}
+
+/// Where a **trusted** package is evaluated. (An untrusted one has no
+/// choice: always a sandboxed worker.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Isolation {
+    /// In the host process: the fastest, for code you trust. The
+    /// interpreter is not a safety boundary (see the crate docs).
+    #[default]
+    InProcess,
+    /// In a worker process under the admitted sandbox, like untrusted
+    /// packages.
+    Sandboxed,
+}
+
+/// How a package is evaluated: load it (compile, run its top level once,
+/// freeze) and call its entry points. Implemented in process
+/// ([`InProcess`]) and by the worker pool ([`WorkerPool`]). The host has
+/// checked the package already: it is runnable, and `modules` is what its
+/// grants, its manifest and the call's context allow.
+#[async_trait::async_trait]
+pub(crate) trait Evaluator: Send + Sync {
+    /// Loads `pkg` (or finds it loaded) and returns its globals and the
+    /// output of its top level.
+    async fn load(
+        &self,
+        pkg: &Package,
+        modules: ModuleSet,
+    ) -> Result<ExecOutcome, StarlarkHostError>;
+
+    /// Calls an entry point of `pkg` on a fresh heap.
+    async fn call(
+        &self,
+        pkg: &Package,
+        modules: ModuleSet,
+        call: Call,
+    ) -> Result<CallOutcome, StarlarkHostError>;
+}
+
+/// Builds a [`StarlarkHost`]: services and limits, a sandbox for untrusted
+/// packages, and where trusted ones run.
+pub struct StarlarkHostBuilder {
+    services: Services,
+    limits: Limits,
+    sandbox: Option<(Result<SandboxRunner, SandboxUnavailable>, WorkerConfig)>,
+    trusted: Isolation,
+}
+
+impl std::fmt::Debug for StarlarkHostBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StarlarkHostBuilder")
+            .field("limits", &self.limits)
+            .field("sandbox", &self.sandbox.as_ref().map(|(s, _)| s.is_ok()))
+            .field("trusted", &self.trusted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StarlarkHostBuilder {
+    /// The evaluation limits (default: [`Limits::default`]).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The sandbox untrusted packages run in: the caller's
+    /// `SandboxRunner::new(...)` result (on `Err`, untrusted packages are
+    /// refused with that report) and which program serves as worker
+    /// (normally `WorkerConfig::new(WorkerProgram::current_exe()?)` in a
+    /// binary whose `main` calls [`dispatch_worker`](crate::dispatch_worker)).
+    pub fn sandbox(
+        mut self,
+        sandbox: Result<SandboxRunner, SandboxUnavailable>,
+        worker: WorkerConfig,
+    ) -> Self {
+        self.sandbox = Some((sandbox, worker));
+        self
+    }
+
+    /// Where trusted packages run (default [`Isolation::InProcess`]).
+    pub fn trusted_isolation(mut self, isolation: Isolation) -> Self {
+        self.trusted = isolation;
+        self
+    }
+
+    /// Builds the host. With a sandbox, call it inside a tokio runtime (the
+    /// pool's idle sweeper runs there); it stages the worker program.
+    pub fn build(self) -> Result<StarlarkHost, StarlarkHostError> {
+        let packages = self.services.packages.clone();
+        let caps = Capabilities::new(self.services)?;
+        let pool = match self.sandbox {
+            None => Pool::None,
+            Some((Ok(runner), worker)) => Pool::Ready(WorkerPool::new(
+                runner,
+                caps.clone(),
+                self.limits.clone(),
+                worker,
+            )?),
+            Some((Err(e), _)) => {
+                tracing::warn!(
+                    backend = %e.report.backend,
+                    "no conforming sandbox: untrusted Starlark packages will not run"
+                );
+                Pool::Refused(Box::new(e))
+            }
+        };
+        Ok(StarlarkHost {
+            packages,
+            caps: caps.clone(),
+            in_process: InProcess::new(caps, self.limits),
+            pool,
+            trusted: self.trusted,
+        })
+    }
+}
+
+#[derive(Debug)]
+enum Pool {
+    /// The host was built without a sandbox.
+    None,
+    /// The sandbox was not admitted; its report says why.
+    Refused(Box<SandboxUnavailable>),
+    Ready(WorkerPool),
+}
+
+/// Runs Starlark packages in the isolation their trust tier allows: the
+/// crate's one entry point. See the [module docs](self) for the routes.
+///
+/// ```no_run
+/// use cordon_core::TrustTier;
+/// use cordon_starlark::{load_package_from_path, Call, StarlarkHost, Services};
+/// use cordon_starlark::{InMemoryPackageStore, InMemoryPermissionStore};
+/// use std::sync::Arc;
+///
+/// # async fn demo(sandbox: Result<cordon_core::SandboxRunner, cordon_core::SandboxUnavailable>)
+/// # -> Result<(), Box<dyn std::error::Error>> {
+/// let services = Services::new(
+///     Arc::new(InMemoryPackageStore::new()),
+///     Arc::new(InMemoryPermissionStore::new()),
+/// );
+/// let worker = cordon_starlark::WorkerConfig::new(cordon_starlark::WorkerProgram::current_exe()?);
+/// let host = StarlarkHost::builder(services).sandbox(sandbox, worker).build()?;
+/// let pkg = load_package_from_path("examples/starlark/hello")?;
+/// let out = host.call(&pkg, TrustTier::Untrusted, Call::new("main")).await?;
+/// println!("{}", out.value);
+/// host.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct StarlarkHost {
+    packages: Arc<dyn PackageStore>,
+    caps: Arc<Capabilities>,
+    in_process: InProcess,
+    pool: Pool,
+    trusted: Isolation,
+}
+
+impl std::fmt::Debug for StarlarkHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StarlarkHost")
+            .field("in_process", &self.in_process)
+            .field("pool", &self.pool)
+            .field("trusted", &self.trusted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StarlarkHost {
+    /// Starts building a host over `services` (stores, notifier, provider
+    /// resolver, HTTP client settings).
+    pub fn builder(services: Services) -> StarlarkHostBuilder {
+        StarlarkHostBuilder {
+            services,
+            limits: Limits::default(),
+            sandbox: None,
+            trusted: Isolation::default(),
+        }
+    }
+
+    /// Loads `pkg` in the isolation `tier` allows and returns its globals
+    /// and the output of its top level.
+    pub async fn load(
+        &self,
+        pkg: &Package,
+        tier: TrustTier,
+        ctx: Option<&RunContext>,
+    ) -> Result<ExecOutcome, StarlarkHostError> {
+        let evaluator = self.route(pkg, tier)?;
+        let modules = self.admit(pkg, ctx).await?;
+        evaluator.load(pkg, modules).await
+    }
+
+    /// Calls an entry point of `pkg` in the isolation `tier` allows. The
+    /// package is loaded once and kept (in process: compiled and cached by
+    /// source hash and module set; in the pool: a warm worker); the call
+    /// runs on a fresh heap, and its `output` holds only what it printed.
+    pub async fn call(
+        &self,
+        pkg: &Package,
+        tier: TrustTier,
+        call: Call,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        let evaluator = self.route(pkg, tier)?;
+        let modules = self.admit(pkg, call.context.as_ref()).await?;
+        evaluator.call(pkg, modules, call).await
+    }
+
+    /// Looks `package_id` up in the [`PackageStore`](crate::PackageStore)
+    /// of the host's [`Services`] and calls it like [`StarlarkHost::call`].
+    pub async fn call_by_id(
+        &self,
+        package_id: &str,
+        tier: TrustTier,
+        call: Call,
+    ) -> Result<CallOutcome, StarlarkHostError> {
+        let pkg = self
+            .packages
+            .get(package_id)
+            .await
+            .map_err(StarlarkHostError::Store)?
+            .ok_or_else(|| StarlarkHostError::UnknownPackage(package_id.to_owned()))?;
+        self.call(&pkg, tier, call).await
+    }
+
+    /// The worker pool (for its counters, or a benchmark's cold starts),
+    /// or why untrusted packages are refused.
+    pub fn worker_pool(&self) -> Result<&WorkerPool, StarlarkHostError> {
+        self.untrusted_route("")
+    }
+
+    /// Counters of the in-process compiled-package cache.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.in_process.cache_stats()
+    }
+
+    /// The evaluation limits.
+    pub fn limits(&self) -> &Limits {
+        self.in_process.limits()
+    }
+
+    /// Kills and reaps every idle and spare worker (in-flight calls are
+    /// unaffected; later calls start new workers).
+    pub async fn shutdown(&self) {
+        if let Pool::Ready(pool) = &self.pool {
+            pool.shutdown().await;
+        }
+    }
+
+    /// The checks every evaluation starts with, made once here: the package
+    /// is runnable, and the modules its grants, its manifest and the
+    /// context allow.
+    async fn admit(
+        &self,
+        pkg: &Package,
+        ctx: Option<&RunContext>,
+    ) -> Result<ModuleSet, StarlarkHostError> {
+        ensure_runnable(pkg)?;
+        self.caps.module_set(pkg, ctx).await
+    }
+
+    fn route(&self, pkg: &Package, tier: TrustTier) -> Result<&dyn Evaluator, StarlarkHostError> {
+        match (tier, self.trusted) {
+            (TrustTier::Untrusted, _) | (TrustTier::Trusted, Isolation::Sandboxed) => {
+                Ok(self.untrusted_route(&pkg.id)?)
+            }
+            (TrustTier::Trusted, Isolation::InProcess) => Ok(&self.in_process),
+        }
+    }
+
+    /// The only evaluator an untrusted package can reach: its type is the
+    /// worker pool.
+    fn untrusted_route(&self, package: &str) -> Result<&WorkerPool, StarlarkHostError> {
+        match &self.pool {
+            Pool::Ready(pool) => Ok(pool),
+            Pool::Refused(e) => Err(StarlarkHostError::SandboxUnavailable {
+                package: package.to_owned(),
+                source: e.clone(),
+            }),
+            Pool::None => Err(StarlarkHostError::NoSandbox {
+                package: package.to_owned(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stores::{InMemoryPackageStore, InMemoryPermissionStore};
+    use std::collections::BTreeMap;
+
+    fn services() -> Services {
+        Services::new(
+            Arc::new(InMemoryPackageStore::new()),
+            Arc::new(InMemoryPermissionStore::new()),
+        )
+    }
+
+    fn pkg() -> Package {
+        let m = crate::package::Manifest::minimal("p", "main.star");
+        let mut sources = BTreeMap::new();
+        sources.insert(
+            "main.star".to_owned(),
+            "def f():\n    return 1\n".to_owned(),
+        );
+        Package::new(m, sources)
+    }
+
+    #[tokio::test]
+    async fn untrusted_never_runs_in_process_without_a_sandbox() {
+        let host = StarlarkHost::builder(services()).build().unwrap();
+        let err = host
+            .call(&pkg(), TrustTier::Untrusted, Call::new("f"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StarlarkHostError::NoSandbox { .. }), "{err}");
+        assert!(err.to_string().contains("never run in process"), "{err}");
+        // The same package, trusted, runs in process.
+        let out = host
+            .call(&pkg(), TrustTier::Trusted, Call::new("f"))
+            .await
+            .unwrap();
+        assert_eq!(out.value, serde_json::json!(1));
+    }
+
+    #[tokio::test]
+    async fn trusted_may_be_sent_to_the_sandbox_too() {
+        let host = StarlarkHost::builder(services())
+            .trusted_isolation(Isolation::Sandboxed)
+            .build()
+            .unwrap();
+        let err = host
+            .call(&pkg(), TrustTier::Trusted, Call::new("f"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StarlarkHostError::NoSandbox { .. }), "{err}");
+    }
+}
