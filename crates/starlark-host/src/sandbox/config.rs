@@ -37,9 +37,10 @@ impl WorkerProgram {
     }
 }
 
-/// Resource limits of one worker process (rlimits set by the sandbox
-/// backend; each is clamped to the [`SandboxRunner`]'s ceiling, which only
-/// ever makes it stricter).
+/// Resource limits of one worker process, set by the sandbox backend.
+/// Each must be within the [`SandboxRunner`]'s ceilings: building a host
+/// whose worker limits exceed one fails and names it (never a silent
+/// clamp, as everywhere in Cordon).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerLimits {
     /// The worker's memory ([`cordon_core::Limits::memory_bytes`]: the
@@ -68,6 +69,25 @@ pub struct WorkerLimits {
     /// Longest life of one worker (the spec's wall-clock deadline; the pool
     /// retires it earlier). Default 10 minutes.
     pub lifetime: Duration,
+}
+
+impl WorkerLimits {
+    /// These limits as a worker's spawn limits, checked against the
+    /// sandbox runner's `ceilings` (the scratch size is the ceiling's).
+    pub(crate) fn within(
+        &self,
+        ceilings: &cordon_core::Limits,
+    ) -> Result<cordon_core::Limits, cordon_core::LimitRaiseError> {
+        ceilings.narrow(&cordon_core::Limits {
+            max_processes: Some(self.max_processes),
+            memory_bytes: Some(self.memory_bytes),
+            open_files: Some(self.open_files),
+            cpu_seconds: Some(self.cpu_seconds),
+            file_size_bytes: Some(self.file_size_bytes),
+            disk_bytes: None,
+            deadline: Some(self.lifetime),
+        })
+    }
 }
 
 impl Default for WorkerLimits {

@@ -52,6 +52,9 @@ struct Inner {
     caps: Arc<Capabilities>,
     limits: Limits,
     config: WorkerConfig,
+    /// `config.limits` as spawn limits, checked against the runner's
+    /// ceilings when the pool was made.
+    worker_limits: cordon_core::Limits,
     staged: Staged,
     idle: Mutex<HashMap<PoolKey, Vec<Worker>>>,
     permits: tokio::sync::Semaphore,
@@ -124,6 +127,15 @@ impl WorkerPool {
         limits: Limits,
         config: WorkerConfig,
     ) -> Result<Self, StarlarkHostError> {
+        let worker_limits = config
+            .limits
+            .within(&runner.config().ceilings)
+            .map_err(|e| StarlarkHostError::WorkerStart {
+                package: String::new(),
+                message: format!(
+                    "the worker limits (WorkerConfig::limits) do not fit the sandbox runner: {e}"
+                ),
+            })?;
         let staged = stage(&config.program.path).map_err(|e| StarlarkHostError::WorkerStart {
             package: String::new(),
             message: format!(
@@ -138,6 +150,7 @@ impl WorkerPool {
             caps,
             limits,
             config,
+            worker_limits,
             staged,
             idle: Mutex::new(HashMap::new()),
             started: AtomicU64::new(0),

@@ -191,28 +191,13 @@ impl Inner {
     }
 
     pub(super) fn spec(&self, package: &str, instance: &str) -> ChildSpec {
-        let want = &self.config.limits;
-        let ceil = self.runner.config().ceilings;
-        let clamp = |w: u64, c: Option<u64>| Some(c.map_or(w, |c| w.min(c)));
-        let limits = cordon_core::Limits {
-            max_processes: clamp(want.max_processes, ceil.max_processes),
-            memory_bytes: clamp(want.memory_bytes, ceil.memory_bytes),
-            open_files: clamp(want.open_files, ceil.open_files),
-            cpu_seconds: clamp(want.cpu_seconds, ceil.cpu_seconds),
-            file_size_bytes: clamp(want.file_size_bytes, ceil.file_size_bytes),
-            disk_bytes: ceil.disk_bytes,
-            deadline: Some(
-                ceil.deadline
-                    .map_or(want.lifetime, |c| want.lifetime.min(c)),
-            ),
-        };
         let mut spec = ChildSpec::new(&self.staged.program)
             .args(self.config.program.args.iter().cloned())
             .arg("--instance")
             .arg(instance)
             .arg("--max-frame")
             .arg(self.config.max_frame.to_string())
-            .limits(limits)
+            .limits(self.worker_limits)
             .scratch(Scratch::Fresh);
         spec.package_dir = Some(self.staged.dir.clone());
         spec.label = Some(format!("starlark:{package}"));

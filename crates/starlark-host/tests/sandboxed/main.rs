@@ -850,3 +850,24 @@ async fn a_spare_worker_serves_the_next_new_package() {
     assert!(e.sandboxed.worker_pids().is_empty());
     assert!(settle_children().await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_limits_above_the_runners_ceilings_are_refused_not_clamped() {
+    let _g = serial();
+    let mut config = worker_config();
+    // The runner's default memory ceiling is 1 GiB.
+    config.limits.memory_bytes = 2 << 30;
+    let err = StarlarkHost::builder(Services::new(
+        Arc::new(InMemoryPackageStore::new()),
+        Arc::new(InMemoryPermissionStore::new()),
+    ))
+    .sandbox(sandbox(), config)
+    .build()
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("memory_bytes") && msg.contains("ceiling"),
+        "{msg}"
+    );
+    assert!(settle_children().await.is_empty(), "no worker was started");
+}
