@@ -33,18 +33,79 @@ pub const METHOD_CALL: &str = "call";
 /// Method `module` (worker → host, only while a `call` is in flight).
 pub const METHOD_MODULE: &str = "module";
 
-/// Error code: the worker's or host's peer broke the protocol (terminal).
-pub const CODE_PROTOCOL: &str = "protocol";
-/// Error code: no common protocol version (terminal, handshake).
-pub const CODE_VERSION: &str = "version";
-/// Error code: the worker is not the expected program/version (terminal).
-pub const CODE_IDENTITY: &str = "identity";
-/// Error code: a request named a method the receiver does not know (terminal).
-pub const CODE_UNKNOWN_METHOD: &str = "unknown_method";
-/// Error code: a request body did not parse (answers that request).
-pub const CODE_BAD_REQUEST: &str = "bad_request";
-/// Error code: `call` before a successful `load_package`.
-pub const CODE_NOT_LOADED: &str = "not_loaded";
+/// The `code` of an `Error` frame about the session or a `call`: every
+/// such code either side sends, in one place (`docs/protocol.md` lists
+/// them). A `module` error's code is its [`ModuleError`] variant instead
+/// ([`module_error_code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The peer broke the protocol (terminal).
+    Protocol,
+    /// No common protocol version (terminal, handshake).
+    Version,
+    /// The worker is not the expected program/version (terminal).
+    Identity,
+    /// A request named a method the receiver does not know (terminal).
+    UnknownMethod,
+    /// A request body did not parse (answers that request).
+    BadRequest,
+    /// `call` before a successful `load_package`.
+    NotLoaded,
+    /// The script failed.
+    Script,
+    /// A limit ended the evaluation: `limit.<kind>`.
+    Limit(LimitKind),
+    /// The call was cancelled.
+    Cancelled,
+    /// The package has no such function.
+    NoSuchEntryPoint,
+    /// A value did not convert to or from JSON.
+    Conversion,
+    /// The package is not valid.
+    InvalidPackage,
+    /// Anything else (an interpreter bug, an encoding failure).
+    Internal,
+}
+
+impl ErrorCode {
+    const PLAIN: [(ErrorCode, &'static str); 12] = [
+        (ErrorCode::Protocol, "protocol"),
+        (ErrorCode::Version, "version"),
+        (ErrorCode::Identity, "identity"),
+        (ErrorCode::UnknownMethod, "unknown_method"),
+        (ErrorCode::BadRequest, "bad_request"),
+        (ErrorCode::NotLoaded, "not_loaded"),
+        (ErrorCode::Script, "script"),
+        (ErrorCode::Cancelled, "cancelled"),
+        (ErrorCode::NoSuchEntryPoint, "no_such_entry_point"),
+        (ErrorCode::Conversion, "conversion"),
+        (ErrorCode::InvalidPackage, "invalid_package"),
+        (ErrorCode::Internal, "internal"),
+    ];
+
+    /// The code as it goes on the wire.
+    pub fn as_wire(self) -> String {
+        match self {
+            ErrorCode::Limit(kind) => format!("limit.{}", kind.as_str()),
+            plain => Self::PLAIN
+                .iter()
+                .find(|(c, _)| *c == plain)
+                .map(|(_, s)| (*s).to_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The code a peer sent, if it is one of ours.
+    pub fn parse(code: &str) -> Option<Self> {
+        if let Some(kind) = code.strip_prefix("limit.") {
+            return LimitKind::parse(kind).map(ErrorCode::Limit);
+        }
+        Self::PLAIN
+            .iter()
+            .find(|(_, s)| *s == code)
+            .map(|(c, _)| *c)
+    }
+}
 
 /// Evaluation limits sent with `load_package`: [`Limits`] without the HTTP
 /// caps (those are enforced by the host's broker, not the worker).
@@ -168,19 +229,19 @@ pub struct CallResult {
 
 /// Error `code` for a [`StarlarkHostError`] raised in the worker, and the
 /// message to send with it. Limit kinds become `limit.<kind>`.
-pub fn error_code(e: &StarlarkHostError) -> (String, String) {
+pub fn error_code(e: &StarlarkHostError) -> (ErrorCode, String) {
     match e {
-        StarlarkHostError::Script { message, .. } => ("script".into(), message.clone()),
+        StarlarkHostError::Script { message, .. } => (ErrorCode::Script, message.clone()),
         StarlarkHostError::Limit { kind, message, .. } => {
-            (format!("limit.{}", kind.as_str()), message.clone())
+            (ErrorCode::Limit(*kind), message.clone())
         }
-        StarlarkHostError::Cancelled { .. } => ("cancelled".into(), "cancelled".into()),
+        StarlarkHostError::Cancelled { .. } => (ErrorCode::Cancelled, "cancelled".into()),
         StarlarkHostError::NoSuchEntryPoint { name, .. } => {
-            ("no_such_entry_point".into(), name.clone())
+            (ErrorCode::NoSuchEntryPoint, name.clone())
         }
-        StarlarkHostError::Conversion { message, .. } => ("conversion".into(), message.clone()),
-        StarlarkHostError::InvalidPackage(m) => ("invalid_package".into(), m.clone()),
-        other => ("internal".into(), other.to_string()),
+        StarlarkHostError::Conversion { message, .. } => (ErrorCode::Conversion, message.clone()),
+        StarlarkHostError::InvalidPackage(m) => (ErrorCode::InvalidPackage, m.clone()),
+        other => (ErrorCode::Internal, other.to_string()),
     }
 }
 
@@ -193,25 +254,21 @@ pub fn error_from_code(
     available: &[String],
 ) -> StarlarkHostError {
     let package = package.to_owned();
-    if let Some(kind) = code.strip_prefix("limit.") {
-        if let Some(kind) = LimitKind::parse(kind) {
-            return StarlarkHostError::Limit {
-                package,
-                kind,
-                message,
-            };
-        }
-    }
-    match code {
-        "script" => StarlarkHostError::Script { package, message },
-        "cancelled" => StarlarkHostError::Cancelled { package },
-        "no_such_entry_point" => StarlarkHostError::NoSuchEntryPoint {
+    match ErrorCode::parse(code) {
+        Some(ErrorCode::Limit(kind)) => StarlarkHostError::Limit {
+            package,
+            kind,
+            message,
+        },
+        Some(ErrorCode::Script) => StarlarkHostError::Script { package, message },
+        Some(ErrorCode::Cancelled) => StarlarkHostError::Cancelled { package },
+        Some(ErrorCode::NoSuchEntryPoint) => StarlarkHostError::NoSuchEntryPoint {
             package,
             name: message,
             available: available.join(", "),
         },
-        "conversion" => StarlarkHostError::Conversion { package, message },
-        "invalid_package" => StarlarkHostError::InvalidPackage(message),
+        Some(ErrorCode::Conversion) => StarlarkHostError::Conversion { package, message },
+        Some(ErrorCode::InvalidPackage) => StarlarkHostError::InvalidPackage(message),
         _ => StarlarkHostError::Internal(format!(
             "worker for package {package:?} reported {code}: {message}"
         )),
@@ -271,12 +328,19 @@ mod tests {
                 message: "m".into(),
             };
             let (c, m) = error_code(&e);
-            match error_from_code("p", &c, m, &[]) {
+            match error_from_code("p", &c.as_wire(), m, &[]) {
                 StarlarkHostError::Limit { kind: k, .. } => assert_eq!(k, kind),
                 other => panic!("{other}"),
             }
         }
         let e = error_from_code("p", "no_such_entry_point", "x".into(), &["a".into()]);
+        assert!(e.to_string().contains("defined functions: a"), "{e}");
+        for (code, wire) in ErrorCode::PLAIN {
+            assert_eq!(code.as_wire(), wire);
+            assert_eq!(ErrorCode::parse(wire), Some(code));
+        }
+        assert_eq!(ErrorCode::parse("limit.nonsense"), None);
+        assert_eq!(ErrorCode::parse("nonsense"), None);
         assert!(e.to_string().contains("defined functions: a"), "{e}");
         for e in [
             ModuleError::PermissionDenied("x".into()),

@@ -48,7 +48,7 @@ use crate::error::LimitKind;
 use crate::eval::{compile_package, CompiledPackage};
 use crate::limits::Limits;
 use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
-use crate::wire;
+use crate::wire::{self, ErrorCode};
 
 /// A diagnostic line on the worker's stderr. Only worker-mode code uses it:
 /// the worker's stderr is not the host's, it is the bounded ring the host
@@ -164,7 +164,7 @@ impl Shared {
                 };
                 let fallback = Message::Error {
                     id,
-                    code: format!("limit.{}", LimitKind::ValueSize.as_str()),
+                    code: ErrorCode::Limit(LimitKind::ValueSize).as_wire(),
                     message: format!(
                         "the answer does not fit in one protocol frame ({e}); return less data"
                     ),
@@ -181,7 +181,7 @@ impl Shared {
         }
     }
 
-    fn send_error(&self, id: Option<u64>, code: &str, message: impl Into<String>) {
+    fn send_error(&self, id: Option<u64>, code: ErrorCode, message: impl Into<String>) {
         let mut message = message.into();
         if message.len() > MAX_ERROR_MESSAGE {
             let mut cut = MAX_ERROR_MESSAGE;
@@ -193,15 +193,15 @@ impl Shared {
         }
         self.send(&Message::Error {
             id,
-            code: code.to_owned(),
+            code: code.as_wire(),
             message,
         });
     }
 
     /// A terminal complaint, then exit.
-    fn fail(&self, code: &str, message: impl Into<String>) -> i32 {
+    fn fail(&self, code: ErrorCode, message: impl Into<String>) -> i32 {
         let message = message.into();
-        diag!("{code}: {message}");
+        diag!("{}: {message}", code.as_wire());
         self.send_error(None, code, message);
         2
     }
@@ -290,7 +290,7 @@ pub fn run_worker(args: &[String]) -> i32 {
         Ok(Message::Welcome { protocol }) if protocol == PROTOCOL_VERSION => {}
         Ok(Message::Welcome { protocol }) => {
             return shared.fail(
-                wire::CODE_VERSION,
+                ErrorCode::Version,
                 format!("host chose protocol {protocol}, this worker speaks {PROTOCOL_VERSION}"),
             )
         }
@@ -300,12 +300,12 @@ pub fn run_worker(args: &[String]) -> i32 {
         }
         Ok(other) => {
             return shared.fail(
-                wire::CODE_PROTOCOL,
+                ErrorCode::Protocol,
                 format!("expected welcome, got {}", describe(&other)),
             )
         }
         Err(ProtocolError::Closed) => return 0,
-        Err(e) => return shared.fail(wire::CODE_PROTOCOL, e.to_string()),
+        Err(e) => return shared.fail(ErrorCode::Protocol, e.to_string()),
     }
     main_loop(&shared, &mut input)
 }
@@ -329,7 +329,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
         let msg = match read_message(input, shared.max_frame) {
             Ok(m) => m,
             Err(ProtocolError::Closed) => return 0,
-            Err(e) => return shared.fail(wire::CODE_PROTOCOL, e.to_string()),
+            Err(e) => return shared.fail(ErrorCode::Protocol, e.to_string()),
         };
         match msg {
             Message::Request { id, method, body } => match method.as_str() {
@@ -338,7 +338,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                     if st.loaded || st.in_flight.is_some() {
                         drop(st);
                         return shared.fail(
-                            wire::CODE_PROTOCOL,
+                            ErrorCode::Protocol,
                             "load_package sent twice (one package per worker)",
                         );
                     }
@@ -348,7 +348,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                             drop(st);
                             shared.send_error(
                                 Some(id),
-                                wire::CODE_BAD_REQUEST,
+                                ErrorCode::BadRequest,
                                 format!("load_package body: {e}"),
                             );
                             continue;
@@ -367,7 +367,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                     if let Err(e) = spawned {
                         drop(st);
                         return shared.fail(
-                            "internal",
+                            ErrorCode::Internal,
                             format!("cannot start the evaluation thread: {e}"),
                         );
                     }
@@ -387,7 +387,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                         let busy = *busy;
                         drop(st);
                         return shared.fail(
-                            wire::CODE_PROTOCOL,
+                            ErrorCode::Protocol,
                             format!("call {id} sent while request {busy} is still running"),
                         );
                     }
@@ -395,7 +395,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                         drop(st);
                         shared.send_error(
                             Some(id),
-                            wire::CODE_NOT_LOADED,
+                            ErrorCode::NotLoaded,
                             "call before load_package",
                         );
                         continue;
@@ -406,7 +406,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                             drop(st);
                             shared.send_error(
                                 Some(id),
-                                wire::CODE_BAD_REQUEST,
+                                ErrorCode::BadRequest,
                                 format!("call body: {e}"),
                             );
                             continue;
@@ -424,7 +424,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                 }
                 other => {
                     return shared.fail(
-                        wire::CODE_UNKNOWN_METHOD,
+                        ErrorCode::UnknownMethod,
                         format!("unknown method {other:?} (request {id})"),
                     )
                 }
@@ -449,7 +449,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                 } else if id >= st.next_module_id {
                     drop(st);
                     return shared.fail(
-                        wire::CODE_PROTOCOL,
+                        ErrorCode::Protocol,
                         format!("answer to request {id}, which this worker never sent"),
                     );
                 }
@@ -466,7 +466,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
             }
             other @ (Message::Hello { .. } | Message::Welcome { .. }) => {
                 return shared.fail(
-                    wire::CODE_PROTOCOL,
+                    ErrorCode::Protocol,
                     format!("unsolicited {}", describe(&other)),
                 )
             }
@@ -553,16 +553,16 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// The error code for a panic in the interpreter: an allocation failure
 /// it reports by panicking ("out of memory", "capacity overflow") is the
 /// memory limit; anything else is internal.
-fn panic_code(p: &(dyn std::any::Any + Send)) -> (String, String) {
+fn panic_code(p: &(dyn std::any::Any + Send)) -> (ErrorCode, String) {
     let msg = panic_message(p);
     if msg.contains("out of memory") || msg.contains("capacity overflow") {
         (
-            format!("limit.{}", LimitKind::Memory.as_str()),
+            ErrorCode::Limit(LimitKind::Memory),
             format!("an allocation failed ({msg})"),
         )
     } else {
         (
-            "internal".to_owned(),
+            ErrorCode::Internal,
             format!("the interpreter panicked: {msg}"),
         )
     }
@@ -604,10 +604,7 @@ fn eval_thread(shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, answers: mpsc::Re
                     finish(
                         &shared,
                         id,
-                        Err((
-                            wire::CODE_NOT_LOADED.into(),
-                            "the package failed to load".into(),
-                        )),
+                        Err((ErrorCode::NotLoaded, "the package failed to load".into())),
                     );
                     continue;
                 };
@@ -646,7 +643,7 @@ fn eval_thread(shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, answers: mpsc::Re
                         finish(
                             &shared,
                             id,
-                            Err(("internal".into(), "module forwarder leaked".into())),
+                            Err((ErrorCode::Internal, "module forwarder leaked".into())),
                         );
                         std::process::exit(2);
                     }
@@ -669,13 +666,15 @@ fn eval_thread(shared: Arc<Shared>, jobs: mpsc::Receiver<Job>, answers: mpsc::Re
 fn finish(
     shared: &Shared,
     id: u64,
-    reply: Result<serde_json::Result<serde_json::Value>, (String, String)>,
+    reply: Result<serde_json::Result<serde_json::Value>, (ErrorCode, String)>,
 ) {
     shared.state().in_flight = None;
     match reply {
         Ok(Ok(body)) => shared.send(&Message::Response { id, body }),
-        Ok(Err(e)) => shared.send_error(Some(id), "internal", format!("cannot encode: {e}")),
-        Err((code, message)) => shared.send_error(Some(id), &code, message),
+        Ok(Err(e)) => {
+            shared.send_error(Some(id), ErrorCode::Internal, format!("cannot encode: {e}"))
+        }
+        Err((code, message)) => shared.send_error(Some(id), code, message),
     }
 }
 

@@ -11,7 +11,7 @@ use crate::bindings::ModuleSet;
 use crate::broker::{CancelToken, ModuleBroker};
 use crate::error::LimitKind;
 use crate::protocol::{ModuleCall, ModuleError};
-use crate::wire;
+use crate::wire::{self, ErrorCode};
 
 /// Why a [`WorkerConnection`] request did not produce a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -171,8 +171,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
             Ok(v) => v,
             Err(e) => {
                 let code = match e {
-                    ProtocolError::Version { .. } => wire::CODE_VERSION,
-                    _ => wire::CODE_PROTOCOL,
+                    ProtocolError::Version { .. } => ErrorCode::Version,
+                    _ => ErrorCode::Protocol,
                 };
                 conn.send_terminal(code, &e.to_string()).await;
                 return Err(SessionError::Violation(format!(
@@ -186,7 +186,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
                     "identifies as {worker:?}, expected {:?} (is the worker program the same build as the host?)",
                     wire::worker_identity()
                 );
-                conn.send_terminal(wire::CODE_IDENTITY, &m).await;
+                conn.send_terminal(ErrorCode::Identity, &m).await;
                 return Err(SessionError::Violation(m));
             }
         }
@@ -197,7 +197,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
     async fn send(&mut self, msg: &Message) -> Result<(), SessionError> {
         let frame = encode_frame(msg, self.max_frame).map_err(|e| match e {
             ProtocolError::Oversize { len, max } => SessionError::Reported {
-                code: format!("limit.{}", LimitKind::ValueSize.as_str()),
+                code: ErrorCode::Limit(LimitKind::ValueSize).as_wire(),
                 message: format!(
                     "the request is {len} bytes, more than the {max}-byte frame limit; \
                      raise WorkerConfig::max_frame or send less data"
@@ -229,10 +229,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
     }
 
     /// Best effort: the connection is being abandoned anyway.
-    async fn send_terminal(&mut self, code: &str, message: &str) {
+    async fn send_terminal(&mut self, code: ErrorCode, message: &str) {
         let msg = Message::Error {
             id: None,
-            code: code.to_owned(),
+            code: code.as_wire(),
             message: message.to_owned(),
         };
         let _ = tokio::time::timeout(Duration::from_millis(500), self.send(&msg)).await;
@@ -434,7 +434,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
                     id: rid, method, ..
                 } => {
                     self.send_terminal(
-                        wire::CODE_UNKNOWN_METHOD,
+                        ErrorCode::UnknownMethod,
                         &format!("unknown method {method:?}"),
                     )
                     .await;

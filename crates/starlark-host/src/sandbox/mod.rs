@@ -388,7 +388,8 @@ impl Evaluator for WorkerPool {
                 })
             }
             Err(SessionError::Reported { code, message }) => {
-                let memory = code == format!("limit.{}", LimitKind::Memory.as_str());
+                let parsed = wire::ErrorCode::parse(&code);
+                let memory = parsed == Some(wire::ErrorCode::Limit(LimitKind::Memory));
                 let message = if memory {
                     memory_message(&pkg.id, &inner.config.limits, &message)
                 } else {
@@ -397,7 +398,12 @@ impl Evaluator for WorkerPool {
                 let e = wire::error_from_code(&pkg.id, &code, message, &worker.loaded.functions);
                 // After an internal error or an allocation failure the
                 // worker's state is suspect: do not reuse it.
-                if memory || code == "internal" || code == wire::CODE_NOT_LOADED {
+                if memory
+                    || matches!(
+                        parsed,
+                        Some(wire::ErrorCode::Internal | wire::ErrorCode::NotLoaded)
+                    )
+                {
                     inner.retire(worker).await;
                 } else {
                     inner.check_in(worker).await;
