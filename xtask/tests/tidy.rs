@@ -20,10 +20,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the worker's loop and its module stubs",
     ),
     (
-        "crates/cli/src/cache.rs",
-        "the report cache and its forging tests",
-    ),
-    (
         "crates/backend-macos/src/profile.rs",
         "the Seatbelt profile generator and its golden tests",
     ),

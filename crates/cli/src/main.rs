@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod backends;
-mod cache;
 mod conformance;
 mod diagnose;
 mod run;

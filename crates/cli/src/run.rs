@@ -6,13 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use cordon_conformance::StandardSuite;
 use cordon_core::{
     ChildSpec, ExitOutcome, Limits, Runner, RunnerConfig, SandboxRunner, Scratch, StdioMode,
     TrustTier, TrustedProcessRunner,
 };
 
-use crate::cache::{self, CachedSuite};
 use crate::{backends, BackendArg, EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
 #[derive(Args)]
@@ -146,13 +144,10 @@ pub async fn admit(
     config: RunnerConfig,
 ) -> Result<Result<SandboxRunner, cordon_core::SandboxUnavailable>, String> {
     let backend = backends::by_name(backend)?;
-    let suite = CachedSuite::new(StandardSuite::new(), cache::default_dir(), recheck);
-    let admitted = SandboxRunner::new(backend, &suite, config).await;
-    tracing::info!(
-        cache = ?*suite.outcome.lock().unwrap_or_else(|p| p.into_inner()),
-        admitted = admitted.is_ok(),
-        "conformance gate"
-    );
+    let (admitted, outcome) = cordon_conformance::cache::admit(backend, recheck, config).await;
+    if let cordon_conformance::cache::CacheOutcome::Refused(why) = outcome {
+        eprintln!("cordon: warning: {why}");
+    }
     Ok(admitted)
 }
 

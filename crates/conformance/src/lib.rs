@@ -104,6 +104,7 @@
 // reports every probe `Unreachable` (see `suite.rs`).
 #[cfg(target_os = "linux")]
 mod baseline;
+pub mod cache;
 #[cfg(target_os = "linux")]
 mod child;
 #[cfg(target_os = "linux")]

@@ -1,10 +1,12 @@
-//! The per-boot conformance cache behind `cordon run`, trusted only where no
-//! other user could have written it.
+//! The per-boot conformance cache (behind `cordon run`, and for any
+//! embedder: [`admit`]), trusted only where no other user could have
+//! written it.
 //!
-//! Running P1–P7 before every `cordon run` costs a fraction of a second; a
-//! conforming report is cached for this boot, keyed by backend, kernel
-//! release, Landlock ABI (or whatever the backend reports), uid, boot id and
-//! the SHA-256 of cordon's own binary. Hashing a 20 MB binary on every run
+//! Running P1–P7 before every spawn of a fresh process costs a fraction of
+//! a second; a conforming report is cached for this boot, keyed by backend,
+//! kernel release, Landlock ABI (or whatever the backend reports), uid,
+//! boot id and the SHA-256 of the running binary (the one whose probes
+//! ran). Hashing a 20 MB binary on every run
 //! would cost more than the rest of `cordon run`, so the file also records
 //! the binary's identity (device, inode, size and mtime: an upgrade either
 //! replaces the file or rewrites it): while it is unchanged, the stored hash
@@ -53,7 +55,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use cordon_core::{ConformanceReport, ConformanceSuite, SandboxBackend};
+use cordon_core::{
+    ConformanceReport, ConformanceSuite, RunnerConfig, SandboxBackend, SandboxRunner,
+    SandboxUnavailable,
+};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
@@ -152,7 +157,7 @@ pub fn default_dir() -> Option<PathBuf> {
 }
 
 /// How the last lookup went (for `-v` output and tests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheOutcome {
     /// A valid conforming report was found and used.
     Hit,
@@ -160,8 +165,31 @@ pub enum CacheOutcome {
     Miss,
     /// No cache dir configured: the suite ran.
     Disabled,
-    /// The cache dir is not private to this user: the suite ran, nothing stored.
-    Refused,
+    /// The cache dir is not private to this user: the suite ran, nothing
+    /// stored. Says why in one line (show it to the user).
+    Refused(String),
+}
+
+/// Admits `backend` through the standard suite P1–P7, answered from the
+/// per-boot cache in [`default_dir`] when a trustworthy conforming report
+/// is there (`recheck` runs the suite anyway); returns the runner, or why
+/// not with the report, and how the cache was used. This is `cordon run`'s
+/// gate, for embedders that start many short-lived processes: call it once
+/// per process, not per spawn.
+pub async fn admit(
+    backend: Arc<dyn SandboxBackend>,
+    recheck: bool,
+    config: RunnerConfig,
+) -> (Result<SandboxRunner, SandboxUnavailable>, CacheOutcome) {
+    let suite = CachedSuite::new(crate::StandardSuite::new(), default_dir(), recheck);
+    let admitted = SandboxRunner::new(backend, &suite, config).await;
+    let outcome = suite
+        .outcome
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    tracing::info!(cache = ?outcome, admitted = admitted.is_ok(), "conformance gate");
+    (admitted, outcome)
 }
 
 /// A suite that answers from the cache when it can.
@@ -470,8 +498,9 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
             (Some(dir), Some(_)) => match open_private_dir(dir) {
                 Ok(fd) => Some(fd),
                 Err(refused) => {
-                    eprintln!("cordon: warning: {refused}");
-                    set(CacheOutcome::Refused);
+                    // The caller shows it (CacheOutcome::Refused): one line.
+                    tracing::debug!(%refused, "conformance cache refused");
+                    set(CacheOutcome::Refused(refused.to_string()));
                     None
                 }
             },
@@ -509,148 +538,4 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn chmod(p: &Path, mode: u32) {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-
-    fn dir_fd(p: &Path) -> OwnedFd {
-        std::fs::File::open(p).unwrap().into()
-    }
-
-    /// A private dir under a fresh temp dir (the temp dir itself is 0700).
-    fn private() -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::tempdir().unwrap();
-        let d = t.path().join("cordon");
-        (t, d)
-    }
-
-    #[test]
-    fn a_private_dir_is_created_and_accepted() {
-        use std::os::unix::fs::MetadataExt;
-        let (_t, d) = private();
-        open_private_dir(&d).unwrap();
-        let m = std::fs::metadata(&d).unwrap();
-        assert_eq!(m.mode() & 0o777, 0o700);
-        assert_eq!(m.uid(), euid());
-        // Missing parents are created too, each checked.
-        let deep = d.join("a").join("b");
-        open_private_dir(&deep).unwrap();
-        assert!(deep.is_dir());
-    }
-
-    #[test]
-    fn a_cache_dir_others_can_write_is_refused_sticky_or_not() {
-        let (_t, d) = private();
-        std::fs::create_dir(&d).unwrap();
-        for mode in [0o777, 0o1777, 0o720, 0o702] {
-            chmod(&d, mode);
-            let e = open_private_dir(&d).unwrap_err();
-            assert!(e.why.contains("writable by other users"), "{mode:o}: {e}");
-        }
-        chmod(&d, 0o755);
-        open_private_dir(&d).unwrap();
-    }
-
-    #[test]
-    fn an_ancestor_others_can_write_is_refused_unless_sticky() {
-        let t = tempfile::tempdir().unwrap();
-        let shared = t.path().join("shared");
-        std::fs::create_dir(&shared).unwrap();
-        let d = shared.join("me").join("cordon");
-        chmod(&shared, 0o777);
-        let e = open_private_dir(&d).unwrap_err();
-        assert!(e.why.contains("no sticky bit"), "{e}");
-        assert!(e.to_string().contains("shared"), "{e}");
-        // Nothing was created below the refused ancestor.
-        assert!(!shared.join("me").exists());
-        chmod(&shared, 0o1777);
-        open_private_dir(&d).unwrap();
-        chmod(&shared, 0o775);
-        assert!(open_private_dir(&d).is_err());
-    }
-
-    #[test]
-    fn a_symlinked_cache_dir_is_resolved_and_checked_at_its_target() {
-        let t = tempfile::tempdir().unwrap();
-        let real = t.path().join("real");
-        std::fs::create_dir(&real).unwrap();
-        std::os::unix::fs::symlink(&real, t.path().join("link")).unwrap();
-        open_private_dir(&t.path().join("link").join("cordon")).unwrap();
-        assert!(real.join("cordon").is_dir());
-        chmod(&real, 0o777);
-        assert!(open_private_dir(&t.path().join("link").join("cordon")).is_err());
-    }
-
-    #[test]
-    fn a_relative_dir_is_refused() {
-        assert!(open_private_dir(Path::new("cache/cordon")).is_err());
-    }
-
-    #[test]
-    fn create_new_never_follows_or_reuses_a_planted_name() {
-        let (_t, d) = private();
-        std::fs::create_dir(&d).unwrap();
-        let victim = d.join("victim");
-        std::fs::write(&victim, b"precious").unwrap();
-        std::os::unix::fs::symlink(&victim, d.join(".tmp-planted")).unwrap();
-        std::fs::write(d.join(".tmp-existing"), b"old").unwrap();
-        let fd = dir_fd(&d);
-        let planted = CString::new(".tmp-planted").unwrap();
-        let existing = CString::new(".tmp-existing").unwrap();
-        let e = create_new(fd.as_fd(), &planted).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
-        let e = create_new(fd.as_fd(), &existing).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
-        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
-        assert_eq!(std::fs::read(d.join(".tmp-existing")).unwrap(), b"old");
-        // Fresh names differ each time.
-        assert_ne!(temp_name().unwrap(), temp_name().unwrap());
-    }
-
-    #[test]
-    fn only_a_private_regular_file_is_opened() {
-        let (_t, d) = private();
-        std::fs::create_dir(&d).unwrap();
-        let fd = dir_fd(&d);
-        let name = CString::new("conformance-x.json").unwrap();
-        let file = d.join("conformance-x.json");
-        // Control: a 0600 file of ours is opened.
-        std::fs::write(&file, b"{}").unwrap();
-        chmod(&file, 0o600);
-        assert!(open_private(fd.as_fd(), &name).is_some());
-        // Group- or other-readable: refused.
-        chmod(&file, 0o640);
-        assert!(open_private(fd.as_fd(), &name).is_none());
-        // Larger than the limit: refused.
-        std::fs::write(&file, vec![b' '; MAX_CACHE_BYTES as usize + 1]).unwrap();
-        chmod(&file, 0o600);
-        assert!(open_private(fd.as_fd(), &name).is_none());
-        // A symlink to a private file: not followed.
-        std::fs::remove_file(&file).unwrap();
-        let elsewhere = d.join("elsewhere");
-        std::fs::write(&elsewhere, b"{}").unwrap();
-        chmod(&elsewhere, 0o600);
-        std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
-        assert!(open_private(fd.as_fd(), &name).is_none());
-        // A FIFO: neither waited on nor opened for reading.
-        std::fs::remove_file(&file).unwrap();
-        let c = CString::new(file.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(open_private(fd.as_fd(), &name).is_none());
-    }
-
-    #[test]
-    fn file_names_are_plain() {
-        assert_eq!(
-            file_name("linux").unwrap().to_str().unwrap(),
-            "conformance-linux.json"
-        );
-        assert!(file_name("../x").is_none());
-        assert!(file_name("").is_none());
-    }
-}
+mod tests;
