@@ -98,3 +98,13 @@ pub struct SandboxUnavailable {
     /// The report that failed the gate.
     pub report: Box<ConformanceReport>,
 }
+
+/// The message of a caught panic (`catch_unwind`, a joined thread): the
+/// `&str` or `String` it was raised with, else a placeholder.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".into())
+}

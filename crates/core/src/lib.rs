@@ -55,7 +55,7 @@ mod spec;
 
 pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, WrapResources};
 pub use child::{ExitOutcome, RunningChild};
-pub use error::{SandboxUnavailable, SpawnError};
+pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};
 pub use program::resolve_program;
 pub use report::{

@@ -312,11 +312,7 @@ fn wrap_fail_closed(
         Ok(Ok(resources)) => Ok(resources),
         Ok(Err(e)) => Err(SpawnError::Wrap(e)),
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
+            let message = crate::error::panic_message(payload.as_ref());
             tracing::error!(backend = backend.name(), %message, "backend wrap panicked");
             Err(SpawnError::WrapPanicked {
                 backend: backend.name().to_string(),

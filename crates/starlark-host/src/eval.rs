@@ -428,11 +428,7 @@ where
     match received {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(p)) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
+            let msg = cordon_core::panic_message(p.as_ref());
             Err(StarlarkHostError::Internal(format!(
                 "the interpreter panicked: {msg}"
             )))

@@ -543,18 +543,11 @@ impl ModuleCalls for Forwarder {
     }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
-}
-
 /// The error code for a panic in the interpreter: an allocation failure
 /// it reports by panicking ("out of memory", "capacity overflow") is the
 /// memory limit; anything else is internal.
 fn panic_code(p: &(dyn std::any::Any + Send)) -> (ErrorCode, String) {
-    let msg = panic_message(p);
+    let msg = cordon_core::panic_message(p);
     if msg.contains("out of memory") || msg.contains("capacity overflow") {
         (
             ErrorCode::Limit(LimitKind::Memory),
