@@ -12,24 +12,12 @@ use std::path::{Path, PathBuf};
 /// fails while a listed file is short), and no new file may join it.
 const LONG_FILES: &[(&str, &str)] = &[
     (
-        "crates/backend-linux/src/linux/filter.rs",
-        "the seccomp assembler, its syscall tables and their tests in one file",
-    ),
-    (
-        "crates/starlark-host/src/worker.rs",
-        "the worker's loop and its module stubs",
-    ),
-    (
-        "crates/backend-macos/src/profile.rs",
-        "the Seatbelt profile generator and its golden tests",
-    ),
-    (
         "crates/conformance/src/probes/p6.rs",
-        "P6's per-process limits, both sides",
+        "P6's per-process limits, both sides (~600: just over)",
     ),
     (
         "crates/conformance/src/probes/p5.rs",
-        "P5's filesystem checks, both sides",
+        "P5's filesystem checks, both sides (~600: just over)",
     ),
 ];
 
@@ -98,7 +86,8 @@ fn source_files_stay_small() {
     let mut problems = Vec::new();
     for p in rust_files() {
         let rel = relative(&p);
-        if rel.contains("/tests/") {
+        // Test files are exempt: integration tests and unit-test modules.
+        if rel.contains("/tests/") || rel.ends_with("/tests.rs") {
             continue;
         }
         let lines = std::fs::read_to_string(&p)

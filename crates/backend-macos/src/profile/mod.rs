@@ -299,71 +299,9 @@ pub fn sbpl_string(s: &str) -> String {
     out
 }
 
-fn check_raw(role: PathRole, path: &Path) -> Result<(), ProfileError> {
-    if path.as_os_str().as_encoded_bytes().contains(&0) {
-        return Err(ProfileError::ContainsNul {
-            role,
-            path: path.to_path_buf(),
-        });
-    }
-    if !path.is_absolute() {
-        return Err(ProfileError::NotAbsolute {
-            role,
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(())
-}
+mod paths;
 
-fn utf8(role: PathRole, path: PathBuf) -> Result<String, ProfileError> {
-    path.into_os_string()
-        .into_string()
-        .map_err(|raw| ProfileError::NotUtf8 {
-            role,
-            path: PathBuf::from(raw),
-        })
-}
-
-/// Canonicalises a required path (scratch, package).
-fn required(
-    role: PathRole,
-    path: &Path,
-    canon: &dyn Canonicalize,
-) -> Result<PathBuf, ProfileError> {
-    check_raw(role, path)?;
-    // Reject non-UTF-8 input before touching the file system, so the error
-    // names the path the user wrote.
-    if path.to_str().is_none() {
-        return Err(ProfileError::NotUtf8 {
-            role,
-            path: path.to_path_buf(),
-        });
-    }
-    canon
-        .canonicalize(path)
-        .map_err(|source| ProfileError::Canonicalize {
-            role,
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-/// Canonicalises an optional extra grant: `None` if it does not exist.
-fn optional(
-    role: PathRole,
-    path: &Path,
-    canon: &dyn Canonicalize,
-) -> Result<Option<PathBuf>, ProfileError> {
-    match required(role, path, canon) {
-        Ok(p) => Ok(Some(p)),
-        Err(ProfileError::Canonicalize { source, .. })
-            if source.kind() == io::ErrorKind::NotFound =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
-}
+use paths::{optional, required, utf8};
 
 struct Builder {
     text: String,
@@ -627,29 +565,4 @@ pub fn build_profile(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sbpl_string_escapes_quotes_backslashes_and_controls() {
-        assert_eq!(sbpl_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
-        assert_eq!(sbpl_string("x\ny"), "\"x\\ny\"");
-        assert_eq!(sbpl_string("\u{1}"), "\"\\x01;\"");
-    }
-
-    #[test]
-    fn constants_need_no_escaping() {
-        let all = SYSTEM_READ_EXEC
-            .iter()
-            .chain(SYSTEM_READ_DATA)
-            .chain(SYSTEM_READ_FILES)
-            .chain(SYSTEM_READ_WRITE_FILES)
-            .chain(SETUID_DENYLIST)
-            .chain(SYSCTL_NAMES)
-            .chain(SYSCTL_PREFIXES)
-            .chain(MACH_SERVICES);
-        for c in all {
-            assert_eq!(sbpl_string(c), format!("\"{c}\""), "{c}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,276 @@
+//! The seccomp filters, compiled to classic BPF in the parent.
+//!
+//! [`programs`] is what a sandbox with every layer installs: **one**
+//! filter that answers every syscall number from the tables below —
+//!
+//! - allowed ([`allowed`]) → the syscall runs;
+//! - dangerous ([`denied`]) → `EPERM` (what the conformance probes accept
+//!   as a denial);
+//! - argument-checked ([`checked`]) → runs when one of its allow rules
+//!   matches the arguments, else `EPERM`;
+//! - anything else → `ENOSYS`, so a syscall the kernel adds later looks
+//!   unimplemented and runtimes fall back (`clone3` → `clone`) instead of
+//!   the sandbox failing open on it;
+//! - a foreign architecture, or on x86_64 an x32 number → the process is
+//!   killed.
+//!
+//! The filter is laid out for the kernel's install-time cost, not only its
+//! per-call cost: since Linux 5.11, `seccomp(SECCOMP_SET_MODE_FILTER)`
+//! emulates the new filter for every syscall number to fill its action
+//! cache (`seccomp_cache_prepare`), so installing a linear chain of `n`
+//! comparisons costs about (syscall count) × `n`. Here the number goes
+//! through an architecture check, the x32 guard, then a **binary search**
+//! over sorted intervals of numbers (runs of consecutive numbers with one
+//! verdict collapsed into one interval); each leaf is a jump straight to a
+//! shared `ret` (`ALLOW`, `EPERM`, `ENOSYS`) or to the argument checks
+//! placed after the tree. Fewer instructions also matter: the kernel
+//! converts and JIT-compiles every one. The code is produced by a small
+//! assembler ([`asm`]) that resolves labels and turns conditional jumps
+//! longer than the 255 instructions classic BPF can encode into `ja`
+//! trampolines.
+//!
+//! [`legacy_programs`] is the first version's pair (a deny-list and
+//! `clone3` → `ENOSYS`), kept for `Layers::LEGACY` and compiled by the
+//! same code. README.md gives the reason behind every rule.
+
+// `libc`'s syscall-number and ioctl types differ between targets and C
+// libraries (`c_long`, `c_int`, `c_ulong`); the casts keep this portable.
+#![allow(clippy::unnecessary_cast)]
+
+use std::collections::BTreeMap;
+
+/// One compiled filter, ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
+pub(crate) type Program = Vec<libc::sock_filter>;
+
+/// The filters of a sandbox with every layer, in install order: a single
+/// program (the allowlist with its explicit `EPERM` denials and argument
+/// checks). It is meant for `seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)`;
+/// callers install whatever the `Vec` holds, in order.
+pub(crate) fn programs() -> Result<Vec<Program>, String> {
+    Ok(vec![full_filter()?])
+}
+
+/// The first version's filters, in install order: the deny-list (default
+/// allow, `setsid`/`setpgid` still refused) and `clone3` → `ENOSYS`. Used
+/// by `Layers::LEGACY` only.
+pub(crate) fn legacy_programs() -> Result<Vec<Program>, String> {
+    Ok(vec![deny_list()?, clone3()?])
+}
+
+// First: its `sys!` macro is used by the modules after it.
+#[macro_use]
+mod tables;
+mod asm;
+mod codegen;
+mod rules;
+
+pub(crate) use codegen::*;
+// The tables, rules and constants are also what the tests check against.
+pub(crate) use rules::*;
+pub(crate) use tables::*;
+
+// The filters: the full allowlist and the first version's pair.
+
+/// `SECCOMP_RET_ALLOW`: the syscall runs.
+const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+/// `SECCOMP_RET_ERRNO | EPERM`: refused, the denial the probes accept.
+const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+/// `SECCOMP_RET_ERRNO | ENOSYS`: looks unimplemented.
+const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+/// `SECCOMP_RET_KILL_PROCESS`.
+const RET_KILL: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+
+/// What a filter answers for one syscall number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// This `SECCOMP_RET_*` value, whatever the arguments.
+    Ret(u32),
+    /// `matched` when any of `rules` holds, else `otherwise`.
+    Check {
+        rules: Vec<Rule>,
+        matched: u32,
+        otherwise: u32,
+    },
+}
+
+/// A filter before compilation: a verdict per listed number, one for
+/// every other number.
+struct Spec {
+    /// The filter's name, for error messages.
+    what: &'static str,
+    /// The listed numbers' verdicts.
+    verdicts: BTreeMap<u32, Verdict>,
+    /// The `SECCOMP_RET_*` value of every unlisted number.
+    default: u32,
+    /// Kill x32 calls (on x86_64; a no-op elsewhere).
+    x32_guard: bool,
+}
+
+impl Spec {
+    fn new(what: &'static str, default: u32, x32_guard: bool) -> Spec {
+        Spec {
+            what,
+            verdicts: BTreeMap::new(),
+            default,
+            x32_guard,
+        }
+    }
+
+    /// Adds `sys`, refusing a syscall listed twice (one entry would
+    /// silently replace the other) or a number outside `u32`.
+    fn insert(&mut self, sys: Sys, verdict: Verdict) -> Result<(), String> {
+        let nr = u32::try_from(sys.nr).map_err(|_| {
+            format!(
+                "seccomp tables list {} with the impossible number {}: fix cordon-backend-linux",
+                sys.name(),
+                sys.nr
+            )
+        })?;
+        if self.verdicts.insert(nr, verdict).is_some() {
+            return Err(format!(
+                "seccomp tables list {} (nr {}) twice: fix cordon-backend-linux",
+                sys.name(),
+                sys.nr
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The filter of a sandbox with every layer: allowed → `ALLOW`, denied →
+/// `EPERM`, checked → `ALLOW` when an allow rule matches, else `EPERM`;
+/// everything else → `ENOSYS`; x32 guard on x86_64.
+fn full_filter() -> Result<Program, String> {
+    let mut spec = Spec::new("sandbox", RET_ENOSYS, true);
+    for s in allowed() {
+        spec.insert(s, Verdict::Ret(RET_ALLOW))?;
+    }
+    for s in denied() {
+        spec.insert(s, Verdict::Ret(RET_EPERM))?;
+    }
+    for c in checked() {
+        spec.insert(
+            c.sys,
+            Verdict::Check {
+                rules: c.allow,
+                matched: RET_ALLOW,
+                otherwise: RET_EPERM,
+            },
+        )?;
+    }
+    compile(&spec)
+}
+
+/// What the filters are (`allowlist`: every layer, or the legacy pair),
+/// for `host_facts()["seccomp"]`.
+pub(crate) fn description(allowlist: bool) -> &'static str {
+    if allowlist {
+        "one filter: allowlist (unlisted syscalls return ENOSYS), listed dangerous syscalls \
+         return EPERM, with argument checks (refused arguments return EPERM) on clone, \
+         socketpair, ioctl, personality, prctl, the scheduler setters, prlimit64 and every \
+         mode-setting call (no setuid/setgid bits)"
+    } else {
+        "deny-list only (listed syscalls return EPERM, clone3 returns ENOSYS)"
+    }
+}
+
+// ------------------------------------------------ the legacy filters
+
+/// The first version's deny-list, refused with `EPERM` (default allow).
+/// Unchanged, `setsid` and `setpgid` included: `Layers::LEGACY` has no PID
+/// namespace to contain a new session.
+pub(crate) fn legacy_denied_syscalls() -> Vec<(libc::c_long, &'static str)> {
+    vec![
+        (libc::SYS_socket, "socket"),
+        (libc::SYS_io_uring_setup, "io_uring_setup"),
+        (libc::SYS_io_uring_enter, "io_uring_enter"),
+        (libc::SYS_io_uring_register, "io_uring_register"),
+        (libc::SYS_ptrace, "ptrace"),
+        (libc::SYS_process_vm_readv, "process_vm_readv"),
+        (libc::SYS_process_vm_writev, "process_vm_writev"),
+        (libc::SYS_unshare, "unshare"),
+        (libc::SYS_setns, "setns"),
+        (libc::SYS_mount, "mount"),
+        (libc::SYS_umount2, "umount2"),
+        (libc::SYS_pivot_root, "pivot_root"),
+        (libc::SYS_move_mount, "move_mount"),
+        (libc::SYS_open_tree, "open_tree"),
+        (libc::SYS_fsopen, "fsopen"),
+        (libc::SYS_fsmount, "fsmount"),
+        (libc::SYS_fsconfig, "fsconfig"),
+        (libc::SYS_fspick, "fspick"),
+        (libc::SYS_mount_setattr, "mount_setattr"),
+        (libc::SYS_bpf, "bpf"),
+        (libc::SYS_perf_event_open, "perf_event_open"),
+        (libc::SYS_userfaultfd, "userfaultfd"),
+        (libc::SYS_keyctl, "keyctl"),
+        (libc::SYS_add_key, "add_key"),
+        (libc::SYS_request_key, "request_key"),
+        (libc::SYS_kexec_load, "kexec_load"),
+        (libc::SYS_kexec_file_load, "kexec_file_load"),
+        (libc::SYS_init_module, "init_module"),
+        (libc::SYS_finit_module, "finit_module"),
+        (libc::SYS_delete_module, "delete_module"),
+        (libc::SYS_reboot, "reboot"),
+        (libc::SYS_swapon, "swapon"),
+        (libc::SYS_swapoff, "swapoff"),
+        (libc::SYS_acct, "acct"),
+        (libc::SYS_name_to_handle_at, "name_to_handle_at"),
+        (libc::SYS_open_by_handle_at, "open_by_handle_at"),
+        (libc::SYS_pidfd_getfd, "pidfd_getfd"),
+        (libc::SYS_setsid, "setsid"),
+        (libc::SYS_setpgid, "setpgid"),
+    ]
+}
+
+/// The legacy deny-list filter (listed syscalls → `EPERM`, default
+/// allow), with the x32 guard on x86_64.
+fn deny_list() -> Result<Program, String> {
+    let mut spec = Spec::new("legacy deny-list", RET_ALLOW, true);
+    for (nr, name) in legacy_denied_syscalls() {
+        spec.insert(Sys::new(nr as i64, name), Verdict::Ret(RET_EPERM))?;
+    }
+    let refused = |rules: Vec<Rule>| Verdict::Check {
+        rules,
+        matched: RET_EPERM,
+        otherwise: RET_ALLOW,
+    };
+    // clone: refused when any CLONE_NEW* flag is set.
+    spec.insert(
+        sys![SYS_clone][0],
+        refused(
+            CLONE_NS_FLAGS
+                .iter()
+                .map(|(f, _)| vec![Cond::masked_eq(0, *f, *f)])
+                .collect(),
+        ),
+    )?;
+    // ioctl: terminal injection (32-bit compare, as the kernel reads it).
+    spec.insert(
+        sys![SYS_ioctl][0],
+        refused(vec![
+            vec![Cond::eq(1, libc::TIOCSTI as u64)],
+            vec![Cond::eq(1, libc::TIOCLINUX as u64)],
+        ]),
+    )?;
+    // personality: refuse everything but the allowlist.
+    spec.insert(
+        sys![SYS_personality][0],
+        refused(vec![PERSONALITY_ALLOWED
+            .iter()
+            .map(|v| Cond::ne(0, *v))
+            .collect()]),
+    )?;
+    compile(&spec)
+}
+
+/// The legacy `clone3` → `ENOSYS` filter (no x32 guard: the deny-list
+/// installed with it has one, and the kernel runs both).
+fn clone3() -> Result<Program, String> {
+    let mut spec = Spec::new("legacy clone3", RET_ALLOW, false);
+    spec.insert(sys![SYS_clone3][0], Verdict::Ret(RET_ENOSYS))?;
+    compile(&spec)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The argument checks: conditions on a syscall's arguments, and which
+//! syscalls are allowed only when one of their rules matches.
+
+#![allow(clippy::unnecessary_cast)]
+
+use super::*;
+
+/// How much of a 64-bit argument slot a condition reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Width {
+    /// The low 32 bits: what the kernel reads for an `int`/`unsigned int`
+    /// argument, so high bits cannot smuggle a value past the check.
+    Low32,
+    /// All 64 bits, for pointers.
+    Full64,
+}
+
+/// A comparison of one argument with a constant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `arg == value`.
+    Eq(u64),
+    /// `arg != value`.
+    Ne(u64),
+    /// `arg & mask == value`.
+    MaskedEq {
+        /// The bits compared.
+        mask: u64,
+        /// What they must be.
+        value: u64,
+    },
+}
+
+/// One condition on one argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cond {
+    /// The argument's index (0..=5) in `seccomp_data.args`.
+    pub(crate) arg: u8,
+    /// How much of the argument is compared.
+    pub(crate) width: Width,
+    /// The comparison.
+    pub(crate) op: Op,
+}
+
+impl Cond {
+    /// 32-bit `arg == value`.
+    pub(super) fn eq(arg: u8, value: u64) -> Cond {
+        Cond {
+            arg,
+            width: Width::Low32,
+            op: Op::Eq(value),
+        }
+    }
+
+    /// 32-bit `arg != value`.
+    pub(super) fn ne(arg: u8, value: u64) -> Cond {
+        Cond {
+            arg,
+            width: Width::Low32,
+            op: Op::Ne(value),
+        }
+    }
+
+    /// 32-bit `arg & mask == value`.
+    pub(super) fn masked_eq(arg: u8, mask: u64, value: u64) -> Cond {
+        Cond {
+            arg,
+            width: Width::Low32,
+            op: Op::MaskedEq { mask, value },
+        }
+    }
+
+    /// 64-bit `arg == value`.
+    pub(super) fn eq64(arg: u8, value: u64) -> Cond {
+        Cond {
+            arg,
+            width: Width::Full64,
+            op: Op::Eq(value),
+        }
+    }
+
+    /// 64-bit `arg != value`.
+    pub(super) fn ne64(arg: u8, value: u64) -> Cond {
+        Cond {
+            arg,
+            width: Width::Full64,
+            op: Op::Ne(value),
+        }
+    }
+}
+
+/// Conditions that must all hold. A rule set (`Vec<Rule>`) matches when
+/// any of its rules does; an empty rule matches every call.
+pub(crate) type Rule = Vec<Cond>;
+
+/// A syscall allowed only with some arguments. `allow` (the call runs when
+/// any of these rules matches) is what the filter is compiled from; `deny`
+/// states the refused arguments independently, as the exact complement
+/// (any rule matching ⇔ no `allow` rule matching). A unit test checks the
+/// two against each other and against the compiled filter, so a slip in
+/// either list shows up instead of silently allowing or refusing.
+#[derive(Debug, Clone)]
+pub(crate) struct Checked {
+    /// The syscall.
+    pub(crate) sys: Sys,
+    /// Rules under which the call is allowed.
+    pub(crate) allow: Vec<Rule>,
+    /// Rules under which the call is refused with `EPERM` (the complement
+    /// of `allow`; read by the tests, not compiled).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) deny: Vec<Rule>,
+}
+
+/// "arg is one of `values`" and its complement "arg is none of them".
+pub(super) fn one_of(arg: u8, values: &[u64]) -> (Vec<Rule>, Vec<Rule>) {
+    let is = values.iter().map(|v| vec![Cond::eq(arg, *v)]).collect();
+    let none = values.iter().map(|v| Cond::ne(arg, *v)).collect();
+    (is, vec![none])
+}
+
+/// The syscalls allowed only with some arguments.
+pub(crate) fn checked() -> Vec<Checked> {
+    let mut v = Vec::new();
+
+    // clone: no CLONE_NEW* flag (flags is argument 0 on every supported
+    // arch; the kernel reads its low 32 bits). Refused: one masked-equality
+    // rule per flag.
+    let ns_mask = CLONE_NS_FLAGS.iter().fold(0, |m, (f, _)| m | f);
+    v.push(Checked {
+        sys: sys![SYS_clone][0],
+        allow: vec![vec![Cond::masked_eq(0, ns_mask, 0)]],
+        deny: CLONE_NS_FLAGS
+            .iter()
+            .map(|(f, _)| vec![Cond::masked_eq(0, *f, *f)])
+            .collect(),
+    });
+
+    // socketpair: AF_UNIX with a stream or seqpacket type only.
+    let types = socketpair_types();
+    let unix = libc::AF_UNIX as u64;
+    v.push(Checked {
+        sys: sys![SYS_socketpair][0],
+        allow: types
+            .iter()
+            .map(|t| vec![Cond::eq(0, unix), Cond::eq(1, *t)])
+            .collect(),
+        deny: vec![
+            vec![Cond::ne(0, unix)],
+            types.iter().map(|t| Cond::ne(1, *t)).collect(),
+        ],
+    });
+
+    // ioctl: every command but the terminal-injection ones.
+    let (is, none) = one_of(1, &IOCTL_DENIED);
+    v.push(Checked {
+        sys: sys![SYS_ioctl][0],
+        allow: none,
+        deny: is,
+    });
+
+    // personality: only the listed values.
+    let (is, none) = one_of(0, &PERSONALITY_ALLOWED);
+    v.push(Checked {
+        sys: sys![SYS_personality][0],
+        allow: is,
+        deny: none,
+    });
+
+    // prctl: every option but the refused ones.
+    let (is, none) = one_of(0, &PRCTL_DENIED);
+    v.push(Checked {
+        sys: sys![SYS_prctl][0],
+        allow: none,
+        deny: is,
+    });
+
+    // Scheduler setters: the calling thread only (pid 0). Another pid,
+    // even a sibling thread's, is refused: seccomp cannot tell which pids
+    // are the sandbox's own.
+    for s in sys![
+        SYS_sched_setaffinity,
+        SYS_sched_setscheduler,
+        SYS_sched_setparam,
+        SYS_sched_setattr,
+    ] {
+        v.push(Checked {
+            sys: s,
+            allow: vec![vec![Cond::eq(0, 0)]],
+            deny: vec![vec![Cond::ne(0, 0)]],
+        });
+    }
+
+    // setpriority / ioprio_set: (PRIO_PROCESS / IOPRIO_WHO_PROCESS, 0),
+    // i.e. the caller. PRIO_USER with who 0 would reach every process of
+    // the uid.
+    for (s, which) in [
+        (sys![SYS_setpriority][0], PRIO_PROCESS),
+        (sys![SYS_ioprio_set][0], IOPRIO_WHO_PROCESS),
+    ] {
+        v.push(Checked {
+            sys: s,
+            allow: vec![vec![Cond::eq(0, which), Cond::eq(1, 0)]],
+            deny: vec![vec![Cond::ne(0, which)], vec![Cond::ne(1, 0)]],
+        });
+    }
+
+    // Calls that set a file mode: never a setuid or setgid bit. Such a file
+    // left in a writable place that outlives the sandbox (a caller's
+    // scratch dir, a read-write grant) would run with the sandbox's uid —
+    // or root's, through the idmapped mount a root host uses for those —
+    // for any local user, outside the sandbox's nosuid mounts. `openat2`
+    // carries its mode in a struct seccomp cannot read, so it is not on
+    // the allowlist at all (ENOSYS: callers fall back to `openat`).
+    // `mkdir` is not checked: a set-gid directory only passes on its group,
+    // and Linux ignores set-uid on directories.
+    let special = (libc::S_ISUID | libc::S_ISGID) as u64;
+    for (s, arg) in mode_arguments() {
+        v.push(Checked {
+            sys: s,
+            allow: vec![vec![Cond::masked_eq(arg, special, 0)]],
+            deny: [libc::S_ISUID as u64, libc::S_ISGID as u64]
+                .iter()
+                .map(|bit| vec![Cond::masked_eq(arg, *bit, *bit)])
+                .collect(),
+        });
+    }
+
+    // prlimit64: any limit of the caller (pid 0), or a read (new_limit
+    // NULL, a 64-bit pointer) of any process's.
+    v.push(Checked {
+        sys: sys![SYS_prlimit64][0],
+        allow: vec![vec![Cond::eq(0, 0)], vec![Cond::eq64(2, 0)]],
+        deny: vec![vec![Cond::ne(0, 0), Cond::ne64(2, 0)]],
+    });
+
+    v
+}
