@@ -13,8 +13,8 @@ use clap::{Subcommand, ValueEnum};
 use std::sync::Arc;
 
 use cordon_starlark::{
-    load_package_from_path, Call, CallOutcome, ExecOutcome, InMemoryPackageStore,
-    InMemoryPermissionStore, InMemorySecretStore, Limits, Notification, Package, Permission,
+    load_package_from_path, Call, CallOutcome, EvalLimits, ExecOutcome, InMemoryPackageStore,
+    InMemoryPermissionStore, InMemorySecretStore, Notification, Package, Permission,
     RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError, TrustTier,
     WorkerConfig, WorkerProgram,
 };
@@ -152,9 +152,9 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, StarlarkHostError
     let mut services = Services::new(packages, perms);
     services.secrets = Some(secrets);
     services.notifier = Some(Arc::new(notifier.clone()));
-    let limits = Limits {
-        timeout: args.timeout.unwrap_or(Limits::default().timeout),
-        ..Limits::default()
+    let limits = EvalLimits {
+        timeout: args.timeout.unwrap_or(EvalLimits::default().timeout),
+        ..EvalLimits::default()
     };
     let mut builder = StarlarkHost::builder(services).limits(limits);
     let tier = match args.isolation {

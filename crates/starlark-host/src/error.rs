@@ -4,20 +4,20 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitKind {
-    /// Instruction budget (`Limits::max_ticks`).
+    /// Instruction budget (`EvalLimits::max_ticks`).
     Ticks,
-    /// Wall-clock deadline (`Limits::timeout`).
+    /// Wall-clock deadline (`EvalLimits::timeout`).
     Time,
-    /// Starlark heap size (`Limits::max_heap_bytes`).
+    /// Starlark heap size (`EvalLimits::max_heap_bytes`).
     Heap,
-    /// Call-stack depth (`Limits::max_call_depth`).
+    /// Call-stack depth (`EvalLimits::max_call_depth`).
     CallStack,
-    /// Captured print output (`Limits::max_output_bytes`).
+    /// Captured print output (`EvalLimits::max_output_bytes`).
     Output,
-    /// Source size (`Limits::max_source_bytes`).
+    /// Source size (`EvalLimits::max_source_bytes`).
     SourceSize,
     /// Bracket nesting or operator-chain depth in source
-    /// (`Limits::max_nesting_depth`, `Limits::max_expression_depth`).
+    /// (`EvalLimits::max_nesting_depth`, `EvalLimits::max_expression_depth`).
     Nesting,
     /// Depth or size of a value converted to JSON.
     ValueSize,
@@ -105,7 +105,7 @@ pub enum StarlarkHostError {
         /// Starlark's diagnostic (with file and line).
         message: String,
     },
-    /// A limit was hit; raise the limit in [`crate::Limits`] if the package is
+    /// A limit was hit; raise the limit in [`crate::EvalLimits`] if the package is
     /// trusted and legitimately needs more.
     #[error("package {package:?}: {kind:?} limit exceeded: {message}")]
     Limit {

@@ -15,7 +15,7 @@ use starlark::values::Value;
 use crate::bindings::{globals_for, CapturedOutput, EvalContext, ModuleSet};
 use crate::broker::CancelToken;
 use crate::error::{LimitKind, StarlarkHostError};
-use crate::limits::{check_source_shape, json_to_value, value_to_json, Limits, ShapeError};
+use crate::limits::{check_source_shape, json_to_value, value_to_json, EvalLimits, ShapeError};
 use crate::package::{normalize_load_path, Package};
 use crate::protocol::{DenyAllCalls, ModuleCalls};
 
@@ -61,7 +61,7 @@ fn dialect() -> Dialect {
 }
 
 struct Guard<'a> {
-    limits: &'a Limits,
+    limits: &'a EvalLimits,
     deadline: Instant,
     cancel: &'a CancelToken,
     output: &'a CapturedOutput,
@@ -230,7 +230,7 @@ impl FileLoader for PackageLoader<'_> {
 pub fn compile_package(
     pkg: &Package,
     modules: ModuleSet,
-    limits: &Limits,
+    limits: &EvalLimits,
     cancel: &CancelToken,
 ) -> Result<CompiledPackage, StarlarkHostError> {
     let output = CapturedOutput::new(limits.max_output_bytes);
@@ -315,7 +315,7 @@ impl CompiledPackage {
         args: &[serde_json::Value],
         kwargs: &serde_json::Map<String, serde_json::Value>,
         calls: Arc<dyn ModuleCalls>,
-        limits: &Limits,
+        limits: &EvalLimits,
         deadline: Instant,
         cancel: &CancelToken,
     ) -> Result<(serde_json::Value, String), (StarlarkHostError, String)> {

@@ -26,7 +26,7 @@ use crate::bindings::ModuleSet;
 use crate::broker::{ensure_runnable, CancelToken, Capabilities, Services};
 use crate::error::StarlarkHostError;
 use crate::eval::CallOutcome;
-use crate::limits::Limits;
+use crate::limits::EvalLimits;
 use crate::package::Package;
 use crate::runner::{CacheStats, ExecOutcome, InProcess};
 use crate::sandbox::{WorkerConfig, WorkerPool};
@@ -137,7 +137,7 @@ pub(crate) trait Evaluator: Send + Sync {
 /// packages, and where trusted ones run.
 pub struct StarlarkHostBuilder {
     services: Services,
-    limits: Limits,
+    limits: EvalLimits,
     sandbox: Option<(Result<SandboxRunner, SandboxUnavailable>, WorkerConfig)>,
     trusted: Isolation,
 }
@@ -153,8 +153,8 @@ impl std::fmt::Debug for StarlarkHostBuilder {
 }
 
 impl StarlarkHostBuilder {
-    /// The evaluation limits (default: [`Limits::default`]).
-    pub fn limits(mut self, limits: Limits) -> Self {
+    /// The evaluation limits (default: [`EvalLimits::default`]).
+    pub fn limits(mut self, limits: EvalLimits) -> Self {
         self.limits = limits;
         self
     }
@@ -266,7 +266,7 @@ impl StarlarkHost {
     pub fn builder(services: Services) -> StarlarkHostBuilder {
         StarlarkHostBuilder {
             services,
-            limits: Limits::default(),
+            limits: EvalLimits::default(),
             sandbox: None,
             trusted: Isolation::default(),
         }
@@ -329,7 +329,7 @@ impl StarlarkHost {
     }
 
     /// The evaluation limits.
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &EvalLimits {
         self.in_process.limits()
     }
 

@@ -25,7 +25,7 @@
 //!   is compiled once (parse, run the top level, freeze) and kept (in
 //!   process: cached by source hash and module set; in a sandboxed worker:
 //!   loaded in a warm worker); each entry-point [`Call`] runs on a fresh
-//!   heap under [`Limits`] (ticks, deadline, cancellation, heap, call
+//!   heap under [`EvalLimits`] (ticks, deadline, cancellation, heap, call
 //!   depth, output, source size, bracket nesting, JSON value depth/size).
 //!
 //! Module calls are refused while a package's top level runs: the frozen,
@@ -111,7 +111,7 @@ pub use error::{LimitKind, StarlarkHostError};
 pub use eval::CallOutcome;
 pub use host::{Call, Isolation, StarlarkHost, StarlarkHostBuilder};
 pub use http::HttpLimits;
-pub use limits::Limits;
+pub use limits::EvalLimits;
 pub use package::{
     load_package_from_path, Manifest, Package, PackageStatus, PackageTier, Permission,
     ProviderRequirement,

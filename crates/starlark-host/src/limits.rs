@@ -12,10 +12,14 @@ use starlark::values::{Heap, UnpackValue, Value};
 
 use crate::http::HttpLimits;
 
-/// Resource limits applied to every evaluation (loading a package, and
-/// each entry-point call). All have safe defaults.
+/// The limits of one **evaluation** (loading a package, or one
+/// entry-point call), wherever it runs: ticks, wall clock, Starlark heap,
+/// stack depth, output, source shape, JSON value sizes, and the `http`
+/// module's caps. Not process limits: those of a worker process are
+/// [`WorkerLimits`](crate::WorkerLimits), checked against the sandbox
+/// runner's [`cordon_core::Limits`]. All have safe defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub struct EvalLimits {
     /// Instruction budget: one tick is a function call or a loop iteration.
     /// The default (10 M) is roughly 0.15–0.25 s of tight looping.
     pub max_ticks: u64,
@@ -49,9 +53,9 @@ pub struct Limits {
     pub http: HttpLimits,
 }
 
-impl Default for Limits {
+impl Default for EvalLimits {
     fn default() -> Self {
-        Limits {
+        EvalLimits {
             max_ticks: 10_000_000,
             timeout: Duration::from_secs(10),
             max_heap_bytes: 64 * 1024 * 1024,

@@ -12,7 +12,7 @@ use crate::broker::{CancelToken, Capabilities, ModuleBroker};
 use crate::error::StarlarkHostError;
 use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
 use crate::host::{Call, Evaluator};
-use crate::limits::Limits;
+use crate::limits::EvalLimits;
 use crate::package::Package;
 
 /// What loading a package gave: [`StarlarkHost::load`](crate::StarlarkHost::load).
@@ -52,7 +52,7 @@ struct Cache {
 /// Runs Starlark packages in process: the evaluator for trusted packages.
 pub(crate) struct InProcess {
     caps: Arc<Capabilities>,
-    limits: Limits,
+    limits: EvalLimits,
     max_cache_entries: usize,
     cache: Mutex<Cache>,
     hits: AtomicU64,
@@ -86,7 +86,7 @@ impl Drop for CancelOnDrop {
 
 impl InProcess {
     /// An evaluator over `caps` with the given limits.
-    pub(crate) fn new(caps: Arc<Capabilities>, limits: Limits) -> Self {
+    pub(crate) fn new(caps: Arc<Capabilities>, limits: EvalLimits) -> Self {
         InProcess {
             caps,
             limits,
@@ -98,7 +98,7 @@ impl InProcess {
     }
 
     /// The limits in force.
-    pub(crate) fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &EvalLimits {
         &self.limits
     }
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bindings::ModuleSet;
 use crate::error::{LimitKind, StarlarkHostError};
-use crate::limits::Limits;
+use crate::limits::EvalLimits;
 use crate::package::Package;
 use crate::protocol::ModuleError;
 
@@ -107,38 +107,38 @@ impl ErrorCode {
     }
 }
 
-/// Evaluation limits sent with `load_package`: [`Limits`] without the HTTP
+/// Evaluation limits sent with `load_package`: [`EvalLimits`] without the HTTP
 /// caps (those are enforced by the host's broker, not the worker).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireLimits {
-    /// [`Limits::max_ticks`].
+    /// [`EvalLimits::max_ticks`].
     pub max_ticks: u64,
-    /// [`Limits::timeout`], in milliseconds.
+    /// [`EvalLimits::timeout`], in milliseconds.
     pub timeout_ms: u64,
-    /// [`Limits::max_heap_bytes`].
+    /// [`EvalLimits::max_heap_bytes`].
     pub max_heap_bytes: u64,
-    /// [`Limits::max_call_depth`].
+    /// [`EvalLimits::max_call_depth`].
     pub max_call_depth: u64,
-    /// [`Limits::max_output_bytes`].
+    /// [`EvalLimits::max_output_bytes`].
     pub max_output_bytes: u64,
-    /// [`Limits::max_source_bytes`].
+    /// [`EvalLimits::max_source_bytes`].
     pub max_source_bytes: u64,
-    /// [`Limits::max_nesting_depth`].
+    /// [`EvalLimits::max_nesting_depth`].
     pub max_nesting_depth: u64,
-    /// [`Limits::max_expression_depth`].
+    /// [`EvalLimits::max_expression_depth`].
     pub max_expression_depth: u64,
-    /// [`Limits::max_value_depth`].
+    /// [`EvalLimits::max_value_depth`].
     pub max_value_depth: u64,
-    /// [`Limits::max_value_bytes`].
+    /// [`EvalLimits::max_value_bytes`].
     pub max_value_bytes: u64,
-    /// [`Limits::max_load_depth`].
+    /// [`EvalLimits::max_load_depth`].
     pub max_load_depth: u64,
-    /// [`Limits::eval_stack_bytes`]: the worker's evaluation thread stack.
+    /// [`EvalLimits::eval_stack_bytes`]: the worker's evaluation thread stack.
     pub eval_stack_bytes: u64,
 }
 
-impl From<&Limits> for WireLimits {
-    fn from(l: &Limits) -> Self {
+impl From<&EvalLimits> for WireLimits {
+    fn from(l: &EvalLimits) -> Self {
         WireLimits {
             max_ticks: l.max_ticks,
             timeout_ms: l.timeout.as_millis().min(u64::MAX as u128) as u64,
@@ -157,10 +157,10 @@ impl From<&Limits> for WireLimits {
 }
 
 impl WireLimits {
-    /// Back to [`Limits`] (HTTP caps at their defaults: unused in the worker).
-    pub fn to_limits(&self) -> Limits {
+    /// Back to [`EvalLimits`] (HTTP caps at their defaults: unused in the worker).
+    pub fn to_limits(&self) -> EvalLimits {
         let z = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-        Limits {
+        EvalLimits {
             max_ticks: self.max_ticks,
             timeout: std::time::Duration::from_millis(self.timeout_ms),
             max_heap_bytes: z(self.max_heap_bytes),
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn limits_round_trip() {
-        let l = Limits::default();
+        let l = EvalLimits::default();
         let w = WireLimits::from(&l);
         let s = serde_json::to_string(&w).unwrap();
         let back: WireLimits = serde_json::from_str(&s).unwrap();

@@ -46,8 +46,8 @@ pub struct WorkerLimits {
     /// The worker's memory ([`cordon_core::Limits::memory_bytes`]: the
     /// whole worker's pages where the backend has a cgroup, else its
     /// private writable memory per process). Must cover the binary's mappings, the evaluation
-    /// thread's stack ([`Limits::eval_stack_bytes`]) and the Starlark heap
-    /// ([`Limits::max_heap_bytes`]) with room to spare. Default 512 MiB:
+    /// thread's stack ([`EvalLimits::eval_stack_bytes`]) and the Starlark heap
+    /// ([`EvalLimits::max_heap_bytes`]) with room to spare. Default 512 MiB:
     /// a warm worker peaks at ~87 MiB of address space with the default
     /// 64 MiB evaluation stack (measured, see the README), and the 64 MiB
     /// Starlark heap limit is checked only periodically, so one large

@@ -13,7 +13,7 @@
 //!   [`PoolConfig::idle_timeout`].
 //!
 //! The wall-clock deadline is enforced twice: the worker's interpreter
-//! stops at [`Limits::timeout`] by itself, and the host kills the worker's
+//! stops at [`EvalLimits::timeout`] by itself, and the host kills the worker's
 //! process group [`WorkerConfig::kill_grace`] later if it has not answered.
 
 mod config;
@@ -42,7 +42,7 @@ use crate::broker::{Capabilities, ModuleBroker};
 use crate::error::{LimitKind, StarlarkHostError};
 use crate::eval::CallOutcome;
 use crate::host::{Call, Evaluator};
-use crate::limits::Limits;
+use crate::limits::EvalLimits;
 use crate::package::Package;
 use crate::runner::ExecOutcome;
 use crate::wire;
@@ -50,7 +50,7 @@ use crate::wire;
 struct Inner {
     runner: SandboxRunner,
     caps: Arc<Capabilities>,
-    limits: Limits,
+    limits: EvalLimits,
     config: WorkerConfig,
     /// `config.limits` as spawn limits, checked against the runner's
     /// ceilings when the pool was made.
@@ -124,7 +124,7 @@ impl WorkerPool {
     pub(crate) fn new(
         runner: SandboxRunner,
         caps: Arc<Capabilities>,
-        limits: Limits,
+        limits: EvalLimits,
         config: WorkerConfig,
     ) -> Result<Self, StarlarkHostError> {
         let worker_limits = config
@@ -172,7 +172,7 @@ impl WorkerPool {
     }
 
     /// The evaluation limits.
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &EvalLimits {
         &self.inner.limits
     }
 

@@ -12,7 +12,7 @@ use cordon_core::protocol::Message;
 use crate::broker::CancelToken;
 use crate::error::LimitKind;
 use crate::eval::{compile_package, CompiledPackage};
-use crate::limits::Limits;
+use crate::limits::EvalLimits;
 use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
 use crate::wire::{self, ErrorCode};
 
@@ -111,7 +111,7 @@ pub(super) fn eval_thread(
     answers: mpsc::Receiver<Answer>,
 ) {
     let answers = Arc::new(Mutex::new(Some(answers)));
-    let mut compiled: Option<(CompiledPackage, Limits)> = None;
+    let mut compiled: Option<(CompiledPackage, EvalLimits)> = None;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Load { id, body } => {

@@ -20,7 +20,7 @@
 //!   and `call` to the evaluation thread, turns `Cancel` into the running
 //!   call's [`CancelToken`], and routes the host's answers to `module`
 //!   requests to the waiting forwarder;
-//! * the **evaluation thread** (stack [`crate::Limits::eval_stack_bytes`],
+//! * the **evaluation thread** (stack [`crate::EvalLimits::eval_stack_bytes`],
 //!   started on `load_package`) compiles the package once, then runs each
 //!   call. Its Starlark builtins call a [`ModuleCalls`] forwarder that sends
 //!   `Request{method: "module"}` to the host and blocks until the matching
@@ -46,7 +46,7 @@ use cordon_core::protocol::{
 use crate::broker::CancelToken;
 use crate::error::LimitKind;
 use crate::eval::compile_package;
-use crate::limits::Limits;
+use crate::limits::EvalLimits;
 use crate::wire::{self, ErrorCode};
 
 mod eval_thread;
@@ -245,7 +245,7 @@ fn warm_up_globals() {
                 "(warm-up)",
                 "X = {'a': [1, 2.5, 'x']}\ndef f(n = 1):\n    return [json.encode(X), n + 1]\n",
             );
-            let limits = Limits::default();
+            let limits = EvalLimits::default();
             let cancel = CancelToken::new();
             if let Ok(c) = compile_package(&pkg, crate::bindings::ModuleSet::NONE, &limits, &cancel)
             {

@@ -24,7 +24,7 @@ async fn hello_package_uses_http_and_secrets_against_a_local_server() {
     assert!(pkg.sources.contains_key("lib/format.star"));
     // The test server listens on an ephemeral port instead of 8080.
     pkg.manifest.network_access = vec![format!("http://127.0.0.1:{}", srv.port)];
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     h.grant_all(&pkg);
     let args = serde_json::Map::from_iter([
         ("base_url".to_owned(), json!(srv.base())),
@@ -55,7 +55,7 @@ async fn hello_package_uses_http_and_secrets_against_a_local_server() {
 async fn single_file_example_runs_without_permissions() {
     let pkg = load_package_from_path(examples_dir().join("single.star")).unwrap();
     assert_eq!(pkg.id, "single");
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let out = h
         .runner
         .call_entry_point(&pkg, "main", vec![json!(20)], Default::default(), None)
@@ -90,7 +90,7 @@ async fn a_package_from_disk_gets_only_what_is_granted() {
     // A package loaded from disk, as `cordon star run` does it; nothing is
     // granted but what is listed.
     let pkg = load_package_from_path(dir.path()).unwrap();
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
 
     // Without grants the modules are absent.
     let e = h

@@ -11,7 +11,7 @@ use crate::{assert_err_contains, harness, package};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn module_present_only_when_granted_and_requested() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let src = "def main():\n    return http != None\n";
     // Requested, not granted.
     let requested = package("req-only", &[Permission::ApiHttp], &[], src);
@@ -38,7 +38,7 @@ async fn module_present_only_when_granted_and_requested() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_absent_without_user() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let mut pkg = package(
         "prov",
         &[Permission::ProviderComplete],
@@ -67,7 +67,7 @@ async fn provider_absent_without_user() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_are_isolated_between_packages() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let src = "def main():\n    return [secrets.get('token'), secrets.get('missing')]\n";
     let a = package("pkg-a", &[Permission::SecretsRead], &[], src);
     let b = package("pkg-b", &[Permission::SecretsRead], &[], src);
@@ -86,7 +86,7 @@ async fn secrets_are_isolated_between_packages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_are_attributed_to_the_package() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = package(
         "notify",
         &[Permission::NotificationsSend],
@@ -108,7 +108,7 @@ async fn notifications_are_attributed_to_the_package() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn module_calls_are_refused_at_top_level() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = package(
         "top",
         &[Permission::SecretsRead],
@@ -121,7 +121,7 @@ async fn module_calls_are_refused_at_top_level() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_hit_on_second_call_and_fresh_heap_per_call() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = package(
         "cache",
         &[],
@@ -173,7 +173,7 @@ async fn cache_hit_on_second_call_and_fresh_heap_per_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_is_confined_to_the_package() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let mut sources = BTreeMap::new();
     sources.insert(
         "main.star".to_owned(),
@@ -218,7 +218,7 @@ async fn load_is_confined_to_the_package() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inactive_packages_do_not_run() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let mut pkg = package("off", &[], &[], "def main():\n    return 1\n");
     pkg.status = PackageStatus::Disabled;
     assert_err_contains(h.call(&pkg, "main", None).await, "activate it first");
@@ -229,7 +229,7 @@ async fn inactive_packages_do_not_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_by_id_uses_the_package_store() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     h.packages.insert(package(
         "stored",
         &[],
@@ -267,7 +267,7 @@ async fn packages_load_from_disk() {
     let pkg = load_package_from_path(dir.path()).unwrap();
     assert_eq!(pkg.id, "disk");
     assert_eq!(pkg.manifest.permissions, vec![Permission::SecretsRead]);
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     assert_eq!(
         h.call(&pkg, "main", None).await.unwrap().value,
         json!("from disk")
@@ -284,7 +284,7 @@ async fn packages_load_from_disk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_share_one_runner() {
-    let h = std::sync::Arc::new(harness(Limits::default()));
+    let h = std::sync::Arc::new(harness(EvalLimits::default()));
     let pkg = package(
         "concurrent",
         &[Permission::SecretsRead],

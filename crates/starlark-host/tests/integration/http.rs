@@ -16,7 +16,7 @@ fn http_pkg(id: &str, network: &[String], body: &str) -> Package {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_post_json_and_headers_over_allowlisted_loopback() {
     let srv = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let base = srv.base();
     let pkg = http_pkg(
         "h1",
@@ -56,7 +56,7 @@ def main():
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_outside_the_allowlist_are_refused() {
     let srv = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let base = srv.base();
     // No entry at all.
     let none = http_pkg(
@@ -99,7 +99,7 @@ async fn hosts_outside_the_allowlist_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_by_name_is_refused_but_literal_ip_entry_allows_it() {
     let srv = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     // `localhost` is allowlisted by name, but resolves to loopback: refused.
     let by_name = http_pkg(
         "h-localhost",
@@ -141,7 +141,7 @@ async fn loopback_by_name_is_refused_but_literal_ip_entry_allows_it() {
 async fn redirects_are_checked_on_every_hop() {
     let allowed = start().await;
     let denied = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let a = allowed.base();
     let d = denied.base();
     let pkg = http_pkg(
@@ -178,7 +178,7 @@ def too_many():
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_size_time_and_request_count_caps() {
     let srv = start().await;
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.http.max_response_bytes = 64 * 1024;
     limits.http.max_request_time = Duration::from_millis(400);
     limits.http.max_requests_per_invocation = 3;
@@ -225,7 +225,7 @@ def many():
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_call_honours_invocation_deadline_and_cancellation() {
     let srv = start().await;
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.timeout = Duration::from_millis(500);
     let h = harness(limits);
     let pkg = http_pkg(
@@ -241,7 +241,7 @@ async fn blocking_call_honours_invocation_deadline_and_cancellation() {
     assert_err_contains(h.call(&pkg, "main", None).await, "deadline");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     h.grant_all(&pkg);
     let cancel = CancelToken::new();
     let c2 = cancel.clone();
@@ -263,7 +263,7 @@ async fn blocking_call_honours_invocation_deadline_and_cancellation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_are_starlark_errors() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = http_pkg(
         "h-args",
         &["http://127.0.0.1:9".into()],
@@ -291,7 +291,7 @@ def badurl():
 #[tokio::test]
 async fn works_on_a_current_thread_runtime() {
     let srv = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = http_pkg(
         "h-current",
         &[format!("http://127.0.0.1:{}", srv.port)],

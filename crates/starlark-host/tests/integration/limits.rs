@@ -27,7 +27,7 @@ async fn host_still_works(h: &crate::Harness) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infinite_loop_hits_the_tick_limit() {
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_ticks = 100_000;
     let h = harness(limits);
     let pkg = package(
@@ -45,7 +45,7 @@ async fn infinite_loop_hits_the_tick_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infinite_loop_hits_the_deadline() {
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_ticks = u64::MAX / 2;
     limits.timeout = Duration::from_millis(300);
     let h = harness(limits);
@@ -61,7 +61,7 @@ async fn infinite_loop_hits_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_stops_a_running_loop() {
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_ticks = u64::MAX / 2;
     limits.timeout = Duration::from_secs(60);
     let h = harness(limits);
@@ -87,7 +87,7 @@ async fn cancellation_stops_a_running_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_recursion_hits_the_call_stack_limit() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = package(
         "recurse",
         &[],
@@ -103,7 +103,7 @@ async fn deep_recursion_hits_the_call_stack_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_growth_hits_the_heap_limit() {
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_heap_bytes = 16 * 1024 * 1024;
     limits.max_ticks = u64::MAX / 2;
     let h = harness(limits);
@@ -122,7 +122,7 @@ async fn list_growth_hits_the_heap_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn print_flood_hits_the_output_limit() {
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_output_bytes = 1000;
     let h = harness(limits);
     let pkg = package(
@@ -151,7 +151,7 @@ async fn print_flood_hits_the_output_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deeply_nested_and_oversized_source_is_refused_before_parsing() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let nested = format!(
         "x = {}{}\ndef main():\n    return 1\n",
         "[".repeat(100_000),
@@ -189,7 +189,7 @@ async fn deeply_nested_and_oversized_source_is_refused_before_parsing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn return_values_are_depth_and_size_limited() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = package(
         "values",
         &[],
@@ -236,7 +236,7 @@ def main():
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_errors_are_reported_with_location() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = package("broken", &[], &[], "def main():\n    return 1 +\n");
     assert_err_contains(h.call(&pkg, "main", None).await, "main.star");
     let pkg = package(
@@ -251,7 +251,7 @@ async fn script_errors_are_reported_with_location() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_operator_chains_are_refused_before_they_overflow_the_stack() {
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     // Each of these aborts the process with a native stack overflow (even on
     // the 64 MiB evaluation stack) if it reaches the parser/compiler.
     for (id, src) in [

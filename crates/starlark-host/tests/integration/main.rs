@@ -27,7 +27,7 @@ pub struct Harness {
     pub packages: Arc<InMemoryPackageStore>,
 }
 
-pub fn harness(limits: Limits) -> Harness {
+pub fn harness(limits: EvalLimits) -> Harness {
     let perms = Arc::new(InMemoryPermissionStore::new());
     let secrets = Arc::new(InMemorySecretStore::new());
     let notifier = RecordingNotifier::new();

@@ -40,7 +40,7 @@ def chat():
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn byok_chain_user_channel_package_host() {
     let srv = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = prov_pkg("prov");
     h.grant_all(&pkg);
     let ctx = RunContext::for_user("alice").with_channel("general");
@@ -97,7 +97,7 @@ async fn byok_chain_user_channel_package_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_never_reaches_the_script() {
     let srv = start().await;
-    let h = harness(Limits::default());
+    let h = harness(EvalLimits::default());
     let pkg = prov_pkg("prov-secret");
     h.grant_all(&pkg);
     // The mock server echoes a wrong key back in its error body; it must be redacted.

@@ -76,7 +76,7 @@ pub fn worker_config() -> WorkerConfig {
     c
 }
 
-pub fn env_with(limits: Limits, config: WorkerConfig) -> Env {
+pub fn env_with(limits: EvalLimits, config: WorkerConfig) -> Env {
     let perms = Arc::new(InMemoryPermissionStore::new());
     let secrets = Arc::new(InMemorySecretStore::new());
     let notifier = RecordingNotifier::new();
@@ -100,7 +100,7 @@ pub fn env_with(limits: Limits, config: WorkerConfig) -> Env {
     }
 }
 
-pub fn env(limits: Limits) -> Env {
+pub fn env(limits: EvalLimits) -> Env {
     env_with(limits, worker_config())
 }
 
@@ -192,7 +192,7 @@ async fn the_linux_backend_is_admitted_with_the_worker_binary_as_probe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_run_in_a_warm_reused_worker() {
     let _g = serial();
-    let e = env(Limits::default());
+    let e = env(EvalLimits::default());
     let pkg = package(
         "warm",
         &[],
@@ -240,7 +240,7 @@ async fn worker_runs_as_nobody_with_no_files_and_no_network() {
     // namespaces of its own, and its only granted dir is the private
     // staging dir.
     let _g = serial();
-    let e = env(Limits::default());
+    let e = env(EvalLimits::default());
     let pkg = package("who", &[], &[], "def f():\n    return 1\n");
     e.call(&pkg, "f").await.unwrap();
     let pids = e.sandboxed.worker_pids();
@@ -353,7 +353,7 @@ async fn a_tighter_memory_limit_still_runs_normal_packages() {
     let _g = serial();
     let mut c = worker_config();
     c.limits.memory_bytes = 256 << 20;
-    let e = env_with(Limits::default(), c);
+    let e = env_with(EvalLimits::default(), c);
     let pkg = package(
         "tight",
         &[],
@@ -385,7 +385,7 @@ async fn a_tighter_memory_limit_still_runs_normal_packages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_scripts_end_in_clear_errors_without_leaks() {
     let _g = serial();
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.timeout = Duration::from_secs(3);
     let e = env(limits);
     // Warm-up: tokio's SIGCHLD pipe etc. exist before the baseline.
@@ -454,7 +454,7 @@ async fn hostile_scripts_end_in_clear_errors_without_leaks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadline_and_cancellation() {
     let _g = serial();
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.timeout = Duration::from_millis(400);
     limits.max_ticks = u64::MAX / 2;
     let e = env(limits);
@@ -500,7 +500,7 @@ async fn deadline_and_cancellation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_call_is_a_clean_error_and_the_next_call_works() {
     let _g = serial();
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_ticks = u64::MAX / 2;
     let e = env(limits);
     let pkg = package(
@@ -536,7 +536,7 @@ async fn kill_9_mid_call_is_a_clean_error_and_the_next_call_works() {
 async fn module_calls_are_brokered_by_the_host() {
     let _g = serial();
     let srv = server::start().await;
-    let e = env(Limits::default());
+    let e = env(EvalLimits::default());
     let base = srv.base();
     let pkg = package(
         "fetch",
@@ -705,7 +705,7 @@ async fn pool_is_bounded_retires_worn_and_idle_workers() {
     c.pool.max_idle_per_package = 1;
     c.pool.max_calls_per_worker = 3;
     c.pool.idle_timeout = Duration::from_millis(300);
-    let e = env_with(Limits::default(), c);
+    let e = env_with(EvalLimits::default(), c);
     let pkg = package("pool", &[], &[], "def f(x = 0):\n    return x\n");
     // Two concurrent calls need two workers; only one is kept idle.
     let (a, b) = tokio::join!(e.call(&pkg, "f"), e.call(&pkg, "f"));
@@ -731,7 +731,7 @@ async fn pool_is_bounded_retires_worn_and_idle_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_call_kills_its_worker() {
     let _g = serial();
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.max_ticks = u64::MAX / 2;
     let e = env(limits);
     let pkg = package(
@@ -773,7 +773,7 @@ async fn a_package_from_disk_runs_in_a_worker_with_only_its_grants() {
     // A package loaded from disk, granted explicitly (as `cordon star run`
     // does it).
     let pkg = load_package_from_path(dir.path()).unwrap();
-    let e = env(Limits::default());
+    let e = env(EvalLimits::default());
     e.perms.grant(&pkg.id, Permission::ApiHttp);
     e.perms.grant(&pkg.id, Permission::SecretsRead);
     e.secrets.set(&pkg.id, "greeting_token", "t");
@@ -829,7 +829,7 @@ async fn a_spare_worker_serves_the_next_new_package() {
     let _g = serial();
     let mut c = worker_config();
     c.pool.spare_workers = 1;
-    let e = env_with(Limits::default(), c);
+    let e = env_with(EvalLimits::default(), c);
     let a = package("spare-a", &[], &[], "def f():\n    return 'a'\n");
     let b = package("spare-b", &[], &[], "def f():\n    return 'b'\n");
     assert_eq!(e.call(&a, "f").await.unwrap().value, json!("a"));

@@ -33,7 +33,7 @@ ID="$1"
     c
 }
 
-async fn fake_worker_error(body: &str, limits: Limits) -> String {
+async fn fake_worker_error(body: &str, limits: EvalLimits) -> String {
     let e = env_with(limits, sh_worker(body));
     let pkg = package("fake", &[], &[], "def f():\n    return 1\n");
     let err = e.call(&pkg, "f").await.unwrap_err();
@@ -109,7 +109,7 @@ async fn fake_workers_breaking_the_protocol_are_killed_with_clear_errors() {
         ),
     ];
     for (name, body, expect) in cases {
-        let msg = fake_worker_error(&body, Limits::default()).await;
+        let msg = fake_worker_error(&body, EvalLimits::default()).await;
         eprintln!("{name}: {msg}");
         assert!(msg.contains(expect), "{name}: {msg}");
         assert!(msg.contains("\"fake\""), "{name}: names the package: {msg}");
@@ -119,7 +119,7 @@ async fn fake_workers_breaking_the_protocol_are_killed_with_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_worker_is_killed_at_the_deadline() {
     let _g = serial();
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.timeout = Duration::from_millis(300);
     let id = worker_identity();
     let t = Instant::now();
@@ -129,7 +129,7 @@ async fn a_silent_worker_is_killed_at_the_deadline() {
 
     // A worker that never reads its stdin: the host's write of a 300 KB
     // load_package fills the pipe and must not block past the deadline.
-    let mut limits = Limits::default();
+    let mut limits = EvalLimits::default();
     limits.timeout = Duration::from_millis(300);
     let e = env_with(
         limits,
@@ -202,7 +202,7 @@ impl Driven {
         self.input.flush().unwrap();
     }
 
-    fn load(&mut self, src: &str, modules: ModuleSet, limits: &Limits) -> Message {
+    fn load(&mut self, src: &str, modules: ModuleSet, limits: &EvalLimits) -> Message {
         let pkg = package("driven", &[], &[], src);
         let body = wire::LoadPackage {
             package: pkg,
@@ -252,7 +252,7 @@ fn the_real_worker_by_hand_load_call_module_and_cancel() {
         ..ModuleSet::NONE
     };
     let src = "print('top')\ndef f(x = 2):\n    return x * 21\ndef net():\n    return http.get('https://example.com/').status\ndef spin():\n    for i in range(1000000000):\n        pass\n";
-    match d.load(src, modules, &Limits::default()) {
+    match d.load(src, modules, &EvalLimits::default()) {
         Message::Response { id: 1, body } => {
             let l: wire::Loaded = serde_json::from_value(body).unwrap();
             assert_eq!(l.functions, vec!["f", "net", "spin"]);
@@ -350,14 +350,14 @@ fn the_real_worker_refuses_protocol_violations() {
         d.load(
             "def f():\n    return 1\n",
             ModuleSet::NONE,
-            &Limits::default()
+            &EvalLimits::default()
         ),
         Message::Response { .. }
     ));
     d.load(
         "def f():\n    return 1\n",
         ModuleSet::NONE,
-        &Limits::default(),
+        &EvalLimits::default(),
     );
     // (the second load's answer is the terminal error)
     assert_eq!(d.child.wait().unwrap().code(), Some(2));

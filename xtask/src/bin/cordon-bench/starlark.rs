@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use cordon_core::{ChildSpec, Runner as _, SandboxRunner, TrustTier};
 use cordon_starlark::internals::{compile_package, run_on_eval_thread, DenyAllCalls, ModuleSet};
 use cordon_starlark::{
-    Call, CancelToken, InMemoryPackageStore, InMemoryPermissionStore, Limits, Package, Services,
-    StarlarkHost, WorkerConfig, WorkerProgram,
+    Call, CancelToken, EvalLimits, InMemoryPackageStore, InMemoryPermissionStore, Package,
+    Services, StarlarkHost, WorkerConfig, WorkerProgram,
 };
 
 use crate::proc_stats::status_kib;
@@ -33,7 +33,7 @@ fn services() -> Services {
 }
 
 /// A host with only in-process evaluation (the bench's trusted packages).
-fn trusted_host(limits: &Limits) -> StarlarkHost {
+fn trusted_host(limits: &EvalLimits) -> StarlarkHost {
     StarlarkHost::builder(services())
         .limits(limits.clone())
         .build()
@@ -43,7 +43,7 @@ fn trusted_host(limits: &Limits) -> StarlarkHost {
 /// A host whose worker pool runs the bench's untrusted packages.
 fn pool_host(
     sandbox: &SandboxRunner,
-    limits: &Limits,
+    limits: &EvalLimits,
     config: WorkerConfig,
 ) -> Result<StarlarkHost, String> {
     StarlarkHost::builder(services())
@@ -71,7 +71,7 @@ where
 
 pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     let mut rows = vec![];
-    let limits = Limits::default();
+    let limits = EvalLimits::default();
     let runner = trusted_host(&limits);
     let pkg = Package::from_script("bench-trivial", TRIVIAL.to_string());
     let trusted = TrustTier::Trusted;
@@ -128,7 +128,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
 async fn worker_rows(
     plan: &Plan,
     sandbox: &SandboxRunner,
-    limits: &Limits,
+    limits: &EvalLimits,
     pkg: &Package,
     base: f64,
 ) -> Vec<Row> {
@@ -242,7 +242,7 @@ async fn worker_rows(
     rows
 }
 
-async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &Limits, base: f64) -> Row {
+async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &EvalLimits, base: f64) -> Row {
     const NAME: &str = "sandboxed worker, spare ready (load only)";
     let mut config = match WorkerProgram::current_exe() {
         Ok(p) => WorkerConfig::new(p),
