@@ -390,7 +390,7 @@ impl CompiledPackage {
 /// await its result. A panic in `f` becomes [`StarlarkHostError::Internal`].
 ///
 /// Threads are kept warm in a small pool per stack size (at most
-/// [`MAX_IDLE_EVAL_THREADS`] idle ones): starting a thread with a 64 MiB
+/// `MAX_IDLE_EVAL_THREADS` idle ones): starting a thread with a 64 MiB
 /// stack costs tens of microseconds, more than a trivial call itself. A
 /// thread whose job panicked is not reused.
 pub async fn run_on_eval_thread<F, R>(stack_bytes: usize, f: F) -> Result<R, StarlarkHostError>

@@ -220,7 +220,8 @@ enum Pool {
 }
 
 /// Runs Starlark packages in the isolation their trust tier allows: the
-/// crate's one entry point. See the [module docs](self) for the routes.
+/// crate's one entry point: untrusted packages only ever in the worker
+/// pool, trusted ones in process unless the host is built otherwise.
 ///
 /// ```no_run
 /// use cordon_core::TrustTier;

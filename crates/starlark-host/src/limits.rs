@@ -39,7 +39,7 @@ pub struct EvalLimits {
     /// Bracket nesting depth of source, checked before parsing.
     pub max_nesting_depth: usize,
     /// Estimated expression-tree depth of source (operator chains), checked
-    /// before parsing; see [`check_source_shape`].
+    /// before parsing (by the source-shape scanner in `limits.rs`).
     pub max_expression_depth: usize,
     /// Nesting depth of values converted to/from JSON.
     pub max_value_depth: usize,

@@ -4,7 +4,7 @@
 //! `provider.complete`, …) is expressed as a [`ModuleCall`] and answered by a
 //! [`ModuleReply`] or a [`ModuleError`]. The Starlark bindings only convert
 //! values to and from these types and hand them to a [`ModuleCalls`]
-//! implementation. In process that is the [`crate::ModuleBroker`]; in a
+//! implementation. In process that is the `ModuleBroker`; in a
 //! sandboxed worker it will be a forwarder that sends the call to the host
 //! over a pipe. All types are `serde` (externally tagged enums only, so they
 //! survive serde_json's `arbitrary_precision`, which `starlark` turns on).
@@ -210,7 +210,7 @@ pub enum ModuleError {
 
 /// What the Starlark bindings call for every module call.
 ///
-/// In-process runs plug in a [`crate::ModuleBroker`]; a sandboxed worker
+/// In-process runs plug in a `ModuleBroker`; a sandboxed worker
 /// plugs in a forwarder that ships the call to the host. Implementations are
 /// called from the evaluation thread and may block, but must honour the
 /// invocation's deadline and cancellation themselves.

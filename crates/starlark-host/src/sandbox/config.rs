@@ -38,7 +38,7 @@ impl WorkerProgram {
 }
 
 /// Resource limits of one worker process, set by the sandbox backend.
-/// Each must be within the [`SandboxRunner`]'s ceilings: building a host
+/// Each must be within the [`SandboxRunner`](cordon_core::SandboxRunner)'s ceilings: building a host
 /// whose worker limits exceed one fails and names it (never a silent
 /// clamp, as everywhere in Cordon).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +46,8 @@ pub struct WorkerLimits {
     /// The worker's memory ([`cordon_core::Limits::memory_bytes`]: the
     /// whole worker's pages where the backend has a cgroup, else its
     /// private writable memory per process). Must cover the binary's mappings, the evaluation
-    /// thread's stack ([`EvalLimits::eval_stack_bytes`]) and the Starlark heap
-    /// ([`EvalLimits::max_heap_bytes`]) with room to spare. Default 512 MiB:
+    /// thread's stack ([`EvalLimits::eval_stack_bytes`](crate::EvalLimits::eval_stack_bytes)) and the Starlark heap
+    /// ([`EvalLimits::max_heap_bytes`](crate::EvalLimits::max_heap_bytes)) with room to spare. Default 512 MiB:
     /// a warm worker peaks at ~87 MiB of address space with the default
     /// 64 MiB evaluation stack (measured, see the README), and the 64 MiB
     /// Starlark heap limit is checked only periodically, so one large
@@ -120,7 +120,7 @@ pub struct PoolConfig {
     /// package without a warm worker pays only `load_package` instead of
     /// spawn + process start-up + interpreter set-up. Topped up in the
     /// background after one is used (the first cold start after creation
-    /// or [`WorkerPool::shutdown`] is a full one); idle spares expire
+    /// or [`WorkerPool::shutdown`](crate::WorkerPool::shutdown) is a full one); idle spares expire
     /// like idle workers. Default 0 (off: no process runs that was not
     /// asked for); 1 cuts a new package's first call from a full cold start
     /// (~5 ms) to ~0.7 ms (see the README's figures).

@@ -43,7 +43,7 @@ impl Drop for Worker {
 }
 
 /// A started worker outside the pool (see
-/// [`WorkerPool::time_cold_start`]). Dropping it kills the process.
+/// [`WorkerPool::time_cold_start`](super::WorkerPool::time_cold_start)). Dropping it kills the process.
 pub struct ColdWorker(pub(super) Worker);
 
 impl std::fmt::Debug for ColdWorker {

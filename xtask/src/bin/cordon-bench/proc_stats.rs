@@ -8,7 +8,7 @@ pub fn open_fds() -> usize {
         .unwrap_or(0)
 }
 
-/// A field of /proc/<pid>/status in KiB (e.g. `VmRSS`, `VmHWM`).
+/// A field of `/proc/<pid>/status` in KiB (e.g. `VmRSS`, `VmHWM`).
 pub fn status_kib(pid: &str, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
