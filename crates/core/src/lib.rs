@@ -46,7 +46,6 @@ mod child;
 mod error;
 mod policy;
 mod program;
-pub mod protocol;
 mod relay;
 mod report;
 mod runner;

@@ -99,10 +99,6 @@ mod provider;
 mod runner;
 mod sandbox;
 mod stores;
-/// The worker protocol's method bodies (`docs/protocol.md`); public for the
-/// crate's protocol tests, not a stable API.
-#[doc(hidden)]
-pub mod wire;
 mod worker;
 
 pub use broker::{CancelToken, Services};
@@ -137,6 +133,7 @@ pub mod internals {
     pub use crate::eval::{compile_package, run_on_eval_thread, CompiledPackage};
     pub use crate::http::{is_public_ip, Allowlist};
     pub use crate::protocol::*;
+    pub use crate::protocol::{frame, wire};
     pub use crate::sandbox::{ColdWorker, SessionError, WorkerConnection};
     pub use crate::worker::{run_worker, WORKER_ARG};
 }

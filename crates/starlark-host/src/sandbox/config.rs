@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cordon_core::protocol::DEFAULT_MAX_FRAME;
+use crate::protocol::frame::DEFAULT_MAX_FRAME;
 
 use crate::worker::WORKER_ARG;
 

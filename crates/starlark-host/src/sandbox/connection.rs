@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use cordon_core::protocol::{decode_body, encode_frame, negotiate, Message, ProtocolError};
+use crate::protocol::frame::{decode_body, encode_frame, negotiate, Message, ProtocolError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::bindings::ModuleSet;
 use crate::broker::{CancelToken, ModuleBroker};
 use crate::error::LimitKind;
+use crate::protocol::wire::{self, ErrorCode};
 use crate::protocol::{ModuleCall, ModuleError};
-use crate::wire::{self, ErrorCode};
 
 /// Why a [`WorkerConnection`] request did not produce a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

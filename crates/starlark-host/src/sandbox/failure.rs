@@ -7,7 +7,7 @@ use cordon_core::ExitOutcome;
 
 use super::{SessionError, WorkerLimits};
 use crate::error::{LimitKind, StarlarkHostError};
-use crate::wire;
+use crate::protocol::wire;
 
 pub(super) fn memory_message(package: &str, limits: &WorkerLimits, detail: &str) -> String {
     format!(

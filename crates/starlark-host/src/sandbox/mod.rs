@@ -44,8 +44,8 @@ use crate::eval::CallOutcome;
 use crate::host::{Call, Evaluator};
 use crate::limits::EvalLimits;
 use crate::package::Package;
+use crate::protocol::wire;
 use crate::runner::ExecOutcome;
-use crate::wire;
 
 struct Inner {
     runner: SandboxRunner,

@@ -13,7 +13,7 @@ use super::{kill_and_reap, reap_dead, Inner, SessionError, WorkerConnection};
 use crate::bindings::ModuleSet;
 use crate::error::StarlarkHostError;
 use crate::package::Package;
-use crate::wire;
+use crate::protocol::wire;
 
 pub(super) type PoolKey = (String, ModuleSet);
 

@@ -7,14 +7,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cordon_core::protocol::Message;
+use crate::protocol::frame::Message;
 
 use crate::broker::CancelToken;
 use crate::error::LimitKind;
 use crate::eval::{compile_package, CompiledPackage};
 use crate::limits::EvalLimits;
+use crate::protocol::wire::{self, ErrorCode};
 use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
-use crate::wire::{self, ErrorCode};
 
 use super::{Answer, Job, Shared};
 

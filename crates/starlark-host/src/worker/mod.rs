@@ -39,7 +39,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cordon_core::protocol::{
+use crate::protocol::frame::{
     encode_frame, read_message, Message, ProtocolError, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
 };
 
@@ -47,7 +47,7 @@ use crate::broker::CancelToken;
 use crate::error::LimitKind;
 use crate::eval::compile_package;
 use crate::limits::EvalLimits;
-use crate::wire::{self, ErrorCode};
+use crate::protocol::wire::{self, ErrorCode};
 
 mod eval_thread;
 

@@ -8,9 +8,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cordon_core::protocol::{read_message, write_message, Message, DEFAULT_MAX_FRAME};
+use cordon_starlark::internals::frame::{read_message, write_message, Message, DEFAULT_MAX_FRAME};
+use cordon_starlark::internals::wire::{self, worker_identity};
 use cordon_starlark::internals::*;
-use cordon_starlark::wire::{self, worker_identity};
 use cordon_starlark::*;
 use serde_json::json;
 
@@ -445,7 +445,7 @@ async fn a_worker_forging_an_ungranted_module_call_is_refused_by_the_host() {
     let (mut wr, mut ww) = tokio::io::split(worker_side);
     let url = format!("{}/hello", srv.base());
     let fake = tokio::spawn(async move {
-        use cordon_core::protocol::{read_message_async, write_message_async};
+        use cordon_starlark::internals::frame::{read_message_async, write_message_async};
         let max = DEFAULT_MAX_FRAME;
         write_message_async(
             &mut ww,

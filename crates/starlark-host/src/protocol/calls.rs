@@ -5,8 +5,8 @@
 //! [`ModuleReply`] or a [`ModuleError`]. The Starlark bindings only convert
 //! values to and from these types and hand them to a [`ModuleCalls`]
 //! implementation. In process that is the `ModuleBroker`; in a
-//! sandboxed worker it will be a forwarder that sends the call to the host
-//! over a pipe. All types are `serde` (externally tagged enums only, so they
+//! sandboxed worker it is the forwarder (`worker/eval_thread.rs`) that
+//! sends the call to the host over the protocol. All types are `serde` (externally tagged enums only, so they
 //! survive serde_json's `arbitrary_precision`, which `starlark` turns on).
 
 use serde::{Deserialize, Serialize};

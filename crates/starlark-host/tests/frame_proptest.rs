@@ -1,6 +1,6 @@
 //! Round-trip and robustness properties of the frame codec.
 
-use cordon_core::protocol::*;
+use cordon_starlark::internals::frame::*;
 use proptest::prelude::*;
 
 fn json_value() -> impl Strategy<Value = serde_json::Value> {

@@ -1,12 +1,12 @@
 //! Bodies of the host ⇄ worker protocol methods (`docs/protocol.md`).
 //!
 //! Frames, the `Hello`/`Welcome` handshake and the [`Message`] envelope come
-//! from [`cordon_core::protocol`]; this module defines what goes in the
+//! from [`frame`](super::frame); this module defines what goes in the
 //! `body` of each `Request`/`Response` and the `code` strings of `Error`s.
 //! Structs only (no internally tagged enums), so they survive serde_json's
 //! `arbitrary_precision`.
 //!
-//! [`Message`]: cordon_core::protocol::Message
+//! [`Message`]: crate::protocol::frame::Message
 
 use serde::{Deserialize, Serialize};
 
