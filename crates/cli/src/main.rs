@@ -13,7 +13,6 @@ mod conformance;
 mod diagnose;
 mod run;
 #[cfg(feature = "starlark")]
-#[cfg(feature = "starlark")]
 mod star;
 
 /// Exit status when cordon itself fails (bad flags, no sandbox, spawn error).

@@ -238,8 +238,11 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             plan.ruleset.as_raw_fd(),
             0u32,
         ))?;
-        // seccomp last, so nothing above is itself filtered. Monitor and
-        // init are confined by all of it too.
+        // seccomp last, so nothing above is itself filtered. This runs in
+        // the program only: monitor and init (made before, `tree::split`)
+        // run raw syscalls and never exec, and the program can neither
+        // trace nor signal them (this filter, no capabilities, Landlock's
+        // ptrace and signal scoping).
         for prog in plan.seccomp.iter() {
             let fprog = libc::sock_fprog {
                 len: prog.len() as libc::c_ushort,
