@@ -1,0 +1,222 @@
+//! Starlark bindings: convert Starlark arguments to protocol structs, call
+//! the invocation's [`ModuleCalls`], convert the reply back. No I/O here.
+//! This file holds the module set, the globals per set, `print` capture
+//! and the `secrets` and `notifications` builtins; `http.rs` and
+//! `provider.rs` hold those modules' builtins.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension};
+use starlark::eval::Evaluator;
+use starlark::starlark_module;
+use starlark::values::none::NoneType;
+use starlark::values::{ProvidesStaticType, Value};
+
+use crate::protocol::{ModuleCall, ModuleCalls, ModuleReply, Notification, SecretGet};
+
+mod http;
+mod provider;
+
+use http::http_module;
+use provider::provider_module;
+
+/// Which host modules are present in a script's globals.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct ModuleSet {
+    /// `secrets`
+    pub secrets: bool,
+    /// `notifications`
+    pub notifications: bool,
+    /// `http`
+    pub http: bool,
+    /// `provider`
+    pub provider: bool,
+}
+
+impl ModuleSet {
+    /// No host modules.
+    pub const NONE: ModuleSet = ModuleSet {
+        secrets: false,
+        notifications: false,
+        http: false,
+        provider: false,
+    };
+
+    fn index(self) -> usize {
+        (self.secrets as usize)
+            | (self.notifications as usize) << 1
+            | (self.http as usize) << 2
+            | (self.provider as usize) << 3
+    }
+
+    /// Names of the present modules.
+    pub fn names(self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.secrets {
+            v.push("secrets");
+        }
+        if self.notifications {
+            v.push("notifications");
+        }
+        if self.http {
+            v.push("http");
+        }
+        if self.provider {
+            v.push("provider");
+        }
+        v
+    }
+}
+
+/// Per-evaluation state reachable from builtins via `Evaluator::extra`.
+#[derive(ProvidesStaticType)]
+pub(crate) struct EvalContext {
+    pub(crate) calls: Arc<dyn ModuleCalls>,
+    pub(crate) max_value_depth: usize,
+    pub(crate) max_value_bytes: usize,
+}
+
+/// `print` sink with a byte cap.
+pub(crate) struct CapturedOutput {
+    pub(crate) buf: RefCell<String>,
+    max: usize,
+    pub(crate) overflowed: Cell<bool>,
+}
+
+impl CapturedOutput {
+    pub(crate) fn new(max: usize) -> Self {
+        CapturedOutput {
+            buf: RefCell::new(String::new()),
+            max,
+            overflowed: Cell::new(false),
+        }
+    }
+}
+
+impl starlark::PrintHandler for CapturedOutput {
+    fn println(&self, text: &str) -> starlark::Result<()> {
+        let mut buf = self.buf.borrow_mut();
+        if buf.len() + text.len() + 1 > self.max {
+            self.overflowed.set(true);
+            return Err(starlark::Error::new_other(anyhow::anyhow!(
+                "print output exceeds the {} byte limit",
+                self.max
+            )));
+        }
+        buf.push_str(text);
+        buf.push('\n');
+        Ok(())
+    }
+}
+
+/// The globals for a module set (cached; one `Globals` per combination).
+pub fn globals_for(modules: ModuleSet) -> &'static Globals {
+    static CACHE: [OnceLock<Globals>; 16] = [const { OnceLock::new() }; 16];
+    CACHE[modules.index()].get_or_init(|| {
+        let mut b = GlobalsBuilder::extended_by(&[
+            LibraryExtension::StructType,
+            LibraryExtension::Print,
+            LibraryExtension::Json,
+        ]);
+        if modules.secrets {
+            b.namespace("secrets", secrets_module);
+        }
+        if modules.notifications {
+            b.namespace("notifications", notifications_module);
+        }
+        if modules.http {
+            b.namespace("http", http_module);
+        }
+        if modules.provider {
+            b.namespace("provider", provider_module);
+        }
+        b.build()
+    })
+}
+
+fn err(msg: impl fmt::Display) -> starlark::Error {
+    starlark::Error::new_other(anyhow::anyhow!("{msg}"))
+}
+
+fn ctx<'a>(eval: &'a Evaluator) -> starlark::Result<&'a EvalContext> {
+    eval.extra
+        .and_then(|e| e.downcast_ref::<EvalContext>())
+        .ok_or_else(|| err("host modules are not available in this evaluation"))
+}
+
+fn dispatch(eval: &Evaluator, call: ModuleCall) -> starlark::Result<ModuleReply> {
+    let name = call.name();
+    ctx(eval)?
+        .calls
+        .call(call)
+        .map_err(|e| err(format!("{name}: {e}")))
+}
+
+fn unexpected(name: &str) -> starlark::Error {
+    err(format!("{name}: the host sent an unexpected reply"))
+}
+
+#[starlark_module]
+fn secrets_module(builder: &mut GlobalsBuilder) {
+    /// The package's own secret `name`, or None.
+    fn get<'v>(
+        #[starlark(require = pos)] name: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        match dispatch(
+            eval,
+            ModuleCall::SecretGet(SecretGet {
+                name: name.to_owned(),
+            }),
+        )? {
+            ModuleReply::Secret(Some(s)) => Ok(eval.heap().alloc(s)),
+            ModuleReply::Secret(None) => Ok(Value::new_none()),
+            _ => Err(unexpected("secrets.get")),
+        }
+    }
+}
+
+#[starlark_module]
+fn notifications_module(builder: &mut GlobalsBuilder) {
+    /// Send a notification attributed to this package.
+    fn send<'v>(
+        #[starlark(require = pos)] title: &str,
+        #[starlark(require = pos)] body: &str,
+        #[starlark(require = named, default = "info")] level: &str,
+        #[starlark(require = named)] url: Option<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<NoneType> {
+        if !matches!(level, "info" | "warning" | "error") {
+            return Err(err(
+                "notifications.send: level must be \"info\", \"warning\" or \"error\"",
+            ));
+        }
+        let n = Notification {
+            package_id: String::new(),
+            user_id: None,
+            channel_id: None,
+            title: title.to_owned(),
+            body: body.to_owned(),
+            level: level.to_owned(),
+            url: url.map(str::to_owned),
+        };
+        match dispatch(eval, ModuleCall::Notify(n))? {
+            ModuleReply::Notified => Ok(NoneType),
+            _ => Err(unexpected("notifications.send")),
+        }
+    }
+}
