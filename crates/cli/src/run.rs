@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use cordon_core::{
-    ChildSpec, ExitOutcome, Limits, Runner, RunnerConfig, SandboxRunner, Scratch, StdioMode,
-    TrustTier, TrustedProcessRunner,
+    ChildSpec, ExitOutcome, Limits, RunnerConfig, SandboxRunner, Scratch, StdioMode, TrustTier,
+    TrustedProcessRunner,
 };
 
 use crate::{backends, BackendArg, EXIT_CORDON_FAILED, EXIT_TIMEOUT};
@@ -208,39 +208,49 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
 
     let program_named = spec.program.clone();
     let mut sandbox_uid: Option<u32> = None;
-    let runner: Box<dyn Runner> = if args.trusted {
+    let tier = if args.trusted {
         eprintln!("cordon: --trusted: running WITHOUT an OS sandbox (hygiene only)");
-        spec.trust = TrustTier::Trusted;
-        Box::new(TrustedProcessRunner::new(config))
+        TrustTier::Trusted
     } else {
-        match admit(&args.backend.backend, args.recheck, config).await? {
-            Ok(r) => {
-                let facts = &r.report().host.backend_facts;
-                sandbox_uid = facts.get("sandbox_uid").and_then(|u| u.parse().ok());
-                if let Some(dir) = &args.scratch {
-                    warn_if_sandbox_cannot_write(dir, sandbox_uid);
-                }
-                let weaker = per_process_limits(facts, &args_limits);
-                if !weaker.is_empty() {
-                    eprintln!(
-                        "cordon: warning: on this host {} {} per process (or per file), not for \
-                         the sandbox as a whole; `cordon conformance` shows how",
-                        weaker.join(", "),
-                        if weaker.len() == 1 { "holds" } else { "hold" }
-                    );
-                }
-                Box::new(r)
-            }
-            Err(e) => {
-                eprint!("{}", crate::conformance::render(&e.report));
-                return Err(format!(
-                    "no conforming sandbox backend `{}` on this host; refusing to run untrusted code \
-                     (use --trusted only for code you trust)",
-                    e.report.backend
-                ));
-            }
-        }
+        TrustTier::Untrusted
     };
+    spec.trust = tier;
+    // The gate runs only for untrusted code; select_runner decides.
+    let admitted = match tier {
+        TrustTier::Untrusted => {
+            Some(admit(&args.backend.backend, args.recheck, config.clone()).await?)
+        }
+        TrustTier::Trusted => None,
+    };
+    let trusted_runner = TrustedProcessRunner::new(config);
+    let runner = match cordon_core::select_runner(tier, &trusted_runner, admitted.as_ref()) {
+        Ok(r) => r,
+        Err(cordon_core::NoRunner::Unavailable(e)) => {
+            eprint!("{}", crate::conformance::render(&e.report));
+            return Err(format!(
+                "no conforming sandbox backend `{}` on this host; refusing to run untrusted code \
+                 (use --trusted only for code you trust)",
+                e.report.backend
+            ));
+        }
+        Err(e @ cordon_core::NoRunner::NoSandbox) => return Err(e.to_string()),
+    };
+    if let Some(Ok(r)) = &admitted {
+        let facts = &r.report().host.backend_facts;
+        sandbox_uid = facts.get("sandbox_uid").and_then(|u| u.parse().ok());
+        if let Some(dir) = &args.scratch {
+            warn_if_sandbox_cannot_write(dir, sandbox_uid);
+        }
+        let weaker = per_process_limits(facts, &args_limits);
+        if !weaker.is_empty() {
+            eprintln!(
+                "cordon: warning: on this host {} {} per process (or per file), not for \
+                 the sandbox as a whole; `cordon conformance` shows how",
+                weaker.join(", "),
+                if weaker.len() == 1 { "holds" } else { "hold" }
+            );
+        }
+    }
     let mut child = match runner.start(spec).await {
         Ok(child) => child,
         Err(e) => {

@@ -61,7 +61,7 @@ pub use report::{
     kernel_release, CheckResult, ConformanceReport, ConformanceSuite, Evidence, HostFacts, ProbeId,
     ProbeResult, ProbeStatus, REPORT_SCHEMA,
 };
-pub use runner::{select_runner, Runner, SandboxRunner, TrustedProcessRunner};
+pub use runner::{select_runner, NoRunner, Runner, SandboxRunner, TrustedProcessRunner};
 #[cfg(feature = "test-hooks")]
 pub use spawn::HygieneOverrides;
 pub use spawn::{RunnerConfig, Spawner, DEFAULT_ENV_ALLOWLIST};

@@ -150,22 +150,39 @@ impl Runner for SandboxRunner {
 /// Picks the runner for a trust tier — the single place that decides.
 ///
 /// - `Trusted` → `trusted`.
-/// - `Untrusted` → the sandbox runner if it was admitted; otherwise the
-///   [`SandboxUnavailable`] error from its construction, report included.
-///   Never the trusted runner.
+/// - `Untrusted` → the sandbox runner if it was admitted; otherwise
+///   [`NoRunner::Unavailable`] with the error from its construction, report
+///   included, or [`NoRunner::NoSandbox`] when the caller made none (`None`:
+///   a caller that only runs trusted code need not run the gate). Never the
+///   trusted runner.
 pub fn select_runner<'a>(
     tier: TrustTier,
     trusted: &'a TrustedProcessRunner,
-    sandbox: &'a Result<SandboxRunner, SandboxUnavailable>,
-) -> Result<&'a dyn Runner, SandboxUnavailable> {
+    sandbox: Option<&'a Result<SandboxRunner, SandboxUnavailable>>,
+) -> Result<&'a dyn Runner, NoRunner> {
     match tier {
         TrustTier::Trusted => Ok(trusted),
         TrustTier::Untrusted => match sandbox {
-            Ok(runner) if runner.report().conforms() => Ok(runner),
-            Ok(runner) => Err(SandboxUnavailable {
+            Some(Ok(runner)) if runner.report().conforms() => Ok(runner),
+            Some(Ok(runner)) => Err(NoRunner::Unavailable(SandboxUnavailable {
                 report: Box::new(runner.report().clone()),
-            }),
-            Err(e) => Err(e.clone()),
+            })),
+            Some(Err(e)) => Err(NoRunner::Unavailable(e.clone())),
+            None => Err(NoRunner::NoSandbox),
         },
     }
+}
+
+/// Why [`select_runner`] has no runner for untrusted code.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoRunner {
+    /// The sandbox runner was not admitted; the report says why.
+    #[error(transparent)]
+    Unavailable(#[from] SandboxUnavailable),
+    /// No sandbox runner was made at all.
+    #[error(
+        "no sandbox runner was made, so untrusted code will not run; \
+         admit one with SandboxRunner::new"
+    )]
+    NoSandbox,
 }

@@ -10,6 +10,15 @@ use std::time::Duration;
 use cordon_core::*;
 use tokio::io::AsyncReadExt;
 
+/// The admission error inside a `select_runner` refusal.
+fn unavailable_of(r: Result<&dyn Runner, NoRunner>) -> SandboxUnavailable {
+    match r {
+        Err(NoRunner::Unavailable(e)) => e,
+        Err(NoRunner::NoSandbox) => panic!("expected the admission error, got NoSandbox"),
+        Ok(r) => panic!("expected a refusal, got runner {}", r.name()),
+    }
+}
+
 fn trusted(program: &str, script: &str) -> ChildSpec {
     ChildSpec::new(program)
         .args(["-c", script])
@@ -302,10 +311,20 @@ async fn untrusted_selection_fails_closed_with_the_report() {
         RunnerConfig::default(),
     )
     .await;
-    let err = select_runner(TrustTier::Untrusted, &trusted_runner, &failing).unwrap_err();
+    let err = unavailable_of(select_runner(
+        TrustTier::Untrusted,
+        &trusted_runner,
+        Some(&failing),
+    ));
     assert_eq!(err.report.probes.len(), 7);
     assert!(err.to_string().contains("NOT CONFORMING"));
-    assert!(select_runner(TrustTier::Trusted, &trusted_runner, &failing).is_ok());
+    assert!(select_runner(TrustTier::Trusted, &trusted_runner, Some(&failing)).is_ok());
+    // Trusted code needs no sandbox runner; untrusted code gets none.
+    assert!(select_runner(TrustTier::Trusted, &trusted_runner, None).is_ok());
+    assert!(matches!(
+        select_runner(TrustTier::Untrusted, &trusted_runner, None),
+        Err(NoRunner::NoSandbox)
+    ));
 
     let unavailable = SandboxRunner::new(
         Arc::new(Unavailable),
@@ -313,7 +332,11 @@ async fn untrusted_selection_fails_closed_with_the_report() {
         RunnerConfig::default(),
     )
     .await;
-    let err = select_runner(TrustTier::Untrusted, &trusted_runner, &unavailable).unwrap_err();
+    let err = unavailable_of(select_runner(
+        TrustTier::Untrusted,
+        &trusted_runner,
+        Some(&unavailable),
+    ));
     assert!(err.to_string().contains("kernel feature X missing"));
     assert!(err.report.probes.is_empty());
 
@@ -390,7 +413,7 @@ async fn conforming_suite_admits_and_sandbox_runner_wraps() {
     )
     .await;
     let trusted_runner = TrustedProcessRunner::default();
-    let runner = select_runner(TrustTier::Untrusted, &trusted_runner, &sandbox).unwrap();
+    let runner = select_runner(TrustTier::Untrusted, &trusted_runner, Some(&sandbox)).unwrap();
     assert_eq!(runner.name(), "sandbox:marking");
     let (outcome, out) = run_stdout(
         runner,
