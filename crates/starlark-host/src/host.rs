@@ -19,11 +19,12 @@
 //! [`ModuleBroker`](crate::ModuleBroker) code.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use cordon_core::{SandboxRunner, SandboxUnavailable, TrustTier};
 
 use crate::bindings::ModuleSet;
-use crate::broker::{ensure_runnable, CancelToken, Capabilities, Services};
+use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
 use crate::error::StarlarkHostError;
 use crate::eval::CallOutcome;
 use crate::limits::EvalLimits;
@@ -93,6 +94,29 @@ impl Call {
     pub fn cancel(mut self, cancel: CancelToken) -> Self {
         self.cancel = cancel;
         self
+    }
+
+    /// Starts the call's clock, for an evaluator about to run it: its
+    /// deadline (`limits.timeout` from now) and the broker that serves its
+    /// module calls until then.
+    pub(crate) fn broker(
+        &self,
+        caps: &Arc<Capabilities>,
+        pkg: &Package,
+        modules: ModuleSet,
+        limits: &EvalLimits,
+    ) -> Result<(ModuleBroker, Instant), StarlarkHostError> {
+        let deadline = Instant::now() + limits.timeout;
+        let broker = ModuleBroker::new(
+            caps.clone(),
+            pkg,
+            modules,
+            self.context.as_ref(),
+            limits.http.clone(),
+            deadline,
+            self.cancel.clone(),
+        )?;
+        Ok((broker, deadline))
     }
 }
 

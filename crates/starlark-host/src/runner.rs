@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::bindings::ModuleSet;
-use crate::broker::{CancelToken, Capabilities, ModuleBroker};
+use crate::broker::{CancelToken, Capabilities};
 use crate::error::StarlarkHostError;
 use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
 use crate::host::{Call, Evaluator};
@@ -194,26 +194,17 @@ impl Evaluator for InProcess {
         modules: ModuleSet,
         call: Call,
     ) -> Result<CallOutcome, StarlarkHostError> {
+        let start = Instant::now();
+        let (compiled, cached) = self.compiled(pkg, modules, &call.cancel).await?;
+        let (broker, deadline) = call.broker(&self.caps, pkg, modules, &self.limits)?;
+        let broker = Arc::new(broker);
         let Call {
             entry: name,
             args,
             kwargs,
-            context,
             cancel,
+            ..
         } = call;
-        let ctx = context.as_ref();
-        let start = Instant::now();
-        let (compiled, cached) = self.compiled(pkg, modules, &cancel).await?;
-        let deadline = Instant::now() + self.limits.timeout;
-        let broker = Arc::new(ModuleBroker::new(
-            self.caps.clone(),
-            pkg,
-            modules,
-            ctx,
-            self.limits.http.clone(),
-            deadline,
-            cancel.clone(),
-        )?);
         let guard = CancelOnDrop(Some(cancel.clone()));
         let limits = self.limits.clone();
         let entry = name.to_owned();

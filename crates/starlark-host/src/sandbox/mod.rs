@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use cordon_core::{ExitOutcome, SandboxRunner};
 
 use crate::bindings::ModuleSet;
-use crate::broker::{Capabilities, ModuleBroker};
+use crate::broker::Capabilities;
 use crate::error::{LimitKind, StarlarkHostError};
 use crate::eval::CallOutcome;
 use crate::host::{Call, Evaluator};
@@ -328,14 +328,6 @@ impl Evaluator for WorkerPool {
         modules: ModuleSet,
         call: Call,
     ) -> Result<CallOutcome, StarlarkHostError> {
-        let Call {
-            entry: name,
-            args,
-            kwargs,
-            context,
-            cancel,
-        } = call;
-        let ctx = context.as_ref();
         let start = Instant::now();
         let inner = &self.inner;
         let _permit = inner
@@ -344,24 +336,21 @@ impl Evaluator for WorkerPool {
             .await
             .map_err(|_| StarlarkHostError::Internal("the worker pool is closed".into()))?;
         let (mut worker, cached) = inner.checkout(pkg, modules).await?;
-        let timeout = inner.limits.timeout;
-        let deadline = Instant::now() + timeout;
-        let broker = ModuleBroker::new(
-            inner.caps.clone(),
-            pkg,
-            modules,
-            ctx,
-            inner.limits.http.clone(),
-            deadline,
-            cancel.clone(),
-        );
-        let broker = match broker {
+        let (broker, deadline) = match call.broker(&inner.caps, pkg, modules, &inner.limits) {
             Ok(b) => b,
             Err(e) => {
                 inner.check_in(worker).await;
                 return Err(e);
             }
         };
+        let Call {
+            entry: name,
+            args,
+            kwargs,
+            cancel,
+            ..
+        } = call;
+        let timeout = inner.limits.timeout;
         let call = wire::Call {
             entry: name.clone(),
             args,
