@@ -14,7 +14,7 @@ mod stats;
 use std::sync::Arc;
 
 use cordon_conformance::StandardSuite;
-use cordon_core::{RunnerConfig, SandboxRunner};
+use cordon_core::{ChildSpec, Runner, RunnerConfig, SandboxRunner, TrustTier};
 
 /// How many samples each measurement takes.
 #[derive(Clone, Copy)]
@@ -85,6 +85,18 @@ async fn run(plan: Plan, json: bool) -> i32 {
             "note: the native backend does not conform; sandboxed rows are marked not built\n{}",
             e.report.summary()
         );
+    }
+    // For `perf record`: only N sandboxed spawns of /bin/true, no table.
+    if let Ok(n) = std::env::var("CORDON_BENCH_PROFILE_SPAWNS") {
+        let Ok(runner) = sandbox.as_ref() else {
+            return 1;
+        };
+        for _ in 0..n.parse::<u32>().unwrap_or(1000) {
+            let spec = ChildSpec::new("/bin/true").trust(TrustTier::Untrusted);
+            let mut child = runner.start(spec).await.expect("spawn");
+            assert!(child.wait().await.expect("wait").success());
+        }
+        return 0;
     }
     let mut rows = Vec::new();
     rows.extend(spawn::bench(&plan, sandbox.as_ref().ok()).await);

@@ -222,6 +222,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
         })
         .collect();
     let mut plain = vec![];
+    let mut forked = vec![];
     let mut samples: Vec<Vec<Duration>> = vec![vec![]; steps.len()];
     for i in 0..plan.spawn_iters + 10 {
         let t = Instant::now();
@@ -230,6 +231,15 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             .expect("/bin/true")
             .success());
         let p = t.elapsed();
+        let t = Instant::now();
+        {
+            use std::os::unix::process::CommandExt;
+            let mut c = Command::new("/bin/true");
+            // SAFETY: an empty hook; it makes std fork instead of posix_spawn.
+            unsafe { c.pre_exec(|| Ok(())) };
+            assert!(c.status().expect("/bin/true").success());
+        }
+        forked.push(t.elapsed());
         let mut these = vec![];
         for sp in &spawners {
             let t = Instant::now();
@@ -246,6 +256,9 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
     }
     let base = row(S, "std::process::Command (baseline)", plain);
     let mut rows = vec![base.clone()];
+    let mut f = row(S, "std Command with a pre_exec hook (fork)", forked);
+    f.ratio = Some(f.median / base.median);
+    rows.push(f);
     let mut previous: Option<f64> = None;
     for ((name, _), v) in steps.iter().zip(samples) {
         let mut r = row(S, *name, v);
