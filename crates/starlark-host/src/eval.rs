@@ -24,7 +24,7 @@ use crate::protocol::{DenyAllCalls, ModuleCalls};
 pub struct CompiledPackage {
     package_id: String,
     modules: ModuleSet,
-    frozen: FrozenModule,
+    top_level: TopLevel,
     load_output: String,
     globals: serde_json::Map<String, serde_json::Value>,
     functions: Vec<String>,
@@ -36,7 +36,40 @@ impl std::fmt::Debug for CompiledPackage {
             .field("package_id", &self.package_id)
             .field("modules", &self.modules)
             .field("functions", &self.functions)
+            .field("per_call", &matches!(self.top_level, TopLevel::PerCall(_)))
             .finish()
+    }
+}
+
+/// What a package's top level left for its calls.
+enum TopLevel {
+    /// Run once with module calls refused, then frozen: every call shares
+    /// it (the fast path).
+    Frozen(FrozenModule),
+    /// The top level calls a module (the seed's style, e.g.
+    /// `TOKEN = secrets.get("api")`): it runs again at the start of every
+    /// call, with that call's modules, and its output comes first in the
+    /// call's output. Its state then never outlives the call, so no
+    /// invoker's answers reach another's.
+    PerCall(Box<Package>),
+}
+
+/// The module calls of a top level run once for the cache: refused (the
+/// frozen state must not depend on an invoker), and remembered, so that a
+/// package whose top level needs them runs it per call instead.
+#[derive(Default)]
+struct TopLevelCalls {
+    attempted: std::sync::atomic::AtomicBool,
+}
+
+impl ModuleCalls for TopLevelCalls {
+    fn call(
+        &self,
+        call: crate::protocol::ModuleCall,
+    ) -> Result<crate::protocol::ModuleReply, crate::protocol::ModuleError> {
+        self.attempted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        DenyAllCalls.call(call)
     }
 }
 
@@ -150,7 +183,8 @@ struct PackageLoader<'p> {
 }
 
 impl PackageLoader<'_> {
-    fn eval_file(&self, path: &str) -> Result<FrozenModule, starlark::Error> {
+    /// Checks `path`'s size and shape against the limits, and parses it.
+    fn parse(&self, path: &str) -> Result<AstModule, starlark::Error> {
         let err = |m: String| starlark::Error::new_other(anyhow::anyhow!(m));
         let src = self.pkg.sources.get(path).ok_or_else(|| {
             err(format!(
@@ -181,7 +215,12 @@ impl PackageLoader<'_> {
                 )))
             }
         }
-        let ast = AstModule::parse(path, src.clone(), &dialect())?;
+        AstModule::parse(path, src.clone(), &dialect())
+    }
+
+    fn eval_file(&self, path: &str) -> Result<FrozenModule, starlark::Error> {
+        let err = |m: String| starlark::Error::new_other(anyhow::anyhow!(m));
+        let ast = self.parse(path)?;
         Module::with_temp_heap(|module| {
             let mut eval = Evaluator::new(&module);
             eval.set_loader(self);
@@ -226,7 +265,9 @@ impl FileLoader for PackageLoader<'_> {
 
 /// Parse, run the top level and freeze a package. Module calls are refused
 /// while the top level runs (see crate docs), so the result does not depend
-/// on any invoker. Recurses: call on a large-stack thread.
+/// on any invoker; a package whose top level calls a module is instead
+/// checked (size, shape, syntax) and kept to run its top level per call.
+/// Recurses: call on a large-stack thread.
 pub fn compile_package(
     pkg: &Package,
     modules: ModuleSet,
@@ -240,8 +281,9 @@ pub fn compile_package(
         cancel,
         output: &output,
     };
+    let calls = Arc::new(TopLevelCalls::default());
     let ctx = EvalContext {
-        calls: Arc::new(DenyAllCalls),
+        calls: calls.clone(),
         max_value_depth: limits.max_value_depth,
         max_value_bytes: limits.max_value_bytes,
     };
@@ -253,9 +295,13 @@ pub fn compile_package(
         stack: RefCell::new(vec![pkg.manifest.script.clone()]),
         done: RefCell::new(HashMap::new()),
     };
-    let frozen = loader
-        .eval_file(&pkg.manifest.script)
-        .map_err(|e| guard.classify(&pkg.id, e))?;
+    let frozen = match loader.eval_file(&pkg.manifest.script) {
+        Ok(frozen) => frozen,
+        Err(_) if calls.attempted.load(std::sync::atomic::Ordering::Relaxed) => {
+            return per_call_package(pkg, modules, &loader).map_err(|e| guard.classify(&pkg.id, e));
+        }
+        Err(e) => return Err(guard.classify(&pkg.id, e)),
+    };
     let mut globals = serde_json::Map::new();
     let mut functions = Vec::new();
     let names: Vec<String> = frozen.names().map(|n| n.as_str().to_owned()).collect();
@@ -275,9 +321,45 @@ pub fn compile_package(
     Ok(CompiledPackage {
         package_id: pkg.id.clone(),
         modules,
-        frozen,
+        top_level: TopLevel::Frozen(frozen),
         load_output,
         globals,
+        functions,
+    })
+}
+
+/// A package whose top level calls a module: its entry points are the
+/// public `def`s of its script's top level (what it would export), it has
+/// no globals to report (they depend on the invoker) and no load output
+/// (its top level prints in every call).
+fn per_call_package(
+    pkg: &Package,
+    modules: ModuleSet,
+    loader: &PackageLoader<'_>,
+) -> Result<CompiledPackage, starlark::Error> {
+    use starlark::syntax::ast::StmtP;
+    let ast = loader.parse(&pkg.manifest.script)?;
+    let top = ast.statement();
+    let statements = match &top.node {
+        StmtP::Statements(list) => list.iter().collect(),
+        _ => vec![top],
+    };
+    let mut functions: Vec<String> = statements
+        .into_iter()
+        .filter_map(|s| match &s.node {
+            StmtP::Def(def) => Some(def.name.ident.clone()),
+            _ => None,
+        })
+        .filter(|n| !n.starts_with('_'))
+        .collect();
+    functions.sort();
+    functions.dedup();
+    Ok(CompiledPackage {
+        package_id: pkg.id.clone(),
+        modules,
+        top_level: TopLevel::PerCall(Box::new(pkg.clone())),
+        load_output: String::new(),
+        globals: serde_json::Map::new(),
         functions,
     })
 }
@@ -291,7 +373,13 @@ impl CompiledPackage {
     pub fn modules(&self) -> ModuleSet {
         self.modules
     }
-    /// Output printed by the top level.
+    /// Whether the top level runs at the start of every call (it calls a
+    /// module), rather than once.
+    pub fn top_level_per_call(&self) -> bool {
+        matches!(self.top_level, TopLevel::PerCall(_))
+    }
+    /// Output printed by the top level (empty when it runs per call: its
+    /// output then starts each call's output).
     pub fn load_output(&self) -> &str {
         &self.load_output
     }
@@ -324,9 +412,13 @@ impl CompiledPackage {
             name: name.to_owned(),
             available: self.functions.join(", "),
         };
-        let f = match self.frozen.get_option(name) {
-            Ok(Some(f)) if f.value().get_type() == "function" => f,
-            _ => return Err((no_fn(), String::new())),
+        let frozen_fn = match &self.top_level {
+            TopLevel::Frozen(frozen) => match frozen.get_option(name) {
+                Ok(Some(f)) if f.value().get_type() == "function" => Some(f),
+                _ => return Err((no_fn(), String::new())),
+            },
+            TopLevel::PerCall(_) if self.functions.iter().any(|f| f == name) => None,
+            TopLevel::PerCall(_) => return Err((no_fn(), String::new())),
         };
         let output = CapturedOutput::new(limits.max_output_bytes);
         let guard = Guard {
@@ -344,40 +436,74 @@ impl CompiledPackage {
             package: self.package_id.clone(),
             message: m,
         };
-        let result =
-            Module::with_temp_heap(|module| {
-                let heap = module.heap();
-                let mut pos: Vec<Value> = Vec::with_capacity(args.len());
-                for a in args {
-                    pos.push(json_to_value(heap, a, limits.max_value_depth).map_err(conv)?);
+        let result = Module::with_temp_heap(|module| {
+            let heap = module.heap();
+            let mut pos: Vec<Value> = Vec::with_capacity(args.len());
+            for a in args {
+                pos.push(json_to_value(heap, a, limits.max_value_depth).map_err(conv)?);
+            }
+            let mut named: Vec<(&str, Value)> = Vec::with_capacity(kwargs.len());
+            for (k, v) in kwargs {
+                named.push((
+                    k.as_str(),
+                    json_to_value(heap, v, limits.max_value_depth).map_err(conv)?,
+                ));
+            }
+            // The seed's model for a package whose top level calls a
+            // module: the top level runs first, in this call's heap,
+            // with this call's modules.
+            let loader = match &self.top_level {
+                TopLevel::PerCall(pkg) => Some(PackageLoader {
+                    pkg,
+                    globals: globals_for(self.modules),
+                    guard: &guard,
+                    ctx: &ctx,
+                    stack: RefCell::new(vec![pkg.manifest.script.clone()]),
+                    done: RefCell::new(HashMap::new()),
+                }),
+                TopLevel::Frozen(_) => None,
+            };
+            let mut eval = Evaluator::new(&module);
+            guard
+                .configure(&mut eval, &ctx)
+                .map_err(|e| guard.classify(&self.package_id, e))?;
+            let fv = match (&frozen_fn, &loader) {
+                // SAFETY: `owned_frozen_value` adds a reference from this
+                // module's frozen heap to the function's heap, so the
+                // value stays alive as long as `module` (and the frozen
+                // module outlives the call anyway).
+                (Some(f), _) => unsafe { f.owned_frozen_value(module.frozen_heap()) }.to_value(),
+                (None, Some(loader)) => {
+                    let run = loader.parse(&loader.pkg.manifest.script).and_then(|ast| {
+                        eval.set_loader(loader);
+                        eval.eval_module(ast, loader.globals)
+                    });
+                    if let Err(e) = run {
+                        drop(eval);
+                        return Err(guard.classify(&self.package_id, e));
+                    }
+                    match module.get(name) {
+                        Some(f) if f.get_type() == "function" => f,
+                        _ => return Err(no_fn()),
+                    }
                 }
-                let mut named: Vec<(&str, Value)> = Vec::with_capacity(kwargs.len());
-                for (k, v) in kwargs {
-                    named.push((
-                        k.as_str(),
-                        json_to_value(heap, v, limits.max_value_depth).map_err(conv)?,
-                    ));
-                }
-                let mut eval = Evaluator::new(&module);
-                guard
-                    .configure(&mut eval, &ctx)
-                    .map_err(|e| guard.classify(&self.package_id, e))?;
-                // SAFETY: `owned_frozen_value` adds a reference from this module's
-                // frozen heap to the function's heap, so the value stays alive as
-                // long as `module` (and `self.frozen` outlives the call anyway).
-                let fv = unsafe { f.owned_frozen_value(module.frozen_heap()) }.to_value();
-                let r = eval.eval_function(fv, &pos, &named);
-                drop(eval);
-                match r {
-                    Ok(v) => value_to_json(v, limits.max_value_depth, limits.max_value_bytes)
-                        .map_err(|m| StarlarkHostError::Limit {
+                (None, None) => return Err(no_fn()),
+            };
+            let r = eval.eval_function(fv, &pos, &named);
+            drop(eval);
+            match r {
+                Ok(v) => {
+                    value_to_json(v, limits.max_value_depth, limits.max_value_bytes).map_err(|m| {
+                        StarlarkHostError::Limit {
                             package: self.package_id.clone(),
                             kind: LimitKind::ValueSize,
                             message: format!("return value of {name}: {m}"),
-                        }),
-                    Err(e) => Err(guard.classify(&self.package_id, e)),
+                        }
+                    })
                 }
-            });
+                Err(e) => Err(guard.classify(&self.package_id, e)),
+            }
+        });
         let out = output.buf.borrow().clone();
         match result {
             Ok(v) => Ok((v, out)),

@@ -28,9 +28,12 @@
 //!   heap under [`EvalLimits`] (ticks, deadline, cancellation, heap, call
 //!   depth, output, source size, bracket nesting, JSON value depth/size).
 //!
-//! Module calls are refused while a package's top level runs: the frozen,
-//! cached state must not depend on which user invoked it first. Call modules
-//! from functions.
+//! The frozen, cached state must not depend on which user invoked it first,
+//! so module calls are refused while a package's top level runs once. A
+//! package whose top level does call a module (the seed's style:
+//! `TOKEN = secrets.get("api")`) runs its top level again at the start of
+//! every call instead, with that call's modules; calling modules from
+//! functions keeps the compiled-once path.
 //!
 //! ## Trust and isolation
 //!

@@ -22,7 +22,8 @@ pub struct ExecOutcome {
     pub globals: serde_json::Map<String, serde_json::Value>,
     /// Public functions (entry points).
     pub functions: Vec<String>,
-    /// Output printed by the top level (when it was first compiled).
+    /// Output printed by the top level (when it was first compiled; empty
+    /// for a package whose top level calls a module and so runs per call).
     pub output: String,
     /// Host modules present for this package and context.
     pub modules: Vec<String>,

@@ -220,8 +220,9 @@ pub trait ModuleCalls: Send + Sync {
 }
 
 /// A [`ModuleCalls`] that refuses everything. Used while a package's top
-/// level runs (see the crate docs: module calls are only allowed inside
-/// functions, so cached frozen state never depends on an invoker).
+/// level runs once for the cache (see the crate docs: cached frozen state
+/// never depends on an invoker; a top level that calls a module runs per
+/// call instead).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DenyAllCalls;
 

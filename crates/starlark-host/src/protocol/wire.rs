@@ -197,7 +197,8 @@ pub struct Loaded {
     pub functions: Vec<String>,
     /// Public globals that convert to JSON.
     pub globals: serde_json::Map<String, serde_json::Value>,
-    /// What the top level printed.
+    /// What the top level printed (empty when it calls a module and so
+    /// runs at the start of every call instead).
     pub output: String,
 }
 

@@ -1,5 +1,6 @@
 //! What a package can reach: a module only when granted and requested,
-//! secrets and notifications per package, no module calls at top level,
+//! secrets and notifications per package, module calls at top level (run
+//! per call, as in the seed),
 //! and the compiled-package cache with a fresh heap per call.
 
 use std::collections::BTreeMap;
@@ -106,17 +107,67 @@ async fn notifications_are_attributed_to_the_package() {
     assert_eq!(sent[0].level, "warning");
 }
 
+/// The same package written twice: in the seed's style (a secret read and
+/// a notification sent at top level) and in Cordon's (inside the entry
+/// point).
+pub const SEED_STYLE: &str = "TOKEN = secrets.get('token')\nprint('loaded with', len(TOKEN))\nnotifications.send('load', 'top level ran')\ndef main(n):\n    print('call', n)\n    return {'token': TOKEN, 'n': n}\n";
+pub const CALL_STYLE: &str = "print('loaded')\ndef main(n):\n    token = secrets.get('token')\n    print('loaded with', len(token))\n    notifications.send('load', 'top level ran')\n    print('call', n)\n    return {'token': token, 'n': n}\n";
+
+/// A package whose top level calls a module runs its top level at the
+/// start of every call (the seed's model) with that call's modules; one
+/// that does not keeps the frozen, compiled-once path. Both give the same
+/// results.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn module_calls_are_refused_at_top_level() {
+async fn top_level_module_calls_run_per_call_as_in_the_seed() {
     let h = harness(EvalLimits::default());
-    let pkg = package(
-        "top",
-        &[Permission::SecretsRead],
-        &[],
-        "x = secrets.get('a')\ndef main():\n    return 1\n",
-    );
-    h.grant_all(&pkg);
-    assert_err_contains(h.call(&pkg, "main", None).await, "inside a function");
+    let perms = [Permission::SecretsRead, Permission::NotificationsSend];
+    let seed = package("seed-style", &perms, &[], SEED_STYLE);
+    let ours = package("call-style", &perms, &[], CALL_STYLE);
+    for pkg in [&seed, &ours] {
+        h.grant_all(pkg);
+        h.secrets.set(&pkg.id, "token", "first");
+    }
+    let ctx = RunContext::for_user("u1");
+    for (pkg, per_call) in [(&seed, true), (&ours, false)] {
+        let one = h
+            .runner
+            .call_entry_point(pkg, "main", vec![json!(1)], Default::default(), Some(&ctx))
+            .await
+            .unwrap();
+        assert_eq!(one.value, json!({"token": "first", "n": 1}), "{}", pkg.id);
+        // A changed secret is read again: the top level ran again.
+        h.secrets.set(&pkg.id, "token", "second!");
+        let two = h
+            .runner
+            .call_entry_point(pkg, "main", vec![json!(2)], Default::default(), Some(&ctx))
+            .await
+            .unwrap();
+        assert_eq!(two.value, json!({"token": "second!", "n": 2}), "{}", pkg.id);
+        assert!(two.cached, "{}: compiled once either way", pkg.id);
+        if per_call {
+            // The top level's output comes first in each call's output.
+            assert_eq!(two.output, "loaded with 7\ncall 2\n");
+            let ex = h.runner.exec_package(pkg, Some(&ctx)).await.unwrap();
+            assert_eq!(ex.functions, vec!["main".to_owned()]);
+            assert!(ex.globals.is_empty() && ex.output.is_empty(), "{ex:?}");
+        } else {
+            assert_eq!(two.output, "loaded with 7\ncall 2\n");
+            let ex = h.runner.exec_package(pkg, Some(&ctx)).await.unwrap();
+            assert_eq!(ex.output, "loaded\n");
+        }
+        h.secrets.set(&pkg.id, "token", "first");
+    }
+    // Both sent their notification on every call, as the caller's user.
+    let sent = h.notifier.sent();
+    assert_eq!(sent.len(), 4);
+    assert!(sent.iter().all(|n| n.user_id.as_deref() == Some("u1")));
+    // A module that is not granted is still absent at top level.
+    let ungranted = package("ungranted-top", &[Permission::SecretsRead], &[], SEED_STYLE);
+    assert_err_contains(h.call(&ungranted, "main", None).await, "secrets");
+    // An entry point that the top level does not define is refused with the
+    // list of those it does.
+    h.grant_all(&seed);
+    assert_err_contains(h.call(&seed, "nope", Some(&ctx)).await, "main");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -585,6 +585,37 @@ def outside():
     e.sandboxed.shutdown().await;
 }
 
+/// A package in the seed's style (a secret read at top level) runs in a
+/// worker too: its top level runs per call, and its module calls go to the
+/// host like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_level_module_calls_are_brokered_per_call_in_a_worker() {
+    let _g = serial();
+    let e = env(EvalLimits::default());
+    let pkg = package(
+        "seed-style",
+        &[Permission::SecretsRead],
+        &[],
+        "TOKEN = secrets.get('tok')\nprint('top', TOKEN)\ndef main():\n    return TOKEN\n",
+    );
+    e.grant_all(&pkg);
+    e.secrets.set("seed-style", "tok", "one");
+    let first = e.call(&pkg, "main").await.unwrap();
+    assert_eq!(
+        (first.value.clone(), first.output.as_str()),
+        (json!("one"), "top one\n")
+    );
+    e.secrets.set("seed-style", "tok", "two");
+    let second = e.call(&pkg, "main").await.unwrap();
+    assert_eq!(second.value, json!("two"), "the top level ran again");
+    assert_eq!(
+        e.sandboxed.pool_stats().started,
+        1,
+        "in the same warm worker"
+    );
+    e.sandboxed.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
     let _g = serial();
