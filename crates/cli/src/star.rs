@@ -13,10 +13,10 @@ use clap::{Subcommand, ValueEnum};
 use std::sync::Arc;
 
 use cordon_starlark::{
-    load_package_from_path, Call, CallOutcome, EvalLimits, ExecOutcome, InMemoryPackageStore,
-    InMemoryPermissionStore, InMemorySecretStore, Notification, Package, Permission,
-    RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError, TrustTier,
-    WorkerConfig, WorkerProgram,
+    load_package_from_path, Call, CallOutcome, EvalError, EvalLimits, ExecOutcome,
+    InMemoryPackageStore, InMemoryPermissionStore, InMemorySecretStore, Notification, Package,
+    Permission, RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError,
+    TrustTier, WorkerConfig, WorkerProgram,
 };
 
 use crate::{EXIT_CORDON_FAILED, EXIT_TIMEOUT};
@@ -113,8 +113,16 @@ pub async fn main(cmd: StarCommand) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // What the package printed before it failed is what its author
+            // needs: on stderr, before the error.
+            if !e.output.is_empty() {
+                eprint!("{}", e.output);
+                if !e.output.ends_with('\n') {
+                    eprintln!();
+                }
+            }
             eprintln!("cordon: {e}");
-            ExitCode::from(exit_code_for(&e))
+            ExitCode::from(exit_code_for(&e.error))
         }
     }
 }
@@ -133,10 +141,10 @@ struct StarOutcome {
 /// (the default) treats the package as untrusted: it runs in a worker (this
 /// binary in worker mode) admitted through the same gate as `cordon run`,
 /// or not at all. The outer error is cordon's own (no gate, no executable).
-async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, StarlarkHostError>, String> {
+async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, String> {
     let package = match load_package_from_path(&args.package) {
         Ok(p) => p,
-        Err(e) => return Ok(Err(e)),
+        Err(e) => return Ok(Err(e.into())),
     };
     let perms = Arc::new(InMemoryPermissionStore::new());
     for p in &args.grants {
@@ -180,7 +188,7 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, StarlarkHostError
     };
     let host = match builder.build() {
         Ok(h) => h,
-        Err(e) => return Ok(Err(e)),
+        Err(e) => return Ok(Err(e.into())),
     };
     let ctx = args.user.clone().map(RunContext::for_user);
     let result = async {
@@ -190,11 +198,16 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, StarlarkHostError
                 let mut call = Call::new(entry.as_str())
                     .args(args.args.clone().map(|a| a.0).unwrap_or_default());
                 call.context = ctx.clone();
-                Some(host.call(&package, tier, call).await?)
+                // The top level's output comes first, as on success.
+                let called = host.call(&package, tier, call).await.map_err(|mut e| {
+                    e.output.insert_str(0, &exec.output);
+                    e
+                })?;
+                Some(called)
             }
             None => None,
         };
-        Ok::<_, StarlarkHostError>((exec, call))
+        Ok::<_, EvalError>((exec, call))
     }
     .await;
     // The worker is killed and reaped before cordon exits.

@@ -69,7 +69,7 @@ fn exit_codes(isolation: &str) {
     let dir = tempfile::tempdir().unwrap();
     let p = script(
         dir.path(),
-        "def main():\n    x = 1\n    fail(\"boom %d\" % x)\n",
+        "print('top ran')\ndef main():\n    print('main ran')\n    x = 1\n    fail(\"boom %d\" % x)\n",
     );
     let out = run(cordon(cache.path())
         .args(["star", "run", "--isolation", isolation, "--entry", "main"])
@@ -77,7 +77,23 @@ fn exit_codes(isolation: &str) {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(
-        err.contains("boom 1") && err.contains("pkg.star:3"),
+        err.contains("boom 1") && err.contains("pkg.star:5"),
+        "{err}"
+    );
+    // What the package printed before it failed is on stderr, in order.
+    assert!(
+        err.starts_with("top ran\nmain ran\n") || err.contains("\ntop ran\nmain ran\n"),
+        "{err}"
+    );
+    // Also when the top level itself fails.
+    let p = script(dir.path(), "print('top ran')\nfail('at load')\n");
+    let out = run(cordon(cache.path())
+        .args(["star", "run", "--isolation", isolation, "--entry", "main"])
+        .arg(&p));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("top ran\n") && err.contains("at load"),
         "{err}"
     );
 

@@ -190,3 +190,46 @@ pub enum StarlarkHostError {
         message: String,
     },
 }
+
+/// A failed load or call ([`StarlarkHost::load`](crate::StarlarkHost::load),
+/// [`StarlarkHost::call`](crate::StarlarkHost::call)): what failed, and
+/// what the package printed before it failed — which is when its author
+/// needs the output most (the seed returns both, too).
+#[derive(Debug)]
+pub struct EvalError {
+    /// What failed.
+    pub error: StarlarkHostError,
+    /// What the call printed before it failed, capped like any output
+    /// ([`EvalLimits::max_output_bytes`](crate::EvalLimits::max_output_bytes)):
+    /// the top level's first when it failed loading or runs per call.
+    /// Empty when nothing ran (the package was refused before evaluation).
+    pub output: String,
+}
+
+impl EvalError {
+    /// An error with the output printed before it.
+    pub fn with_output(error: StarlarkHostError, output: String) -> Self {
+        EvalError { error, output }
+    }
+}
+
+impl From<StarlarkHostError> for EvalError {
+    fn from(error: StarlarkHostError) -> Self {
+        EvalError {
+            error,
+            output: String::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for EvalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}

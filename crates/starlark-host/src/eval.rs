@@ -14,8 +14,10 @@ use starlark::values::Value;
 
 use crate::bindings::{globals_for, CapturedOutput, EvalContext, ModuleSet};
 use crate::broker::CancelToken;
-use crate::error::{LimitKind, StarlarkHostError};
-use crate::limits::{check_source_shape, json_to_value, value_to_json, EvalLimits, ShapeError};
+use crate::error::{EvalError, LimitKind, StarlarkHostError};
+use crate::limits::{
+    check_source_shape, json_to_value, value_to_json, EvalLimits, JsonError, ShapeError,
+};
 use crate::package::{normalize_load_path, Package};
 use crate::protocol::{DenyAllCalls, ModuleCalls};
 
@@ -263,7 +265,8 @@ impl FileLoader for PackageLoader<'_> {
     }
 }
 
-/// Parse, run the top level and freeze a package. Module calls are refused
+/// Parse, run the top level and freeze a package (an error carries what
+/// the top level printed before it). Module calls are refused
 /// while the top level runs (see crate docs), so the result does not depend
 /// on any invoker; a package whose top level calls a module is instead
 /// checked (size, shape, syntax) and kept to run its top level per call.
@@ -273,7 +276,7 @@ pub fn compile_package(
     modules: ModuleSet,
     limits: &EvalLimits,
     cancel: &CancelToken,
-) -> Result<CompiledPackage, StarlarkHostError> {
+) -> Result<CompiledPackage, EvalError> {
     let output = CapturedOutput::new(limits.max_output_bytes);
     let guard = Guard {
         limits,
@@ -298,9 +301,13 @@ pub fn compile_package(
     let frozen = match loader.eval_file(&pkg.manifest.script) {
         Ok(frozen) => frozen,
         Err(_) if calls.attempted.load(std::sync::atomic::Ordering::Relaxed) => {
-            return per_call_package(pkg, modules, &loader).map_err(|e| guard.classify(&pkg.id, e));
+            return per_call_package(pkg, modules, &loader)
+                .map_err(|e| EvalError::with_output(guard.classify(&pkg.id, e), String::new()));
         }
-        Err(e) => return Err(guard.classify(&pkg.id, e)),
+        Err(e) => {
+            let printed = output.buf.borrow().clone();
+            return Err(EvalError::with_output(guard.classify(&pkg.id, e), printed));
+        }
     };
     let mut globals = serde_json::Map::new();
     let mut functions = Vec::new();
@@ -493,11 +500,17 @@ impl CompiledPackage {
             drop(eval);
             match r {
                 Ok(v) => {
-                    value_to_json(v, limits.max_value_depth, limits.max_value_bytes).map_err(|m| {
-                        StarlarkHostError::Limit {
-                            package: self.package_id.clone(),
-                            kind: LimitKind::ValueSize,
-                            message: format!("return value of {name}: {m}"),
+                    value_to_json(v, limits.max_value_depth, limits.max_value_bytes).map_err(|e| {
+                        match e {
+                            JsonError::TooLarge(m) => StarlarkHostError::Limit {
+                                package: self.package_id.clone(),
+                                kind: LimitKind::ValueSize,
+                                message: format!("return value of {name}: {m}"),
+                            },
+                            JsonError::NotJson(m) => StarlarkHostError::Conversion {
+                                package: self.package_id.clone(),
+                                message: format!("return value of {name}: {m}"),
+                            },
                         }
                     })
                 }

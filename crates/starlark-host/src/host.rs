@@ -25,7 +25,7 @@ use cordon_core::{SandboxRunner, SandboxUnavailable, TrustTier};
 
 use crate::bindings::ModuleSet;
 use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
-use crate::error::StarlarkHostError;
+use crate::error::{EvalError, StarlarkHostError};
 use crate::eval::CallOutcome;
 use crate::limits::EvalLimits;
 use crate::package::Package;
@@ -142,11 +142,7 @@ pub enum Isolation {
 pub(crate) trait Evaluator: Send + Sync {
     /// Loads `pkg` (or finds it loaded) and returns its globals and the
     /// output of its top level.
-    async fn load(
-        &self,
-        pkg: &Package,
-        modules: ModuleSet,
-    ) -> Result<ExecOutcome, StarlarkHostError>;
+    async fn load(&self, pkg: &Package, modules: ModuleSet) -> Result<ExecOutcome, EvalError>;
 
     /// Calls an entry point of `pkg` on a fresh heap.
     async fn call(
@@ -154,7 +150,7 @@ pub(crate) trait Evaluator: Send + Sync {
         pkg: &Package,
         modules: ModuleSet,
         call: Call,
-    ) -> Result<CallOutcome, StarlarkHostError>;
+    ) -> Result<CallOutcome, EvalError>;
 }
 
 /// Builds a [`StarlarkHost`]: services and limits, a sandbox for untrusted
@@ -304,7 +300,7 @@ impl StarlarkHost {
         pkg: &Package,
         tier: TrustTier,
         ctx: Option<&RunContext>,
-    ) -> Result<ExecOutcome, StarlarkHostError> {
+    ) -> Result<ExecOutcome, EvalError> {
         let evaluator = self.route(pkg, tier)?;
         let modules = self.admit(pkg, ctx).await?;
         evaluator.load(pkg, modules).await
@@ -319,7 +315,7 @@ impl StarlarkHost {
         pkg: &Package,
         tier: TrustTier,
         call: Call,
-    ) -> Result<CallOutcome, StarlarkHostError> {
+    ) -> Result<CallOutcome, EvalError> {
         let evaluator = self.route(pkg, tier)?;
         let modules = self.admit(pkg, call.context.as_ref()).await?;
         evaluator.call(pkg, modules, call).await
@@ -332,7 +328,7 @@ impl StarlarkHost {
         package_id: &str,
         tier: TrustTier,
         call: Call,
-    ) -> Result<CallOutcome, StarlarkHostError> {
+    ) -> Result<CallOutcome, EvalError> {
         let pkg = self
             .packages
             .get(package_id)
@@ -433,7 +429,10 @@ mod tests {
             .call(&pkg(), TrustTier::Untrusted, Call::new("f"))
             .await
             .unwrap_err();
-        assert!(matches!(err, StarlarkHostError::NoSandbox { .. }), "{err}");
+        assert!(
+            matches!(err.error, StarlarkHostError::NoSandbox { .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("never run in process"), "{err}");
         // The same package, trusted, runs in process.
         let out = host
@@ -453,6 +452,9 @@ mod tests {
             .call(&pkg(), TrustTier::Trusted, Call::new("f"))
             .await
             .unwrap_err();
-        assert!(matches!(err, StarlarkHostError::NoSandbox { .. }), "{err}");
+        assert!(
+            matches!(err.error, StarlarkHostError::NoSandbox { .. }),
+            "{err}"
+        );
     }
 }

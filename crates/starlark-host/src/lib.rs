@@ -106,7 +106,7 @@ mod worker;
 
 pub use broker::{CancelToken, Services};
 pub use cordon_core::TrustTier;
-pub use error::{LimitKind, StarlarkHostError};
+pub use error::{EvalError, LimitKind, StarlarkHostError};
 pub use eval::CallOutcome;
 pub use host::{Call, Isolation, StarlarkHost, StarlarkHostBuilder};
 pub use http::HttpLimits;

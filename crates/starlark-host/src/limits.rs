@@ -265,15 +265,26 @@ pub fn value_to_json(
     v: Value,
     max_depth: usize,
     max_bytes: usize,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, JsonError> {
     let mut budget = max_bytes;
     to_json_inner(v, max_depth, &mut budget, max_bytes)
 }
 
-fn charge(budget: &mut usize, n: usize, max: usize) -> Result<(), String> {
+/// Why a value did not cross the JSON boundary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    /// Deeper or larger than the limits allow.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Of a type, or a value, that JSON cannot represent.
+    #[error("{0}")]
+    NotJson(String),
+}
+
+fn charge(budget: &mut usize, n: usize, max: usize) -> Result<(), JsonError> {
     *budget = budget
         .checked_sub(n)
-        .ok_or_else(|| format!("value is larger than {max} bytes as JSON"))?;
+        .ok_or_else(|| JsonError::TooLarge(format!("value is larger than {max} bytes as JSON")))?;
     Ok(())
 }
 
@@ -282,8 +293,9 @@ fn to_json_inner(
     depth: usize,
     budget: &mut usize,
     max: usize,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, JsonError> {
     use serde_json::Value as J;
+    let not_json = JsonError::NotJson;
     charge(budget, 8, max)?;
     if v.is_none() {
         return Ok(J::Null);
@@ -297,26 +309,45 @@ fn to_json_inner(
     }
     match v.get_type() {
         "int" => {
-            return i64::unpack_value(v)
+            if let Ok(Some(i)) = i64::unpack_value(v) {
+                return Ok(J::Number(i.into()));
+            }
+            // Exact, any size: serde_json keeps a number's digits
+            // (`arbitrary_precision`, which starlark turns on).
+            let big = num_bigint::BigInt::unpack_value(v)
                 .ok()
                 .flatten()
-                .map(|i| J::Number(i.into()))
-                .ok_or_else(|| "integer does not fit in 64 bits".to_owned());
+                .ok_or_else(|| not_json("an int that is not an integer".to_owned()))?;
+            if big.bits() > MAX_INT_BITS {
+                return Err(JsonError::TooLarge(format!(
+                    "an int of {} bits is larger than the {MAX_INT_BITS} bits (about \
+                     {MAX_INT_DIGITS} digits) that cross the JSON boundary",
+                    big.bits()
+                )));
+            }
+            let digits = big.to_string();
+            charge(budget, digits.len(), max)?;
+            return digits
+                .parse::<serde_json::Number>()
+                .map(J::Number)
+                .map_err(|e| not_json(format!("int {digits} has no JSON form: {e}")));
         }
         "float" => {
             let f = StarlarkFloat::unpack_value(v)
                 .ok()
                 .flatten()
                 .map(|f| f.0)
-                .ok_or_else(|| "bad float".to_owned())?;
+                .ok_or_else(|| not_json("bad float".to_owned()))?;
             return serde_json::Number::from_f64(f)
                 .map(J::Number)
-                .ok_or_else(|| format!("float {f} has no JSON form"));
+                .ok_or_else(|| not_json(format!("float {f} has no JSON form ({JSON_TYPES})")));
         }
         _ => {}
     }
     if depth == 0 {
-        return Err("value is nested too deeply to convert to JSON".to_owned());
+        return Err(JsonError::TooLarge(
+            "value is nested too deeply to convert to JSON".to_owned(),
+        ));
     }
     if let Some(l) = ListRef::from_value(v) {
         return l
@@ -335,9 +366,12 @@ fn to_json_inner(
     if let Some(d) = DictRef::from_value(v) {
         let mut m = serde_json::Map::new();
         for (k, x) in d.iter() {
-            let k = k
-                .unpack_str()
-                .ok_or_else(|| format!("dict key of type {} is not a string", k.get_type()))?;
+            let k = k.unpack_str().ok_or_else(|| {
+                not_json(format!(
+                    "dict key of type {} is not a string ({JSON_TYPES})",
+                    k.get_type()
+                ))
+            })?;
             charge(budget, k.len(), max)?;
             m.insert(k.to_owned(), to_json_inner(x, depth - 1, budget, max)?);
         }
@@ -354,11 +388,22 @@ fn to_json_inner(
         }
         return Ok(J::Object(m));
     }
-    Err(format!(
-        "a value of type {} cannot be converted to JSON",
+    Err(not_json(format!(
+        "a value of type {} cannot be converted to JSON ({JSON_TYPES})",
         v.get_type()
-    ))
+    )))
 }
+
+/// What crosses the JSON boundary (entry-point arguments and return
+/// values, `http` JSON bodies), for error messages.
+pub const JSON_TYPES: &str = "accepted: None, bool, int, float (finite), string, \
+    list, tuple, dict with string keys, struct, nested within the depth and size limits";
+
+/// The largest int that crosses the JSON boundary either way, in decimal
+/// digits: converting a longer one costs time quadratic in its length,
+/// outside the interpreter's limits (Python draws the line at 4300).
+pub const MAX_INT_DIGITS: usize = 4300;
+const MAX_INT_BITS: u64 = 14_300; // > 4300 * log2(10) = 14284.3
 
 /// Depth-limited conversion of JSON into a Starlark value on `heap`.
 pub fn json_to_value<'v>(
@@ -371,8 +416,22 @@ pub fn json_to_value<'v>(
         J::Null => Value::new_none(),
         J::Bool(b) => Value::new_bool(*b),
         J::Number(n) => {
+            let text = n.to_string();
+            let integer = !text.contains(['.', 'e', 'E']);
             if let Some(i) = n.as_i64() {
                 heap.alloc(i)
+            } else if integer {
+                let digits = text.trim_start_matches('-').len();
+                if digits > MAX_INT_DIGITS {
+                    return Err(format!(
+                        "an integer of {digits} digits is longer than the {MAX_INT_DIGITS} \
+                         digits that cross the JSON boundary"
+                    ));
+                }
+                let big: num_bigint::BigInt = text
+                    .parse()
+                    .map_err(|e| format!("integer {text} is not valid: {e}"))?;
+                heap.alloc(big)
             } else if let Some(f) = n.as_f64() {
                 if !f.is_finite() {
                     return Err(format!("number {n} is out of range"));

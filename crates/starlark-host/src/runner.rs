@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::bindings::ModuleSet;
 use crate::broker::{CancelToken, Capabilities};
-use crate::error::StarlarkHostError;
+use crate::error::EvalError;
 use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
 use crate::host::{Call, Evaluator};
 use crate::limits::EvalLimits;
@@ -148,7 +148,7 @@ impl InProcess {
         pkg: &Package,
         modules: ModuleSet,
         cancel: &CancelToken,
-    ) -> Result<(Arc<CompiledPackage>, bool), StarlarkHostError> {
+    ) -> Result<(Arc<CompiledPackage>, bool), EvalError> {
         let key = (pkg.script_hash(), modules);
         if let Some(c) = self.cache_get(&key) {
             return Ok((c, true));
@@ -171,11 +171,7 @@ impl InProcess {
 
 #[async_trait::async_trait]
 impl Evaluator for InProcess {
-    async fn load(
-        &self,
-        pkg: &Package,
-        modules: ModuleSet,
-    ) -> Result<ExecOutcome, StarlarkHostError> {
+    async fn load(&self, pkg: &Package, modules: ModuleSet) -> Result<ExecOutcome, EvalError> {
         let (compiled, cached) = self.compiled(pkg, modules, &CancelToken::new()).await?;
         tracing::info!(package = %pkg.id, cached, modules = ?modules.names(), "package executed");
         Ok(ExecOutcome {
@@ -194,7 +190,7 @@ impl Evaluator for InProcess {
         pkg: &Package,
         modules: ModuleSet,
         call: Call,
-    ) -> Result<CallOutcome, StarlarkHostError> {
+    ) -> Result<CallOutcome, EvalError> {
         let start = Instant::now();
         let (compiled, cached) = self.compiled(pkg, modules, &call.cancel).await?;
         let (broker, deadline) = call.broker(&self.caps, pkg, modules, &self.limits)?;
@@ -228,7 +224,7 @@ impl Evaluator for InProcess {
             }
             Err((e, output)) => {
                 tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, output_bytes = output.len(), error = %e, "entry point failed");
-                Err(e)
+                Err(EvalError::with_output(e, output))
             }
         }
     }

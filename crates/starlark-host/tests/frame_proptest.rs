@@ -40,6 +40,7 @@ fn message() -> impl Strategy<Value = Message> {
             "[ -~]{0,40}"
         )
             .prop_map(|(id, code, message)| Message::Error { id, code, message }),
+        (any::<u64>(), "\\PC{0,40}").prop_map(|(id, output)| Message::Output { id, output }),
         any::<u64>().prop_map(|id| Message::Cancel { id }),
     ]
 }

@@ -68,6 +68,15 @@ pub enum Message {
         /// A human-readable message.
         message: String,
     },
+    /// Worker → host, just before the `Error` that answers the request
+    /// with the same `id`: what the evaluation printed before it failed
+    /// (capped like any output), for the package's author.
+    Output {
+        /// The request's id.
+        id: u64,
+        /// The captured output.
+        output: String,
+    },
     /// Host → worker: abandon the request with this id.
     Cancel {
         /// The request to cancel.

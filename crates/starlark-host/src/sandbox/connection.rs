@@ -24,6 +24,9 @@ pub enum SessionError {
         code: String,
         /// The message.
         message: String,
+        /// What the evaluation printed before it failed (its `output`
+        /// frame; empty without one).
+        output: String,
     },
     /// The pipe closed or failed: the worker most likely died.
     #[error("{0}")]
@@ -202,6 +205,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
                     "the request is {len} bytes, more than the {max}-byte frame limit; \
                      raise WorkerConfig::max_frame or send less data"
                 ),
+                output: String::new(),
             },
             other => SessionError::Violation(other.to_string()),
         })?;
@@ -309,6 +313,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
         )
         .await?;
         let mut cancel_deadline: Option<tokio::time::Instant> = None;
+        // The request's `output` frame, if the worker sent one before its
+        // error.
+        let mut printed: Option<String> = None;
         let cancelled = || async move {
             match cancel {
                 Some(c) => c.cancelled().await,
@@ -339,7 +346,16 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WorkerConnection<R, W> {
                     id: Some(rid),
                     code,
                     message,
-                } if rid == id => return Err(SessionError::Reported { code, message }),
+                } if rid == id => {
+                    return Err(SessionError::Reported {
+                        code,
+                        message,
+                        output: printed.unwrap_or_default(),
+                    })
+                }
+                Message::Output { id: rid, output } if rid == id && printed.is_none() => {
+                    printed = Some(output);
+                }
                 Message::Error {
                     id: None,
                     code,
@@ -460,6 +476,7 @@ fn describe(m: &Message) -> String {
         Message::Request { id, method, .. } => format!("request {id} ({method})"),
         Message::Response { id, .. } => format!("response to request {id}"),
         Message::Error { id, code, .. } => format!("error for request {id:?} ({code})"),
+        Message::Output { id, .. } => format!("output for request {id}"),
         Message::Cancel { id } => format!("cancel {id}"),
     }
 }

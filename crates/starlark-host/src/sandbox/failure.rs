@@ -33,7 +33,7 @@ pub(super) fn describe_failure(
         message,
     };
     match e {
-        SessionError::Reported { code, message } => {
+        SessionError::Reported { code, message, .. } => {
             wire::error_from_code(&package, &code, message, &[])
         }
         SessionError::Deadline => StarlarkHostError::Limit {

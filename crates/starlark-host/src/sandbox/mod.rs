@@ -39,7 +39,7 @@ use cordon_core::{ExitOutcome, SandboxRunner};
 
 use crate::bindings::ModuleSet;
 use crate::broker::Capabilities;
-use crate::error::{LimitKind, StarlarkHostError};
+use crate::error::{EvalError, LimitKind, StarlarkHostError};
 use crate::eval::CallOutcome;
 use crate::host::{Call, Evaluator};
 use crate::limits::EvalLimits;
@@ -238,7 +238,11 @@ impl WorkerPool {
         use_spare: bool,
     ) -> Result<(Duration, ColdWorker), StarlarkHostError> {
         let t = Instant::now();
-        let w = self.inner.start_worker(pkg, modules, use_spare).await?;
+        let w = self
+            .inner
+            .start_worker(pkg, modules, use_spare)
+            .await
+            .map_err(|e| e.error)?;
         Ok((t.elapsed(), ColdWorker(w)))
     }
 
@@ -295,11 +299,7 @@ impl WorkerPool {
 impl Evaluator for WorkerPool {
     /// Loads the package in a worker (or reuses a warm one) and returns its
     /// globals and top-level output.
-    async fn load(
-        &self,
-        pkg: &Package,
-        modules: ModuleSet,
-    ) -> Result<ExecOutcome, StarlarkHostError> {
+    async fn load(&self, pkg: &Package, modules: ModuleSet) -> Result<ExecOutcome, EvalError> {
         let _permit = self
             .inner
             .permits
@@ -327,7 +327,7 @@ impl Evaluator for WorkerPool {
         pkg: &Package,
         modules: ModuleSet,
         call: Call,
-    ) -> Result<CallOutcome, StarlarkHostError> {
+    ) -> Result<CallOutcome, EvalError> {
         let start = Instant::now();
         let inner = &self.inner;
         let _permit = inner
@@ -340,7 +340,7 @@ impl Evaluator for WorkerPool {
             Ok(b) => b,
             Err(e) => {
                 inner.check_in(worker).await;
-                return Err(e);
+                return Err(e.into());
             }
         };
         let Call {
@@ -376,7 +376,11 @@ impl Evaluator for WorkerPool {
                     cached,
                 })
             }
-            Err(SessionError::Reported { code, message }) => {
+            Err(SessionError::Reported {
+                code,
+                message,
+                output,
+            }) => {
                 let parsed = wire::ErrorCode::parse(&code);
                 let memory = parsed == Some(wire::ErrorCode::Limit(LimitKind::Memory));
                 let message = if memory {
@@ -398,12 +402,12 @@ impl Evaluator for WorkerPool {
                     inner.check_in(worker).await;
                 }
                 tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %e, "sandboxed entry point failed");
-                Err(e)
+                Err(EvalError::with_output(e, output))
             }
             Err(e) => {
                 let err = inner.fail(worker, &pkg.id, e).await;
                 tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %err, "sandboxed worker failed");
-                Err(err)
+                Err(err.into())
             }
         }
     }

@@ -11,7 +11,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use super::failure::describe_failure;
 use super::{kill_and_reap, reap_dead, Inner, SessionError, WorkerConnection};
 use crate::bindings::ModuleSet;
-use crate::error::StarlarkHostError;
+use crate::error::{EvalError, StarlarkHostError};
 use crate::package::Package;
 use crate::protocol::wire;
 
@@ -115,7 +115,7 @@ impl Inner {
         &self,
         pkg: &Package,
         modules: ModuleSet,
-    ) -> Result<(Worker, bool), StarlarkHostError> {
+    ) -> Result<(Worker, bool), EvalError> {
         let key = (pkg.script_hash(), modules);
         let warm = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -347,7 +347,7 @@ impl Inner {
         pkg: &Package,
         modules: ModuleSet,
         use_spare: bool,
-    ) -> Result<Worker, StarlarkHostError> {
+    ) -> Result<Worker, EvalError> {
         let spare = if use_spare { self.take_spare() } else { None };
         let mut worker = match spare {
             Some(w) => w,
@@ -377,11 +377,16 @@ impl Inner {
                 tracing::debug!(package = %pkg.id, pid = worker.child.pid(), load_us = began.elapsed().as_micros() as u64, "started a Starlark worker");
                 Ok(worker)
             }
-            Err(SessionError::Reported { code, message }) => {
+            Err(SessionError::Reported {
+                code,
+                message,
+                output,
+            }) => {
                 self.retire(worker).await;
-                Err(wire::error_from_code(&pkg.id, &code, message, &[]))
+                let e = wire::error_from_code(&pkg.id, &code, message, &[]);
+                Err(EvalError::with_output(e, output))
             }
-            Err(e) => Err(self.fail(worker, &pkg.id, e).await),
+            Err(e) => Err(self.fail(worker, &pkg.id, e).await.into()),
         }
     }
 }

@@ -130,7 +130,10 @@ pub(super) fn eval_thread(
                         compiled = Some((c, limits));
                         Ok(serde_json::to_value(&loaded))
                     }
-                    Ok(Err(e)) => Err(wire::error_code(&e)),
+                    Ok(Err(e)) => {
+                        send_output(&shared, id, e.output);
+                        Err(wire::error_code(&e.error))
+                    }
                     Err(p) => Err(panic_code(p.as_ref())),
                 };
                 finish(&shared, id, reply);
@@ -193,11 +196,36 @@ pub(super) fn eval_thread(
                     Ok(Ok((value, output))) => {
                         Ok(serde_json::to_value(&wire::CallResult { value, output }))
                     }
-                    Ok(Err((e, _output))) => Err(wire::error_code(&e)),
+                    Ok(Err((e, output))) => {
+                        send_output(&shared, id, output);
+                        Err(wire::error_code(&e))
+                    }
                     Err(p) => Err(panic_code(p.as_ref())),
                 };
                 finish(&shared, id, reply);
             }
+        }
+    }
+}
+
+/// Sends what a failed request printed, before its error (nothing when it
+/// printed nothing), cut to fit one frame: its error must follow.
+fn send_output(shared: &Shared, id: u64, output: String) {
+    const CUT: &str = "\n[output cut to fit one protocol frame]\n";
+    let mut keep = output.len();
+    while keep > 0 {
+        let mut text = output[..keep].to_owned();
+        if keep < output.len() {
+            text.push_str(CUT);
+        }
+        let msg = Message::Output { id, output: text };
+        if crate::protocol::frame::encode_frame(&msg, shared.max_frame).is_ok() {
+            shared.send(&msg);
+            return;
+        }
+        keep /= 2;
+        while !output.is_char_boundary(keep) {
+            keep -= 1;
         }
     }
 }

@@ -320,6 +320,7 @@ fn describe(m: &Message) -> String {
         Message::Request { id, method, .. } => format!("request {id} ({method})"),
         Message::Response { id, .. } => format!("response {id}"),
         Message::Error { id, code, .. } => format!("error {id:?} ({code})"),
+        Message::Output { id, .. } => format!("output {id}"),
         Message::Cancel { id } => format!("cancel {id}"),
     }
 }
@@ -467,7 +468,7 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                 diag!("host ended the session: {code}: {message}");
                 return 3;
             }
-            other @ (Message::Hello { .. } | Message::Welcome { .. }) => {
+            other @ (Message::Hello { .. } | Message::Welcome { .. } | Message::Output { .. }) => {
                 return shared.fail(
                     ErrorCode::Protocol,
                     format!("unsolicited {}", describe(&other)),

@@ -365,3 +365,23 @@ async fn concurrent_calls_share_one_runner() {
     }
     assert_eq!(h.runner.cache_stats().misses, 1);
 }
+
+/// What a failing call printed comes back with its error, in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_returns_what_it_printed() {
+    let mut limits = EvalLimits::default();
+    limits.max_ticks = 100_000;
+    let h = harness(limits);
+    let pkg = package("prints", &[], &[], crate::tiered::PRINTS_THEN_FAILS);
+    let top = package("top-fails", &[], &[], "print('top ran')\nfail('at load')\n");
+    crate::tiered::failures_keep_their_output(&h.runner, &pkg, &top).await;
+}
+
+/// Entry-point values in process: JSON exactly, ints of any size; other
+/// types named in a conversion error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_point_values_are_json_with_exact_ints() {
+    let h = harness(EvalLimits::default());
+    let pkg = package("values", &[], &[], crate::tiered::VALUES);
+    crate::tiered::entry_values_cross_json_exactly(&h.runner, &pkg).await;
+}

@@ -616,6 +616,30 @@ async fn top_level_module_calls_are_brokered_per_call_in_a_worker() {
     e.sandboxed.shutdown().await;
 }
 
+/// What a failing call printed comes back with its error from a worker
+/// too (an `output` frame before the `error` frame).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_returns_what_it_printed_from_a_worker() {
+    let _g = serial();
+    let mut limits = EvalLimits::default();
+    limits.max_ticks = 100_000;
+    let e = env(limits);
+    let pkg = package("prints", &[], &[], tiered::PRINTS_THEN_FAILS);
+    let top = package("top-fails", &[], &[], "print('top ran')\nfail('at load')\n");
+    tiered::failures_keep_their_output(&e.sandboxed, &pkg, &top).await;
+    e.sandboxed.shutdown().await;
+}
+
+/// Entry-point values through a worker: the same as in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_point_values_are_json_with_exact_ints_in_a_worker() {
+    let _g = serial();
+    let e = env(EvalLimits::default());
+    let pkg = package("values", &[], &[], tiered::VALUES);
+    tiered::entry_values_cross_json_exactly(&e.sandboxed, &pkg).await;
+    e.sandboxed.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
     let _g = serial();
@@ -688,7 +712,7 @@ async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, StarlarkHostError::SandboxUnavailable { .. }),
+        matches!(err.error, StarlarkHostError::SandboxUnavailable { .. }),
         "{err}"
     );
     let msg = err.to_string();
@@ -849,7 +873,7 @@ async fn a_package_from_disk_runs_in_a_worker_with_only_its_grants() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, StarlarkHostError::SandboxUnavailable { .. }),
+        matches!(err.error, StarlarkHostError::SandboxUnavailable { .. }),
         "{err}"
     );
     assert_eq!(srv.hits(), 1);

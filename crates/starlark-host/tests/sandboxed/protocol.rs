@@ -101,6 +101,11 @@ async fn fake_workers_breaking_the_protocol_are_killed_with_clear_errors() {
             "unsolicited response to request 99",
         ),
         (
+            "output-for-another-request",
+            format!(r#"{ok_hello}; frame '{{"output":{{"id":99,"output":"x"}}}}'; exec sleep 5"#),
+            "unsolicited output for request 99",
+        ),
+        (
             "module-outside-call",
             format!(
                 r#"{ok_hello}; frame '{{"request":{{"id":1,"method":"module","body":{{"secret_get":{{"name":"x"}}}}}}}}'; exec sleep 5"#

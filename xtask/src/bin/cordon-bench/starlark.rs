@@ -92,7 +92,8 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         reexec.push(
             timed(run_on_eval_thread(l.eval_stack_bytes, move || {
                 let cancel = CancelToken::new();
-                let compiled = compile_package(&p, ModuleSet::NONE, &l, &cancel)?;
+                let compiled =
+                    compile_package(&p, ModuleSet::NONE, &l, &cancel).map_err(|e| e.error)?;
                 compiled
                     .call(
                         "ping",
