@@ -19,7 +19,7 @@
 //! [`ModuleBroker`](crate::ModuleBroker) code.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cordon_core::{SandboxRunner, SandboxUnavailable, TrustTier};
 
@@ -97,8 +97,11 @@ impl Call {
     }
 
     /// Starts the call's clock, for an evaluator about to run it: its
-    /// deadline (`limits.timeout` from now) and the broker that serves its
-    /// module calls until then.
+    /// deadline and the broker that serves its module calls until then.
+    /// The deadline is `limits.timeout` from now, plus
+    /// [`Services::provider_timeout`](crate::Services::provider_timeout)
+    /// when the package has `provider`: a model often answers in 20–60 s,
+    /// and one such call must not eat the script's own time.
     pub(crate) fn broker(
         &self,
         caps: &Arc<Capabilities>,
@@ -106,7 +109,12 @@ impl Call {
         modules: ModuleSet,
         limits: &EvalLimits,
     ) -> Result<(ModuleBroker, Instant), StarlarkHostError> {
-        let deadline = Instant::now() + limits.timeout;
+        let waits = if modules.provider {
+            caps.services().provider_timeout
+        } else {
+            Duration::ZERO
+        };
+        let deadline = Instant::now() + limits.timeout + waits;
         let broker = ModuleBroker::new(
             caps.clone(),
             pkg,

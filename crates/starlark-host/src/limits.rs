@@ -23,7 +23,12 @@ pub struct EvalLimits {
     /// Instruction budget: one tick is a function call or a loop iteration.
     /// The default (10 M) is roughly 0.15–0.25 s of tight looping.
     pub max_ticks: u64,
-    /// Wall-clock deadline per evaluation (including blocking module calls).
+    /// Wall-clock deadline per evaluation, including the time spent
+    /// waiting on module calls; a call of a package that has `provider`
+    /// gets [`Services::provider_timeout`](crate::Services::provider_timeout)
+    /// on top (a model often takes 20–60 s). Waiting uses no ticks
+    /// (`max_ticks` counts interpreter steps) and no CPU time (a worker's
+    /// `WorkerLimits::cpu_seconds`).
     pub timeout: Duration,
     /// Starlark heap size, checked periodically by the interpreter. The
     /// interpreter does not collect garbage during a call, so this bounds

@@ -350,7 +350,9 @@ impl Evaluator for WorkerPool {
             cancel,
             ..
         } = call;
-        let timeout = inner.limits.timeout;
+        // The worker's deadline is the host's (which counts the provider's
+        // time when the package has `provider`).
+        let timeout = deadline.saturating_duration_since(Instant::now());
         let call = wire::Call {
             entry: name.clone(),
             args,

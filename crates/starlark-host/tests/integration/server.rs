@@ -123,7 +123,18 @@ pub async fn start() -> TestServer {
                     headers: headers.clone(),
                     body: body.clone(),
                 });
-                let resp = match path {
+                // `/after-N/rest`: answers `/rest` N seconds late (a slow
+                // model).
+                let mut path = path.to_owned();
+                if let Some((secs, rest)) = path
+                    .strip_prefix("/after-")
+                    .and_then(|p| p.split_once('/'))
+                    .and_then(|(n, rest)| Some((n.parse::<u64>().ok()?, rest.to_owned())))
+                {
+                    tokio::time::sleep(Duration::from_secs(secs)).await;
+                    path = format!("/{rest}");
+                }
+                let resp = match path.as_str() {
                     "/hello" => response(200, &[("content-type", "text/plain".into())], b"hello"),
                     "/json" => response(
                         200,

@@ -64,6 +64,7 @@ pub struct Env {
     pub perms: Arc<InMemoryPermissionStore>,
     pub secrets: Arc<InMemorySecretStore>,
     pub notifier: RecordingNotifier,
+    pub providers: Arc<InMemoryProviderResolver>,
     /// Calls as [`TrustTier::Untrusted`]: always a sandboxed worker.
     pub sandboxed: Arc<TieredHost>,
 }
@@ -83,6 +84,8 @@ pub fn env_with(limits: EvalLimits, config: WorkerConfig) -> Env {
     let mut services = Services::new(Arc::new(InMemoryPackageStore::new()), perms.clone());
     services.secrets = Some(secrets.clone());
     services.notifier = Some(Arc::new(notifier.clone()));
+    let providers = Arc::new(InMemoryProviderResolver::new());
+    services.providers = Some(providers.clone());
     let runner = sandbox().unwrap_or_else(|e| panic!("the Linux backend must conform here: {e}"));
     let host = StarlarkHost::builder(services)
         .limits(limits)
@@ -93,6 +96,7 @@ pub fn env_with(limits: EvalLimits, config: WorkerConfig) -> Env {
         perms,
         secrets,
         notifier,
+        providers,
         sandboxed: Arc::new(TieredHost {
             host,
             tier: TrustTier::Untrusted,
@@ -637,6 +641,44 @@ async fn entry_point_values_are_json_with_exact_ints_in_a_worker() {
     let e = env(EvalLimits::default());
     let pkg = package("values", &[], &[], tiered::VALUES);
     tiered::entry_values_cross_json_exactly(&e.sandboxed, &pkg).await;
+    e.sandboxed.shutdown().await;
+}
+
+/// In a worker too, a package with `provider` gets the provider's timeout
+/// on top of its own: a 2 s model call completes under a 1 s script
+/// timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_model_is_not_cut_at_the_scripts_deadline_in_a_worker() {
+    let _g = serial();
+    let srv = server::start().await;
+    let mut limits = EvalLimits::default();
+    limits.timeout = Duration::from_secs(1);
+    let e = env(limits);
+    let mut pkg = package(
+        "slow-model",
+        &[Permission::ProviderComplete],
+        &[],
+        "def ask():\n    return provider.complete('hi').content\n",
+    );
+    pkg.manifest.requires_provider = Some(ProviderRequirement::default());
+    e.grant_all(&pkg);
+    e.providers.set_host_default(ProviderConfig {
+        base_url: format!("{}/after-2/v1", srv.base()),
+        api_key: ApiKey::new("sk-host"),
+        model: "m".into(),
+    });
+    let out = e
+        .sandboxed
+        .call_entry_point(
+            &pkg,
+            "ask",
+            vec![],
+            Default::default(),
+            Some(&RunContext::for_user("u")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!("echo: hi"));
     e.sandboxed.shutdown().await;
 }
 
