@@ -38,9 +38,11 @@
 //! ## Trust and isolation
 //!
 //! The interpreter is not a safety boundary: hostile input can abort its
-//! process (compile-time folding of `'a' * 2000000000`, values nested so
-//! deep that `json.encode` overflows the native stack) or exhaust memory
-//! inside one builtin before a limit is checked. So:
+//! process (compile-time folding of `'a' * 2000000000`; `str` of structs
+//! nested so deep that the interpreter's repr overflows the native stack —
+//! `json.encode` is Cordon's own and bounded) or exhaust memory inside one
+//! builtin before a limit is checked (`",".join`, `format`, `sorted` of a
+//! huge `range`). So:
 //!
 //! * **untrusted** packages ([`TrustTier::Untrusted`]) run only in a
 //!   sandboxed worker process ([`WorkerPool`]) started through an admitted

@@ -2,7 +2,8 @@
 //! the invocation's [`ModuleCalls`], convert the reply back. No I/O here.
 //! This file holds the module set, the globals per set, `print` capture
 //! and the `secrets` and `notifications` builtins; `http.rs` and
-//! `provider.rs` hold those modules' builtins.
+//! `provider.rs` hold those modules' builtins, `json.rs` a bounded
+//! replacement for the interpreter's `json`.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -17,9 +18,11 @@ use starlark::values::{ProvidesStaticType, Value};
 use crate::protocol::{ModuleCall, ModuleCalls, ModuleReply, Notification, SecretGet};
 
 mod http;
+mod json;
 mod provider;
 
 use http::http_module;
+use json::json_module;
 use provider::provider_module;
 
 /// Which host modules are present in a script's globals.
@@ -127,11 +130,9 @@ impl starlark::PrintHandler for CapturedOutput {
 pub fn globals_for(modules: ModuleSet) -> &'static Globals {
     static CACHE: [OnceLock<Globals>; 16] = [const { OnceLock::new() }; 16];
     CACHE[modules.index()].get_or_init(|| {
-        let mut b = GlobalsBuilder::extended_by(&[
-            LibraryExtension::StructType,
-            LibraryExtension::Print,
-            LibraryExtension::Json,
-        ]);
+        let mut b =
+            GlobalsBuilder::extended_by(&[LibraryExtension::StructType, LibraryExtension::Print]);
+        b.namespace("json", json_module);
         if modules.secrets {
             b.namespace("secrets", secrets_module);
         }

@@ -293,3 +293,43 @@ async fn long_operator_chains_are_refused_before_they_overflow_the_stack() {
     assert_eq!(h.call(&ok, "main", None).await.unwrap().value, json!(501));
     host_still_works(&h).await;
 }
+
+/// `json.encode` of a value nested 100 000 deep overflowed the native
+/// stack and aborted this whole process; of `[s] * n` it built `n` copies
+/// of `s`. Both are refused now within the JSON limits, in process, and
+/// `json.decode` keeps its depth limit and exact ints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_encode_is_bounded_in_depth_and_size() {
+    let h = harness(EvalLimits::default());
+    let pkg = package(
+        "json-bombs",
+        &[],
+        &[],
+        r#"
+def deep():
+    x = []
+    for i in range(100000):
+        x = [x]
+    return json.encode(x)
+def wide():
+    return len(json.encode(["x" * 10000] * 1000000))
+def deep_decode():
+    return json.decode("[" * 100000 + "]" * 100000)
+def fine():
+    v = {"b": 1, "a": [2, {"z": None, "y": 1.5}], "c": "x\n", "n": 123456789012345678901234567890}
+    return [json.encode(v), json.decode(json.encode(v)) == v]
+"#,
+    );
+    assert_err_contains(h.call(&pkg, "deep", None).await, "nested too deeply");
+    assert_err_contains(h.call(&pkg, "wide", None).await, "larger than");
+    assert_err_contains(h.call(&pkg, "deep_decode", None).await, "json.decode");
+    let v = h.call(&pkg, "fine", None).await.unwrap().value;
+    assert_eq!(
+        v,
+        serde_json::json!([
+            "{\"b\":1,\"a\":[2,{\"z\":null,\"y\":1.5}],\"c\":\"x\\n\",\"n\":123456789012345678901234567890}",
+            true
+        ])
+    );
+    host_still_works(&h).await;
+}
