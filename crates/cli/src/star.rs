@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use cordon_starlark::{
     load_package_from_path, Call, CallOutcome, EvalError, EvalLimits, ExecOutcome,
-    InMemoryPackageStore, InMemoryPermissionStore, InMemorySecretStore, Notification, Package,
-    Permission, RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError,
+    InMemoryPackageStore, InMemoryPermissionStore, InMemorySecretStore, Isolation, Notification,
+    Package, Permission, RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError,
     TrustTier, WorkerConfig, WorkerProgram,
 };
 
@@ -37,7 +37,12 @@ pub enum StarCommand {
 pub enum IsolationArg {
     /// A worker process under the OS sandbox (the default).
     Sandboxed,
-    /// Inside cordon itself: trusted packages only.
+    /// A worker process without a sandbox, under memory, CPU and file
+    /// limits it sets on itself: trusted packages; a runaway package ends
+    /// its worker, not cordon.
+    Process,
+    /// Inside cordon itself: trusted packages only, and no memory
+    /// protection (a package can exhaust cordon's memory or abort it).
     InProcess,
 }
 
@@ -167,7 +172,23 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
     let mut builder = StarlarkHost::builder(services).limits(limits);
     let tier = match args.isolation {
         IsolationArg::InProcess => {
-            eprintln!("cordon: --isolation in-process: the package is treated as TRUSTED");
+            eprintln!(
+                "cordon: --isolation in-process: the package is treated as TRUSTED and runs \
+                 inside cordon with no memory protection"
+            );
+            builder = builder.trusted_isolation(Isolation::InProcess);
+            TrustTier::Trusted
+        }
+        IsolationArg::Process => {
+            eprintln!(
+                "cordon: --isolation process: the package is treated as TRUSTED (a worker \
+                 process with limits, no sandbox)"
+            );
+            let program = WorkerProgram::current_exe()
+                .map_err(|e| format!("cannot find cordon's own executable: {e}"))?;
+            builder = builder
+                .worker(WorkerConfig::new(program))
+                .trusted_isolation(Isolation::Process);
             TrustTier::Trusted
         }
         IsolationArg::Sandboxed => {
@@ -182,7 +203,9 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
             }
             let program = WorkerProgram::current_exe()
                 .map_err(|e| format!("cannot find cordon's own executable: {e}"))?;
-            builder = builder.sandbox(sandbox, WorkerConfig::new(program));
+            builder = builder
+                .sandbox(sandbox, WorkerConfig::new(program))
+                .trusted_isolation(Isolation::Sandboxed);
             TrustTier::Untrusted
         }
     };

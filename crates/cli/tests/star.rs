@@ -266,3 +266,72 @@ fn unprivileged_uid_survives_scripts_that_abort_an_interpreter() {
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
 }
+
+/// Scripts that take an interpreter's process down (a builtin that
+/// allocates gigabytes in one step, one that recurses without limit, a
+/// CPU-bound format) end in a clear error under `--isolation process`: the
+/// worker holds its memory limit and is killed at the deadline, cordon
+/// itself never aborts, and nothing grows past the worker's 512 MiB.
+#[test]
+fn process_isolation_survives_what_kills_an_interpreter() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bombs = [
+        (
+            "join",
+            "l = ['x' * 1000] * 5000000\n    return len(','.join(l))",
+        ),
+        (
+            "format",
+            "return len(('{}' * 1000000).format(*(['y' * 10000] * 1000000)))",
+        ),
+        ("sorted", "return len(sorted(range(1 << 30)))"),
+        (
+            "doubling",
+            "s = 'x' * 1000000\n    for i in range(40):\n        s = s + s\n    return len(s)",
+        ),
+        (
+            "json",
+            "x = []\n    for i in range(100000):\n        x = [x]\n    return json.encode(x)",
+        ),
+        (
+            "struct-repr",
+            "x = None\n    for i in range(200000):\n        x = struct(a = x)\n    return str(x)",
+        ),
+    ];
+    let timeout = std::time::Duration::from_secs(3);
+    for (name, body) in bombs {
+        let p = script(dir.path(), &format!("def main():\n    {body}\n"));
+        let t = std::time::Instant::now();
+        let out = run(cordon(cache.path())
+            .args([
+                "star",
+                "run",
+                "--isolation",
+                "process",
+                "--timeout",
+                "3",
+                "--entry",
+                "main",
+            ])
+            .arg(&p));
+        let took = t.elapsed();
+        let err = text(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(1) | Some(124)),
+            "{name}: {:?} {err}",
+            out.status
+        );
+        assert!(took < 2 * timeout, "{name}: took {took:?}");
+        assert!(err.contains("cordon: package"), "{name}: {err}");
+    }
+    // The largest process this test binary waited for (cordon or, through
+    // it, a worker) stayed near the worker's limit.
+    // SAFETY: a zeroed rusage is valid; getrusage writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into `usage`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    assert_eq!(rc, 0);
+    let peak_mib = usage.ru_maxrss / 1024;
+    assert!(peak_mib < 512 + 256, "peak RSS {peak_mib} MiB");
+}

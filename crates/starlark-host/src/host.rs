@@ -132,9 +132,18 @@ impl Call {
 /// choice: always a sandboxed worker.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Isolation {
-    /// In the host process: the fastest, for code you trust. The
-    /// interpreter is not a safety boundary (see the crate docs).
+    /// In a worker process with no sandbox, under limits the worker sets
+    /// on itself (memory, CPU time, files) and killed at its deadline: an
+    /// accident in a package (a memory bomb, a runaway builtin, a native
+    /// stack overflow) ends that worker, never the host. Needs a worker
+    /// program ([`StarlarkHostBuilder::worker`]). The default.
     #[default]
+    Process,
+    /// In the host process: the fastest, and **no memory protection**. The
+    /// interpreter checks its heap limit only between steps and some of its
+    /// builtins allocate gigabytes or recurse unbounded within one step, so
+    /// a bad package can exhaust the host's memory or abort it (see the
+    /// crate docs). An explicit choice for code you trust not to do that.
     InProcess,
     /// In a worker process under the admitted sandbox, like untrusted
     /// packages.
@@ -167,6 +176,7 @@ pub struct StarlarkHostBuilder {
     services: Services,
     limits: EvalLimits,
     sandbox: Option<(Result<SandboxRunner, SandboxUnavailable>, WorkerConfig)>,
+    worker: Option<WorkerConfig>,
     trusted: Isolation,
 }
 
@@ -201,7 +211,16 @@ impl StarlarkHostBuilder {
         self
     }
 
-    /// Where trusted packages run (default [`Isolation::InProcess`]).
+    /// The worker program for trusted packages under
+    /// [`Isolation::Process`] (default: the one given to
+    /// [`StarlarkHostBuilder::sandbox`]). Its `limits` are what each
+    /// worker sets on itself.
+    pub fn worker(mut self, worker: WorkerConfig) -> Self {
+        self.worker = Some(worker);
+        self
+    }
+
+    /// Where trusted packages run (default [`Isolation::Process`]).
     pub fn trusted_isolation(mut self, isolation: Isolation) -> Self {
         self.trusted = isolation;
         self
@@ -212,6 +231,27 @@ impl StarlarkHostBuilder {
     pub fn build(self) -> Result<StarlarkHost, StarlarkHostError> {
         let packages = self.services.packages.clone();
         let caps = Capabilities::new(self.services)?;
+        let process_pool = match self.trusted {
+            Isolation::Process => {
+                let worker = self
+                    .worker
+                    .or_else(|| self.sandbox.as_ref().map(|(_, w)| w.clone()))
+                    .ok_or_else(|| StarlarkHostError::WorkerStart {
+                        package: String::new(),
+                        message: "trusted packages run in a worker process by default \
+                                  (Isolation::Process), and this host has no worker program: \
+                                  give it one (StarlarkHostBuilder::worker or ::sandbox), or \
+                                  choose Isolation::InProcess, which has no memory protection"
+                            .into(),
+                    })?;
+                Some(WorkerPool::unconfined(
+                    caps.clone(),
+                    self.limits.clone(),
+                    worker,
+                )?)
+            }
+            Isolation::InProcess | Isolation::Sandboxed => None,
+        };
         let pool = match self.sandbox {
             None => Pool::None,
             Some((Ok(runner), worker)) => Pool::Ready(WorkerPool::new(
@@ -233,6 +273,7 @@ impl StarlarkHostBuilder {
             caps: caps.clone(),
             in_process: InProcess::new(caps, self.limits),
             pool,
+            process_pool,
             trusted: self.trusted,
         })
     }
@@ -276,6 +317,8 @@ pub struct StarlarkHost {
     caps: Arc<Capabilities>,
     in_process: InProcess,
     pool: Pool,
+    /// Unconfined workers for trusted packages ([`Isolation::Process`]).
+    process_pool: Option<WorkerPool>,
     trusted: Isolation,
 }
 
@@ -297,6 +340,7 @@ impl StarlarkHost {
             services,
             limits: EvalLimits::default(),
             sandbox: None,
+            worker: None,
             trusted: Isolation::default(),
         }
     }
@@ -368,6 +412,9 @@ impl StarlarkHost {
         if let Pool::Ready(pool) = &self.pool {
             pool.shutdown().await;
         }
+        if let Some(pool) = &self.process_pool {
+            pool.shutdown().await;
+        }
     }
 
     /// The checks every evaluation starts with, made once here: the package
@@ -388,6 +435,12 @@ impl StarlarkHost {
                 Ok(self.untrusted_route(&pkg.id)?)
             }
             (TrustTier::Trusted, Isolation::InProcess) => Ok(&self.in_process),
+            (TrustTier::Trusted, Isolation::Process) => match &self.process_pool {
+                Some(pool) => Ok(pool),
+                None => Err(StarlarkHostError::Internal(
+                    "the host was built without its process pool".into(),
+                )),
+            },
         }
     }
 
@@ -395,7 +448,13 @@ impl StarlarkHost {
     /// worker pool.
     fn untrusted_route(&self, package: &str) -> Result<&WorkerPool, StarlarkHostError> {
         match &self.pool {
-            Pool::Ready(pool) => Ok(pool),
+            // Only `WorkerPool::new` (over a SandboxRunner) makes this pool;
+            // checked anyway, so a refactoring cannot route untrusted code
+            // to unconfined workers.
+            Pool::Ready(pool) if pool.is_sandboxed() => Ok(pool),
+            Pool::Ready(_) => Err(StarlarkHostError::Internal(
+                "the untrusted pool is not sandboxed; refusing".into(),
+            )),
             Pool::Refused(e) => Err(StarlarkHostError::SandboxUnavailable {
                 package: package.to_owned(),
                 source: e.clone(),
@@ -432,7 +491,10 @@ mod tests {
 
     #[tokio::test]
     async fn untrusted_never_runs_in_process_without_a_sandbox() {
-        let host = StarlarkHost::builder(services()).build().unwrap();
+        let host = StarlarkHost::builder(services())
+            .trusted_isolation(Isolation::InProcess)
+            .build()
+            .unwrap();
         let err = host
             .call(&pkg(), TrustTier::Untrusted, Call::new("f"))
             .await
@@ -463,6 +525,38 @@ mod tests {
         assert!(
             matches!(err.error, StarlarkHostError::NoSandbox { .. }),
             "{err}"
+        );
+    }
+
+    /// A host with unconfined workers for trusted packages still refuses
+    /// an untrusted one when it has no sandbox: the process pool is never
+    /// its route.
+    #[tokio::test]
+    async fn untrusted_never_reaches_the_unconfined_workers() {
+        let program = crate::WorkerProgram::path(std::env::current_exe().unwrap());
+        let host = StarlarkHost::builder(services())
+            .worker(crate::WorkerConfig::new(program))
+            .build()
+            .unwrap();
+        assert!(host.process_pool.is_some());
+        let err = host
+            .call(&pkg(), TrustTier::Untrusted, Call::new("f"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err.error, StarlarkHostError::NoSandbox { .. }),
+            "{err}"
+        );
+        host.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_default_for_trusted_packages_needs_a_worker_program() {
+        let err = StarlarkHost::builder(services()).build().unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("Isolation::Process") && msg.contains("no memory protection"),
+            "{msg}"
         );
     }
 }

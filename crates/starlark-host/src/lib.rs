@@ -52,8 +52,12 @@
 //!   process. There is no API that evaluates one in process: the
 //!   in-process evaluator is private to this crate and reached only for
 //!   [`TrustTier::Trusted`];
-//! * **trusted** packages run in process ([`Isolation::InProcess`], the
-//!   default) or, if the host is built so, in the pool too.
+//! * **trusted** packages run, by default, in an unconfined worker process
+//!   ([`Isolation::Process`]: no sandbox, but memory, CPU and file limits
+//!   the worker sets on itself, and a kill at the deadline), so an accident
+//!   in one ends its worker, not the host; in process only when the host
+//!   opts in ([`Isolation::InProcess`]: fastest, no memory protection); or
+//!   in the sandboxed pool too ([`Isolation::Sandboxed`]).
 //!
 //! The worker is the application's own executable: call
 //! [`dispatch_worker`] first thing in `main`. The host ⇄ worker protocol is
@@ -67,7 +71,7 @@
 //! use cordon_core::TrustTier;
 //! use cordon_starlark::{
 //!     load_package_from_path, Call, InMemoryPackageStore, InMemoryPermissionStore,
-//!     InMemorySecretStore, Permission, RunContext, Services, StarlarkHost,
+//!     InMemorySecretStore, Isolation, Permission, RunContext, Services, StarlarkHost,
 //! };
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -80,8 +84,11 @@
 //!
 //! let mut services = Services::new(Arc::new(InMemoryPackageStore::new()), perms);
 //! services.secrets = Some(secrets);
-//! // No sandbox given: this host runs trusted packages only (in process).
-//! let host = StarlarkHost::builder(services).build()?;
+//! // No sandbox given: this host runs trusted packages only, here in
+//! // process (fastest; no memory protection: see Isolation).
+//! let host = StarlarkHost::builder(services)
+//!     .trusted_isolation(Isolation::InProcess)
+//!     .build()?;
 //!
 //! let call = Call::new("main").context(RunContext::for_user("u1"));
 //! let out = host.call(&pkg, TrustTier::Trusted, call).await?;

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use cordon_core::{ExitOutcome, SandboxRunner};
+use cordon_core::{ExitOutcome, Runner, RunningChild, SandboxRunner, TrustedProcessRunner};
 
 use crate::bindings::ModuleSet;
 use crate::broker::Capabilities;
@@ -47,8 +47,41 @@ use crate::package::Package;
 use crate::protocol::wire;
 use crate::runner::ExecOutcome;
 
+/// What starts a pool's workers.
+enum WorkerRunner {
+    /// The admitted sandbox: every untrusted package's workers.
+    Sandboxed(SandboxRunner),
+    /// No sandbox, only the limits the worker sets on itself: trusted
+    /// packages under [`Isolation::Process`](crate::Isolation::Process),
+    /// for crash-proofing, not confinement.
+    Unconfined(TrustedProcessRunner),
+}
+
+impl std::fmt::Debug for WorkerRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerRunner::Sandboxed(r) => r.fmt(f),
+            WorkerRunner::Unconfined(_) => f.write_str("unconfined (rlimits only)"),
+        }
+    }
+}
+
+impl WorkerRunner {
+    async fn start(&self, spec: cordon_core::ChildSpec) -> Result<RunningChild, String> {
+        let r = match self {
+            WorkerRunner::Sandboxed(r) => {
+                r.start(spec.trust(cordon_core::TrustTier::Untrusted)).await
+            }
+            WorkerRunner::Unconfined(r) => {
+                r.start(spec.trust(cordon_core::TrustTier::Trusted)).await
+            }
+        };
+        r.map_err(|e| e.to_string())
+    }
+}
+
 struct Inner {
-    runner: SandboxRunner,
+    runner: WorkerRunner,
     caps: Arc<Capabilities>,
     limits: EvalLimits,
     config: WorkerConfig,
@@ -119,7 +152,7 @@ async fn reap_dead(mut w: Worker) -> (Option<ExitOutcome>, String) {
 }
 
 impl WorkerPool {
-    /// A sandboxed runner over an admitted `runner`, serving module calls
+    /// A pool over an admitted sandbox `runner`, serving module calls
     /// with `caps`, evaluating under `limits`. Stages the worker program.
     pub(crate) fn new(
         runner: SandboxRunner,
@@ -136,6 +169,53 @@ impl WorkerPool {
                     "the worker limits (WorkerConfig::limits) do not fit the sandbox runner: {e}"
                 ),
             })?;
+        Self::with_runner(
+            WorkerRunner::Sandboxed(runner),
+            worker_limits,
+            caps,
+            limits,
+            config,
+        )
+    }
+
+    /// A pool of unconfined workers for trusted packages
+    /// ([`Isolation::Process`](crate::Isolation::Process)): each worker
+    /// sets `config.limits` on itself (memory, CPU, files) and the pool
+    /// kills it at its deadline, so an accident in a package ends that
+    /// worker, not the host. Not a sandbox: never used for untrusted
+    /// packages.
+    pub(crate) fn unconfined(
+        caps: Arc<Capabilities>,
+        limits: EvalLimits,
+        config: WorkerConfig,
+    ) -> Result<Self, StarlarkHostError> {
+        let worker_limits = cordon_core::Limits {
+            deadline: Some(config.limits.lifetime),
+            ..Default::default()
+        };
+        let runner = TrustedProcessRunner::new(cordon_core::RunnerConfig::default());
+        Self::with_runner(
+            WorkerRunner::Unconfined(runner),
+            worker_limits,
+            caps,
+            limits,
+            config,
+        )
+    }
+
+    /// Whether the workers run under the admitted sandbox (the only pool an
+    /// untrusted package may reach).
+    pub(crate) fn is_sandboxed(&self) -> bool {
+        matches!(self.inner.runner, WorkerRunner::Sandboxed(_))
+    }
+
+    fn with_runner(
+        runner: WorkerRunner,
+        worker_limits: cordon_core::Limits,
+        caps: Arc<Capabilities>,
+        limits: EvalLimits,
+        config: WorkerConfig,
+    ) -> Result<Self, StarlarkHostError> {
         let staged = stage(&config.program.path).map_err(|e| StarlarkHostError::WorkerStart {
             package: String::new(),
             message: format!(
@@ -371,7 +451,7 @@ impl Evaluator for WorkerPool {
         match r {
             Ok(res) => {
                 inner.check_in(worker).await;
-                tracing::debug!(package = %pkg.id, entry = name, cached, elapsed_us, "sandboxed entry point returned");
+                tracing::debug!(package = %pkg.id, entry = name, cached, elapsed_us, "entry point returned in a worker");
                 Ok(CallOutcome {
                     value: res.value,
                     output: res.output,
@@ -403,12 +483,12 @@ impl Evaluator for WorkerPool {
                 } else {
                     inner.check_in(worker).await;
                 }
-                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %e, "sandboxed entry point failed");
+                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %e, "entry point failed in a worker");
                 Err(EvalError::with_output(e, output))
             }
             Err(e) => {
                 let err = inner.fail(worker, &pkg.id, e).await;
-                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %err, "sandboxed worker failed");
+                tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %err, "worker failed");
                 Err(err.into())
             }
         }

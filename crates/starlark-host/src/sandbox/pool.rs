@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use cordon_core::{ChildSpec, Runner as _, RunningChild, Scratch};
+use cordon_core::{ChildSpec, RunningChild, Scratch};
 use tokio::process::{ChildStdin, ChildStdout};
 
 use super::failure::describe_failure;
@@ -14,6 +14,12 @@ use crate::bindings::ModuleSet;
 use crate::error::{EvalError, StarlarkHostError};
 use crate::package::Package;
 use crate::protocol::wire;
+use crate::worker::RlimitName;
+
+/// Address space an unconfined worker may reserve beyond its memory limit
+/// (thread stacks and allocator arenas are reserved, not written), as the
+/// Linux backend allows where no cgroup holds memory.
+const UNCONFINED_ADDRESS_HEADROOM: u64 = 3 << 30;
 
 pub(super) type PoolKey = (String, ModuleSet);
 
@@ -199,6 +205,24 @@ impl Inner {
             .arg(self.config.max_frame.to_string())
             .limits(self.worker_limits)
             .scratch(Scratch::Fresh);
+        if let super::WorkerRunner::Unconfined(_) = self.runner {
+            // No backend sets these: the worker does, before anything else.
+            let l = &self.config.limits;
+            for (name, value) in [
+                (RlimitName::Data, l.memory_bytes),
+                (
+                    RlimitName::As,
+                    l.memory_bytes.saturating_add(UNCONFINED_ADDRESS_HEADROOM),
+                ),
+                (RlimitName::Cpu, l.cpu_seconds),
+                (RlimitName::Fsize, l.file_size_bytes),
+                (RlimitName::Nofile, l.open_files),
+            ] {
+                spec = spec
+                    .arg("--rlimit")
+                    .arg(format!("{}={value}", name.as_str()));
+            }
+        }
         spec.package_dir = Some(self.staged.dir.clone());
         spec.label = Some(format!("starlark:{package}"));
         spec
@@ -217,7 +241,7 @@ impl Inner {
             .runner
             .start(self.spec(package, &instance))
             .await
-            .map_err(|e| start_err(e.to_string()))?;
+            .map_err(start_err)?;
         tracing::debug!(
             package,
             pid = child.pid(),

@@ -87,11 +87,90 @@ pub fn dispatch_worker() {
 struct WorkerArgs {
     instance: String,
     max_frame: usize,
+    /// Limits the worker sets on itself before anything else (a worker of
+    /// [`Isolation::Process`](crate::Isolation::Process), which no sandbox
+    /// backend limits).
+    rlimits: Vec<(RlimitName, u64)>,
+}
+
+/// The resources `--rlimit NAME=VALUE` may set (the names `WorkerPool`
+/// passes for [`Isolation::Process`](crate::Isolation::Process)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RlimitName {
+    /// Private writable memory.
+    Data,
+    /// Address space.
+    As,
+    /// CPU seconds.
+    Cpu,
+    /// Size of a written file.
+    Fsize,
+    /// Open files.
+    Nofile,
+}
+
+impl RlimitName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RlimitName::Data => "data",
+            RlimitName::As => "as",
+            RlimitName::Cpu => "cpu",
+            RlimitName::Fsize => "fsize",
+            RlimitName::Nofile => "nofile",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            RlimitName::Data,
+            RlimitName::As,
+            RlimitName::Cpu,
+            RlimitName::Fsize,
+            RlimitName::Nofile,
+        ]
+        .into_iter()
+        .find(|n| n.as_str() == s)
+    }
+
+    fn resource(self) -> libc::__rlimit_resource_t {
+        match self {
+            RlimitName::Data => libc::RLIMIT_DATA,
+            RlimitName::As => libc::RLIMIT_AS,
+            RlimitName::Cpu => libc::RLIMIT_CPU,
+            RlimitName::Fsize => libc::RLIMIT_FSIZE,
+            RlimitName::Nofile => libc::RLIMIT_NOFILE,
+        }
+    }
+}
+
+/// Sets each limit (soft and hard) and `RLIMIT_CORE` 0 (a crash must not
+/// write the host's data to disk). Any failure ends the worker: it never
+/// serves a package with less than it was asked to hold.
+fn apply_rlimits(limits: &[(RlimitName, u64)]) -> Result<(), String> {
+    let all = limits
+        .iter()
+        .map(|(n, v)| (n.resource(), *v, n.as_str()))
+        .chain(std::iter::once((libc::RLIMIT_CORE, 0, "core")));
+    for (resource, value, name) in all {
+        let rl = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        // SAFETY: setrlimit reads `rl`.
+        if unsafe { libc::setrlimit(resource, &rl) } != 0 {
+            return Err(format!(
+                "cannot set the worker's {name} limit to {value}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut instance = None;
     let mut max_frame = DEFAULT_MAX_FRAME;
+    let mut rlimits = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -102,12 +181,19 @@ fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                     .and_then(|v| v.parse().ok())
                     .ok_or("--max-frame needs a byte count")?
             }
+            "--rlimit" => {
+                let bad = || "--rlimit needs NAME=VALUE (data, as, cpu, fsize, nofile)".to_owned();
+                let (name, value) = it.next().and_then(|v| v.split_once('=')).ok_or_else(bad)?;
+                let name = RlimitName::parse(name).ok_or_else(bad)?;
+                rlimits.push((name, value.parse().map_err(|_| bad())?));
+            }
             other => return Err(format!("unknown worker argument {other:?}")),
         }
     }
     Ok(WorkerArgs {
         instance: instance.ok_or("--instance is required")?,
         max_frame,
+        rlimits,
     })
 }
 
@@ -272,6 +358,10 @@ pub fn run_worker(args: &[String]) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = apply_rlimits(&args.rlimits) {
+        diag!("{e}");
+        return 2;
+    }
     limit_malloc_arenas();
     warm_up_globals();
     // SAFETY: fds 0 and 1 are the pipes the host gave us; nothing else in

@@ -40,6 +40,7 @@ pub fn harness(limits: EvalLimits) -> Harness {
     let runner = TieredHost {
         host: StarlarkHost::builder(services)
             .limits(limits)
+            .trusted_isolation(Isolation::InProcess)
             .build()
             .unwrap(),
         tier: TrustTier::Trusted,

@@ -698,6 +698,7 @@ async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
 
     let host = StarlarkHost::builder(services())
         .sandbox(sandbox(), worker_config())
+        .trusted_isolation(Isolation::InProcess)
         .build()
         .unwrap();
     let pool = host.worker_pool().unwrap();
@@ -710,7 +711,7 @@ async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
         json!(7)
     );
     assert_eq!(pool.pool_stats().started, 1);
-    // Trusted: in process by default (no new worker).
+    // Trusted: in process, as this host chose (no new worker).
     assert_eq!(
         host.call(&pkg, TrustTier::Trusted, f())
             .await
@@ -721,6 +722,43 @@ async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
     assert_eq!(pool.pool_stats().started, 1);
     assert_eq!(host.cache_stats().misses, 1);
     host.shutdown().await;
+    // Trusted, with the default isolation: an unconfined worker (no
+    // sandboxed one, not in process), which holds its memory limit.
+    let default = StarlarkHost::builder(services())
+        .sandbox(sandbox(), worker_config())
+        .build()
+        .unwrap();
+    assert_eq!(
+        default
+            .call(&pkg, TrustTier::Trusted, f())
+            .await
+            .unwrap()
+            .value,
+        json!(7)
+    );
+    assert_eq!(default.worker_pool().unwrap().pool_stats().started, 0);
+    assert_eq!(default.cache_stats().misses, 0);
+    let bomb = package(
+        "join-bomb",
+        &[],
+        &[],
+        "def f():\n    return len(','.join(['x' * 1000] * 5000000))\n",
+    );
+    let err = default
+        .call(&bomb, TrustTier::Trusted, f())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.error,
+            StarlarkHostError::Limit {
+                kind: LimitKind::Memory,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    default.shutdown().await;
     // Trusted, on a host that sends trusted packages to the pool too.
     let all_sandboxed = StarlarkHost::builder(services())
         .sandbox(sandbox(), worker_config())

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use cordon_core::{ChildSpec, Runner as _, SandboxRunner, TrustTier};
 use cordon_starlark::internals::{compile_package, run_on_eval_thread, DenyAllCalls, ModuleSet};
 use cordon_starlark::{
-    Call, CancelToken, EvalLimits, InMemoryPackageStore, InMemoryPermissionStore, Package,
-    Services, StarlarkHost, WorkerConfig, WorkerProgram,
+    Call, CancelToken, EvalLimits, InMemoryPackageStore, InMemoryPermissionStore, Isolation,
+    Package, Services, StarlarkHost, WorkerConfig, WorkerProgram,
 };
 
 use crate::proc_stats::status_kib;
@@ -36,6 +36,7 @@ fn services() -> Services {
 fn trusted_host(limits: &EvalLimits) -> StarlarkHost {
     StarlarkHost::builder(services())
         .limits(limits.clone())
+        .trusted_isolation(Isolation::InProcess)
         .build()
         .expect("host")
 }
