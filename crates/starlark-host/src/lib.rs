@@ -129,9 +129,14 @@ pub use runner::{CacheStats, ExecOutcome};
 pub use sandbox::{PoolConfig, PoolStats, WorkerConfig, WorkerLimits, WorkerPool, WorkerProgram};
 pub use stores::{
     ApiKey, InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver,
-    InMemorySecretStore, KeySource, NotificationSender, PackageStore, PermissionStore,
-    ProviderConfig, ProviderResolver, RecordingNotifier, ResolvedProvider, RunContext, SecretStore,
-    StoreError,
+    InMemorySecretStore, JsonLinesNotifier, KeySource, NotificationSender, PackageStore,
+    PermissionStore, ProviderConfig, ProviderResolver, RecordingNotifier, ResolvedProvider,
+    RunContext, SecretStore, StoreError, WebhookNotifier,
+};
+#[cfg(feature = "sqlite")]
+pub use stores::{
+    GrantRecord, InstallOutcome, KeyOrigin, PackageRecord, ProviderScope, SqliteStore, StoreKey,
+    STORE_KEY_ENV,
 };
 pub use worker::dispatch_worker;
 

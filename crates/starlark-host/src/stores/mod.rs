@@ -1,5 +1,19 @@
 //! Stores and services the host provides, as traits with in-memory
-//! implementations (for tests, the CLI and examples).
+//! implementations (for tests and embedders), the persistent
+//! [`SqliteStore`] (`sqlite.rs`, feature `sqlite`) with its sealing of
+//! secrets (`seal.rs`), and the notification senders (`senders.rs`).
+
+#[cfg(feature = "sqlite")]
+mod seal;
+mod senders;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "sqlite")]
+pub use seal::{KeyOrigin, StoreKey, STORE_KEY_ENV};
+pub use senders::{JsonLinesNotifier, WebhookNotifier};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope, SqliteStore};
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;

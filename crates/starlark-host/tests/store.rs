@@ -1,0 +1,281 @@
+//! `SqliteStore`: the persistent stores behind the host's traits — across
+//! reopenings, with secrets and keys sealed (the file holds no plaintext),
+//! a wrong key refused before anything is touched — and the notification
+//! senders against a real server on 127.0.0.1.
+#![cfg(feature = "sqlite")]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_starlark::*;
+use serde_json::json;
+
+fn package(id: &str, src: &str) -> Package {
+    let mut m = Manifest::minimal(id, "main.star");
+    m.permissions = vec![Permission::SecretsRead, Permission::ProviderComplete];
+    m.requires_provider = Some(ProviderRequirement::default());
+    Package::new(
+        m,
+        BTreeMap::from([("main.star".to_owned(), src.to_owned())]),
+    )
+}
+
+const SECRET: &str = "s3cret-value-that-must-not-be-on-disk";
+const API_KEY: &str = "sk-provider-key-that-must-not-be-on-disk";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_survives_reopening_and_secrets_are_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("star.db");
+    let key = StoreKey::generate().unwrap();
+    let pkg = package("p", "def main():\n    return secrets.get('tok')\n");
+    {
+        let store = SqliteStore::open(&db, &key).unwrap();
+        assert_eq!(
+            store.install(&pkg, false).unwrap(),
+            InstallOutcome::Installed
+        );
+        assert_eq!(
+            store.install(&pkg, false).unwrap(),
+            InstallOutcome::Unchanged
+        );
+        store.grant("p", Permission::SecretsRead, "alice").unwrap();
+        store.set_secret("p", "tok", SECRET).unwrap();
+        store
+            .set_provider(
+                &ProviderScope::User("u1".into()),
+                &ProviderConfig {
+                    base_url: "http://127.0.0.1:9/v1".into(),
+                    api_key: ApiKey::new(API_KEY),
+                    model: "m".into(),
+                },
+            )
+            .unwrap();
+        // Unknown package: a clear error, nothing written.
+        let e = store
+            .grant("nope", Permission::ApiHttp, "alice")
+            .unwrap_err();
+        assert!(e.contains("not installed"), "{e}");
+    }
+    // A second process would see the same: reopen.
+    let store = SqliteStore::open(&db, &key).unwrap();
+    assert_eq!(PackageStore::get(&store, "p").await.unwrap().unwrap(), pkg);
+    assert_eq!(
+        store.granted_for_package("p").await.unwrap(),
+        vec![Permission::SecretsRead]
+    );
+    assert_eq!(
+        SecretStore::get(&store, "p", "tok")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(SECRET)
+    );
+    let r = store
+        .resolve("u1", None, "p", &ProviderRequirement::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (r.config.api_key.expose(), r.source),
+        (API_KEY, KeySource::User)
+    );
+    assert!(store
+        .resolve("u2", None, "p", &ProviderRequirement::default())
+        .await
+        .unwrap()
+        .is_none());
+    let rec = store.package_record("p").unwrap().unwrap();
+    assert_eq!(rec.grants[0].granted_by, "alice");
+    assert_eq!(rec.secrets, vec!["tok".to_owned()]);
+    // Changed sources need an upgrade; grants and secrets stay.
+    let changed = package("p", "def main():\n    return 2\n");
+    assert!(store
+        .install(&changed, false)
+        .unwrap_err()
+        .contains("--upgrade"));
+    assert_eq!(
+        store.install(&changed, true).unwrap(),
+        InstallOutcome::Upgraded
+    );
+    assert_eq!(store.granted_for_package("p").await.unwrap().len(), 1);
+    // Revocation takes effect and is recorded.
+    assert!(store.revoke("p", Permission::SecretsRead, "bob").unwrap());
+    assert!(store.granted_for_package("p").await.unwrap().is_empty());
+    drop(store);
+    // The file holds neither the secret nor the key, nor their hex.
+    let bytes = std::fs::read(&db).unwrap();
+    for plain in [SECRET, API_KEY] {
+        for needle in [plain.as_bytes().to_vec(), hex::encode(plain).into_bytes()] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_slice()),
+                "{plain} is in the database file"
+            );
+        }
+    }
+    // The database is private.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&db).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_is_refused_before_anything_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("star.db");
+    let store = SqliteStore::open(&db, &StoreKey::generate().unwrap()).unwrap();
+    store
+        .install(&package("p", "def main():\n    return 1\n"), false)
+        .unwrap();
+    drop(store);
+    let before = std::fs::read(&db).unwrap();
+    let e = SqliteStore::open(&db, &StoreKey::generate().unwrap()).unwrap_err();
+    assert!(
+        e.contains("does not open") && e.contains(STORE_KEY_ENV),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before, "nothing was written");
+    // A malformed key is refused with what a key looks like.
+    assert!(StoreKey::from_hex("abc")
+        .unwrap_err()
+        .contains("64 hex digits"));
+}
+
+#[test]
+fn the_key_file_is_made_private_and_a_readable_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys/store.key");
+    // (The tests never set CORDON_STORE_KEY, so the file is used.)
+    let (_, origin) = StoreKey::from_env_or_file(&file).unwrap();
+    assert_eq!(origin, KeyOrigin::Created(file.clone()));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let (_, origin) = StoreKey::from_env_or_file(&file).unwrap();
+    assert_eq!(origin, KeyOrigin::File(file.clone()));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = StoreKey::from_env_or_file(&file).unwrap_err();
+    assert!(e.contains("0600"), "{e}");
+}
+
+/// A tiny HTTP server: answers 503 to the first `fail` requests, then 200,
+/// and keeps the bodies it saw.
+async fn webhook_server(fail: usize) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 65536];
+            let mut len = 0;
+            loop {
+                let r = sock.read(&mut buf[len..]).await.unwrap_or(0);
+                len += r;
+                let text = String::from_utf8_lossy(&buf[..len]).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let want: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= want || r == 0 {
+                        s.lock().unwrap().push(body.to_owned());
+                        break;
+                    }
+                }
+                if r == 0 {
+                    break;
+                }
+            }
+            n += 1;
+            let status = if n <= fail { "503 Busy" } else { "200 OK" };
+            let _ = sock
+                .write_all(
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await;
+        }
+    });
+    (url, seen)
+}
+
+fn note(body: &str) -> Notification {
+    Notification {
+        package_id: "p".into(),
+        user_id: Some("u".into()),
+        channel_id: None,
+        title: "t".into(),
+        body: body.into(),
+        level: "info".into(),
+        url: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_retries_with_backoff_and_caps_the_body() {
+    let (url, seen) = webhook_server(2).await;
+    let hook =
+        WebhookNotifier::new(&url, Duration::from_secs(2), 3, Duration::from_millis(50)).unwrap();
+    hook.send(&note("hello")).await.unwrap();
+    let bodies = seen.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 3, "two 503s, then delivered");
+    let v: serde_json::Value = serde_json::from_str(&bodies[2]).unwrap();
+    assert_eq!(
+        (v["package_id"].clone(), v["body"].clone()),
+        (json!("p"), json!("hello"))
+    );
+    // Too many failures: an error that says so.
+    let (url, _) = webhook_server(10).await;
+    let hook =
+        WebhookNotifier::new(&url, Duration::from_secs(2), 2, Duration::from_millis(10)).unwrap();
+    let e = hook.send(&note("x")).await.unwrap_err();
+    assert!(e.contains("503") && e.contains("2 attempts"), "{e}");
+    // Too large: refused before sending.
+    let e = hook.send(&note(&"x".repeat(100_000))).await.unwrap_err();
+    assert!(e.contains("cap"), "{e}");
+    // Nobody listening: unreachable, after the retries.
+    let hook = WebhookNotifier::new(
+        "http://127.0.0.1:9/",
+        Duration::from_secs(1),
+        2,
+        Duration::from_millis(10),
+    )
+    .unwrap();
+    assert!(hook
+        .send(&note("x"))
+        .await
+        .unwrap_err()
+        .contains("unreachable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_go_one_per_notification() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("n.jsonl");
+    let file = std::fs::File::create(&path).unwrap();
+    let sink = JsonLinesNotifier::new(file);
+    sink.send(&note("one")).await.unwrap();
+    sink.send(&note("two\nlines")).await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["body"], json!("two\nlines"));
+}
