@@ -335,3 +335,186 @@ fn process_isolation_survives_what_kills_an_interpreter() {
     let peak_mib = usage.ru_maxrss / 1024;
     assert!(peak_mib < 512 + 256, "peak RSS {peak_mib} MiB");
 }
+
+/// The operator's path, each step a separate `cordon` process on one
+/// store database: install a package, grant it `api.http`, `secrets.read`
+/// and `provider.complete`, set its secret from stdin, set a user's
+/// provider (a mock OpenAI-compatible server on 127.0.0.1, key from
+/// stdin), run it as that user (sandboxed), revoke `secrets.read`, and run
+/// it again: the module is gone. The database holds neither the secret
+/// nor the key.
+#[test]
+fn the_store_commands_install_grant_set_run_and_revoke() {
+    let cache = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (port, _seen) = serve(
+        r#"{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"pong"},"finish_reason":"stop"}]}"#,
+    );
+    let pkg = tempfile::tempdir().unwrap();
+    std::fs::write(
+        pkg.path().join("package.toml"),
+        format!(
+            "id = \"e2e\"\nversion = \"1.0.0\"\nscript = \"main.star\"\n\
+             permissions = [\"api.http\", \"secrets.read\", \"provider.complete\"]\n\
+             network_access = [\"http://127.0.0.1:{port}\"]\n[requires_provider]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.path().join("main.star"),
+        format!(
+            "def main(q):\n    r = provider.complete(q)\n    h = http.get('http://127.0.0.1:{port}/x')\n    \
+             return {{'answer': r.content, 'status': h.status, 'token': secrets.get('tok'), 'src': r.key_source}}\n"
+        ),
+    )
+    .unwrap();
+    let star = |args: &[&str], stdin: Option<&str>| {
+        let mut c = cordon(cache.path());
+        c.env("XDG_DATA_HOME", home.path().join("data"))
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env_remove("CORDON_STORE_KEY")
+            .arg("star")
+            .args(args);
+        match stdin {
+            None => run(&mut c),
+            Some(input) => {
+                use std::io::Write as _;
+                c.stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                let mut child = c.spawn().unwrap();
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(input.as_bytes())
+                    .unwrap();
+                child.wait_with_output().unwrap()
+            }
+        }
+    };
+    let ok = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    };
+    let path = pkg.path().to_str().unwrap();
+    ok(&star(&["install", path, "--json"], None));
+    ok(&star(
+        &[
+            "grant",
+            "e2e",
+            "api.http",
+            "secrets.read",
+            "provider.complete",
+            "--user",
+            "ops",
+        ],
+        None,
+    ));
+    ok(&star(
+        &["secret", "set", "e2e", "tok"],
+        Some("t0ken-from-stdin\n"),
+    ));
+    let base = format!("http://127.0.0.1:{port}/v1");
+    ok(&star(
+        &[
+            "provider",
+            "set",
+            "--user",
+            "alice",
+            "--base-url",
+            &base,
+            "--model",
+            "m",
+        ],
+        Some("sk-alice-key-from-stdin"),
+    ));
+    let listed = star(&["list", "--json"], None);
+    ok(&listed);
+    let v: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(v["packages"][0]["id"], "e2e");
+    assert_eq!(v["packages"][0]["grants"].as_array().unwrap().len(), 3);
+    assert_eq!(v["packages"][0]["grants"][0]["granted_by"], "ops");
+
+    let out = star(
+        &[
+            "run",
+            "e2e",
+            "--entry",
+            "main",
+            "--args",
+            r#"["ping"]"#,
+            "--user",
+            "alice",
+            "--json",
+        ],
+        None,
+    );
+    ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["value"],
+        serde_json::json!({"answer": "pong", "status": 200, "token": "t0ken-from-stdin", "src": "user"})
+    );
+
+    ok(&star(&["revoke", "e2e", "secrets.read"], None));
+    let out = star(
+        &[
+            "run",
+            "e2e",
+            "--entry",
+            "main",
+            "--args",
+            r#"["ping"]"#,
+            "--user",
+            "alice",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("secrets"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Changed sources need --upgrade; bad input changes nothing.
+    std::fs::write(pkg.path().join("main.star"), "def main(q):\n    return q\n").unwrap();
+    let out = star(&["install", path], None);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("--upgrade"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        star(&["grant", "e2e", "root.access"], None).status.code(),
+        Some(125)
+    );
+    assert_eq!(
+        star(&["secret", "set", "nope", "x"], Some("v"))
+            .status
+            .code(),
+        Some(125)
+    );
+
+    // Neither the secret nor the key is in the database file.
+    let db = std::fs::read(home.path().join("data/cordon/star.db")).unwrap();
+    for plain in ["t0ken-from-stdin", "sk-alice-key-from-stdin"] {
+        assert!(
+            !db.windows(plain.len()).any(|w| w == plain.as_bytes()),
+            "{plain} on disk"
+        );
+    }
+    // Another key cannot open it, and says how to fix that.
+    let mut c = cordon(cache.path());
+    c.env("XDG_DATA_HOME", home.path().join("data"))
+        .env("CORDON_STORE_KEY", "00".repeat(32))
+        .args(["star", "list"]);
+    let out = run(&mut c);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("CORDON_STORE_KEY"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,9 +1,11 @@
-//! `cordon star run`: run a Starlark package's entry point.
+//! `cordon star`: run a Starlark package's entry point (this file), and
+//! manage installed packages, grants, secrets and providers in the store
+//! database (`manage.rs`).
 //!
 //! Untrusted by default: the package runs in a sandboxed worker process
-//! behind the conformance gate. `--isolation in-process` runs it inside
-//! cordon itself and is only for packages you trust (the interpreter is no
-//! safety boundary).
+//! behind the conformance gate. `--isolation process` runs it as trusted in
+//! an unconfined worker with limits; `--isolation in-process` inside
+//! cordon itself (trusted, and no memory protection).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +23,9 @@ use cordon_starlark::{
 
 use crate::{EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
+mod manage;
+use manage::{open_store, StoreArgs};
+
 #[derive(Subcommand)]
 pub enum StarCommand {
     /// Run a Starlark package's entry point and print its result.
@@ -31,6 +36,23 @@ pub enum StarCommand {
         Exit status: 0 on success; 1 on a script error; 124 on a timeout or a step/heap limit;\n\
         125 on a host error (bad flags, no conforming sandbox, worker failure).")]
     Run(StarRunArgs),
+    /// Install (or with --upgrade, replace) a package in the store.
+    Install(manage::InstallArgs),
+    /// List the installed packages.
+    List(StoreArgs),
+    /// Show one installed package: version, hash, grants, secret names.
+    Show(manage::ShowArgs),
+    /// Grant permissions to an installed package.
+    Grant(manage::GrantArgs),
+    /// Revoke permissions of an installed package.
+    Revoke(manage::GrantArgs),
+    /// Set or remove an installed package's secrets (values from stdin).
+    #[command(subcommand)]
+    Secret(manage::SecretCommand),
+    /// Set the provider (OpenAI-compatible) of a user, channel, package or
+    /// the host (key from stdin).
+    #[command(subcommand)]
+    Provider(manage::ProviderCommand),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -48,7 +70,9 @@ pub enum IsolationArg {
 
 #[derive(clap::Args)]
 pub struct StarRunArgs {
-    /// A package directory (with package.toml) or a single .star file.
+    /// A package directory (with package.toml), a single .star file, or
+    /// the id of a package installed in the store (`cordon star install`):
+    /// a path that exists wins.
     package: PathBuf,
     /// Entry point to call after loading (a function defined by the script).
     #[arg(long)]
@@ -65,6 +89,11 @@ pub struct StarRunArgs {
     /// The acting user (needed by the provider module).
     #[arg(long)]
     user: Option<String>,
+    /// The channel the call comes from (for a channel's provider key).
+    #[arg(long)]
+    channel: Option<String>,
+    #[command(flatten)]
+    store: manage::StoreLocation,
     /// Wall-clock limit per evaluation, in seconds.
     #[arg(long, value_name = "SECS", value_parser = crate::parse_secs)]
     timeout: Option<Duration>,
@@ -104,7 +133,10 @@ fn parse_secret(s: &str) -> Result<(String, String), String> {
 }
 
 pub async fn main(cmd: StarCommand) -> ExitCode {
-    let StarCommand::Run(args) = cmd;
+    let args = match cmd {
+        StarCommand::Run(args) => args,
+        other => return manage::main(other),
+    };
     let result = match run(&args).await {
         Ok(r) => r,
         Err(message) => {
@@ -147,24 +179,55 @@ struct StarOutcome {
 /// binary in worker mode) admitted through the same gate as `cordon run`,
 /// or not at all. The outer error is cordon's own (no gate, no executable).
 async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, String> {
-    let package = match load_package_from_path(&args.package) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(e.into())),
-    };
-    let perms = Arc::new(InMemoryPermissionStore::new());
-    for p in &args.grants {
-        perms.grant(&package.id, *p);
-    }
-    let secrets = Arc::new(InMemorySecretStore::new());
-    for (k, v) in &args.secrets {
-        secrets.set(&package.id, k, v);
-    }
     let notifier = RecordingNotifier::new();
-    let packages = Arc::new(InMemoryPackageStore::new());
-    packages.insert(package.clone());
-    let mut services = Services::new(packages, perms);
-    services.secrets = Some(secrets);
-    services.notifier = Some(Arc::new(notifier.clone()));
+    let (package, services) = if args.package.exists() {
+        // A quick trial: grants and secrets from the flags, in memory.
+        let package = match load_package_from_path(&args.package) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e.into())),
+        };
+        let perms = Arc::new(InMemoryPermissionStore::new());
+        for p in &args.grants {
+            perms.grant(&package.id, *p);
+        }
+        let secrets = Arc::new(InMemorySecretStore::new());
+        for (k, v) in &args.secrets {
+            secrets.set(&package.id, k, v);
+        }
+        let packages = Arc::new(InMemoryPackageStore::new());
+        packages.insert(package.clone());
+        let mut services = Services::new(packages, perms);
+        services.secrets = Some(secrets);
+        services.notifier = Some(Arc::new(notifier.clone()));
+        (package, services)
+    } else {
+        // An installed package: everything from the store; notifications
+        // are delivered as JSON lines on stderr.
+        if !args.grants.is_empty() || !args.secrets.is_empty() {
+            return Err(format!(
+                "--grant and --secret are for a package path; `{}` is an installed package:                  use `cordon star grant` and `cordon star secret set`",
+                args.package.display()
+            ));
+        }
+        let id = args.package.to_string_lossy().into_owned();
+        let store = Arc::new(open_store(&args.store)?);
+        let package = match cordon_starlark::PackageStore::get(store.as_ref(), &id).await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                return Err(format!(
+                    "`{id}` is neither a path nor an installed package (cordon star list)"
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let mut services = Services::new(store.clone(), store.clone());
+        services.secrets = Some(store.clone());
+        services.providers = Some(store);
+        services.notifier = Some(Arc::new(cordon_starlark::JsonLinesNotifier::new(
+            std::io::stderr(),
+        )));
+        (package, services)
+    };
     let limits = EvalLimits {
         timeout: args.timeout.unwrap_or(EvalLimits::default().timeout),
         ..EvalLimits::default()
@@ -213,7 +276,13 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
         Ok(h) => h,
         Err(e) => return Ok(Err(e.into())),
     };
-    let ctx = args.user.clone().map(RunContext::for_user);
+    let ctx = args.user.clone().map(|u| {
+        let ctx = RunContext::for_user(u);
+        match &args.channel {
+            Some(c) => ctx.with_channel(c.clone()),
+            None => ctx,
+        }
+    });
     let result = async {
         let exec = host.load(&package, tier, ctx.as_ref()).await?;
         let call = match &args.entry {

@@ -1,0 +1,339 @@
+//! `cordon star install|list|show|grant|revoke|secret|provider`: the
+//! operator's commands on the store database (`SqliteStore`).
+//!
+//! Every command takes `--db` (default `$XDG_DATA_HOME/cordon/star.db`)
+//! and `--key-file` (default `$XDG_CONFIG_HOME/cordon/store.key`, made on
+//! first use; `CORDON_STORE_KEY` wins over it), and prints one JSON object
+//! with `--json`. Secret values and provider keys are read from stdin,
+//! never from the command line (where `ps` and shell history would see
+//! them). Bad input is one line on stderr and exit 125, with nothing
+//! changed.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use cordon_starlark::{
+    load_package_from_path, ApiKey, KeyOrigin, Permission, ProviderConfig, ProviderScope,
+    SqliteStore, StoreKey,
+};
+use serde_json::json;
+
+use super::{parse_perm, StarCommand};
+use crate::EXIT_CORDON_FAILED;
+
+/// Where the store database and its key are.
+#[derive(clap::Args, Clone)]
+pub struct StoreLocation {
+    /// The store database [default: $XDG_DATA_HOME/cordon/star.db].
+    #[arg(long, value_name = "PATH", global = true)]
+    db: Option<PathBuf>,
+    /// The file holding the store key, made (0600) on first use; the
+    /// CORDON_STORE_KEY variable (64 hex digits) wins over it
+    /// [default: $XDG_CONFIG_HOME/cordon/store.key].
+    #[arg(long, value_name = "PATH", global = true)]
+    key_file: Option<PathBuf>,
+}
+
+/// The store, and `--json`.
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    #[command(flatten)]
+    store: StoreLocation,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct InstallArgs {
+    /// A package directory (with package.toml) or a single .star file.
+    path: PathBuf,
+    /// Replace an installed package whose sources changed (its grants and
+    /// secrets are kept).
+    #[arg(long)]
+    upgrade: bool,
+    #[command(flatten)]
+    common: StoreArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// The package id.
+    id: String,
+    #[command(flatten)]
+    common: StoreArgs,
+}
+
+#[derive(clap::Args)]
+pub struct GrantArgs {
+    /// The package id.
+    id: String,
+    /// Permissions: secrets.read, notifications.send, api.http, provider.complete.
+    #[arg(required = true, value_parser = parse_perm)]
+    permissions: Vec<Permission>,
+    /// Who grants (or revokes), for the record [default: $USER].
+    #[arg(long)]
+    user: Option<String>,
+    #[command(flatten)]
+    common: StoreArgs,
+}
+
+#[derive(Subcommand)]
+pub enum SecretCommand {
+    /// Set a secret; its value is read from stdin (one trailing newline
+    /// dropped).
+    Set {
+        /// The package id.
+        id: String,
+        /// The secret's name (what `secrets.get` asks for).
+        name: String,
+        #[command(flatten)]
+        common: StoreArgs,
+    },
+    /// Remove a secret.
+    Rm {
+        /// The package id.
+        id: String,
+        /// The secret's name.
+        name: String,
+        #[command(flatten)]
+        common: StoreArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ProviderCommand {
+    /// Set a provider; its API key is read from stdin. Without --user,
+    /// --channel or --package it is the host's default.
+    Set {
+        /// For this user.
+        #[arg(long, group = "scope")]
+        user: Option<String>,
+        /// For this channel.
+        #[arg(long, group = "scope")]
+        channel: Option<String>,
+        /// For this package.
+        #[arg(long, group = "scope")]
+        package: Option<String>,
+        /// The OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`.
+        #[arg(long)]
+        base_url: String,
+        /// The default model.
+        #[arg(long)]
+        model: String,
+        #[command(flatten)]
+        common: StoreArgs,
+    },
+}
+
+fn default_path(xdg: &str, fallback: &str, file: &str) -> Result<PathBuf, String> {
+    let base = match std::env::var_os(xdg).filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .map(|h| PathBuf::from(h).join(fallback))
+            .ok_or_else(|| format!("neither {xdg} nor HOME is set: pass --db and --key-file"))?,
+    };
+    Ok(base.join("cordon").join(file))
+}
+
+/// Opens the store at `loc`, with its key (reported on stderr when a new
+/// key file was made).
+pub fn open_store(loc: &StoreLocation) -> Result<SqliteStore, String> {
+    let db = match &loc.db {
+        Some(p) => p.clone(),
+        None => default_path("XDG_DATA_HOME", ".local/share", "star.db")?,
+    };
+    let key_file = match &loc.key_file {
+        Some(p) => p.clone(),
+        None => default_path("XDG_CONFIG_HOME", ".config", "store.key")?,
+    };
+    let (key, origin) = StoreKey::from_env_or_file(&key_file)?;
+    if let KeyOrigin::Created(path) = &origin {
+        eprintln!(
+            "cordon: made a new store key in {} (keep it: the secrets in the store open only with it)",
+            path.display()
+        );
+    }
+    SqliteStore::open(&db, &key)
+}
+
+fn who(user: &Option<String>) -> String {
+    user.clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| {
+            // SAFETY: geteuid has no preconditions.
+            format!("uid {}", unsafe { libc::geteuid() })
+        })
+}
+
+/// Reads a secret value from stdin (one trailing newline dropped).
+fn read_stdin(what: &str) -> Result<String, String> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| format!("cannot read the {what} from stdin: {e}"))?;
+    if s.ends_with('\n') {
+        s.pop();
+        if s.ends_with('\r') {
+            s.pop();
+        }
+    }
+    if s.is_empty() {
+        return Err(format!(
+            "no {what} on stdin (pipe it in: printf %s \"$VALUE\" | cordon …)"
+        ));
+    }
+    Ok(s)
+}
+
+/// Runs one management command.
+pub fn main(cmd: StarCommand) -> ExitCode {
+    match manage(cmd) {
+        Ok((json, value, text)) => {
+            if json {
+                println!("{value}");
+            } else if !text.is_empty() {
+                println!("{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            ExitCode::from(EXIT_CORDON_FAILED)
+        }
+    }
+}
+
+type Done = (bool, serde_json::Value, String);
+
+fn manage(cmd: StarCommand) -> Result<Done, String> {
+    match cmd {
+        StarCommand::Run(_) => unreachable!("`star run` is handled by star::main"),
+        StarCommand::Install(a) => {
+            let pkg = load_package_from_path(&a.path).map_err(|e| e.to_string())?;
+            let store = open_store(&a.common.store)?;
+            let outcome = store.install(&pkg, a.upgrade)?;
+            let v =
+                json!({"package": pkg.id, "outcome": outcome, "source_hash": pkg.script_hash()});
+            let text = format!(
+                "{} {} ({})",
+                pkg.id,
+                v["outcome"].as_str().unwrap_or("?"),
+                v["source_hash"].as_str().unwrap_or("?")
+            );
+            Ok((a.common.json, v, text))
+        }
+        StarCommand::List(a) => {
+            let list = open_store(&a.store)?.packages()?;
+            let text = list
+                .iter()
+                .map(|p| {
+                    let grants: Vec<&str> =
+                        p.grants.iter().map(|g| g.permission.as_str()).collect();
+                    let status = json!(p.status);
+                    let status = status.as_str().unwrap_or("?");
+                    format!("{}\t{}\t{status}\t{}", p.id, p.version, grants.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok((a.json, json!({ "packages": list }), text))
+        }
+        StarCommand::Show(a) => {
+            let rec = open_store(&a.common.store)?
+                .package_record(&a.id)?
+                .ok_or_else(|| format!("package {:?} is not installed", a.id))?;
+            let v = serde_json::to_value(&rec).map_err(|e| e.to_string())?;
+            let text = serde_json::to_string_pretty(&rec).map_err(|e| e.to_string())?;
+            Ok((a.common.json, v, text))
+        }
+        StarCommand::Grant(a) => {
+            let store = open_store(&a.common.store)?;
+            let by = who(&a.user);
+            for p in &a.permissions {
+                store.grant(&a.id, *p, &by)?;
+            }
+            let names: Vec<&str> = a.permissions.iter().map(|p| p.as_str()).collect();
+            let v = json!({"package": a.id, "granted": names, "by": by});
+            Ok((
+                a.common.json,
+                v,
+                format!("granted {} to {}", names.join(", "), a.id),
+            ))
+        }
+        StarCommand::Revoke(a) => {
+            let store = open_store(&a.common.store)?;
+            let by = who(&a.user);
+            let mut revoked = Vec::new();
+            for p in &a.permissions {
+                if store.revoke(&a.id, *p, &by)? {
+                    revoked.push(p.as_str());
+                }
+            }
+            let v = json!({"package": a.id, "revoked": revoked, "by": by});
+            Ok((
+                a.common.json,
+                v,
+                format!("revoked {} of {}", revoked.join(", "), a.id),
+            ))
+        }
+        StarCommand::Secret(SecretCommand::Set { id, name, common }) => {
+            let store = open_store(&common.store)?;
+            if store.package_record(&id)?.is_none() {
+                return Err(format!("package {id:?} is not installed"));
+            }
+            let value = read_stdin("secret value")?;
+            store.set_secret(&id, &name, &value)?;
+            let v = json!({"package": id, "secret": name, "set": true});
+            Ok((common.json, v, format!("set secret {name} of {id}")))
+        }
+        StarCommand::Secret(SecretCommand::Rm { id, name, common }) => {
+            let removed = open_store(&common.store)?.remove_secret(&id, &name)?;
+            let v = json!({"package": id, "secret": name, "removed": removed});
+            let text = if removed {
+                format!("removed secret {name} of {id}")
+            } else {
+                format!("{id} had no secret {name}")
+            };
+            Ok((common.json, v, text))
+        }
+        StarCommand::Provider(ProviderCommand::Set {
+            user,
+            channel,
+            package,
+            base_url,
+            model,
+            common,
+        }) => {
+            let scope = match (user, channel, package) {
+                (Some(u), _, _) => ProviderScope::User(u),
+                (_, Some(c), _) => ProviderScope::Channel(c),
+                (_, _, Some(p)) => ProviderScope::Package(p),
+                _ => ProviderScope::Host,
+            };
+            reqwest_like_url(&base_url)?;
+            let store = open_store(&common.store)?;
+            let key = read_stdin("API key")?;
+            store.set_provider(
+                &scope,
+                &ProviderConfig {
+                    base_url: base_url.clone(),
+                    api_key: ApiKey::new(key),
+                    model: model.clone(),
+                },
+            )?;
+            let v = json!({"scope": format!("{scope:?}"), "base_url": base_url, "model": model});
+            Ok((common.json, v, format!("set the provider for {scope:?}")))
+        }
+    }
+}
+
+/// A base URL must be http(s) with a host.
+fn reqwest_like_url(url: &str) -> Result<(), String> {
+    match url.split_once("://") {
+        Some(("http" | "https", rest)) if !rest.is_empty() => Ok(()),
+        _ => Err(format!("--base-url {url:?} is not an http(s) URL")),
+    }
+}
