@@ -505,6 +505,17 @@ fn the_store_commands_install_grant_set_run_and_revoke() {
             "{plain} on disk"
         );
     }
+    // A lost key file is not replaced: a clear error, no new key.
+    let key_file = home.path().join("config/cordon/store.key");
+    std::fs::rename(&key_file, home.path().join("saved.key")).unwrap();
+    let out = star(&["list"], None);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("missing"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!key_file.exists(), "no new key was made");
     // Another key cannot open it, and says how to fix that.
     let mut c = cordon(cache.path());
     c.env("XDG_DATA_HOME", home.path().join("data"))

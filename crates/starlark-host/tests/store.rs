@@ -149,18 +149,23 @@ fn the_key_file_is_made_private_and_a_readable_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("keys/store.key");
     // (The tests never set CORDON_STORE_KEY, so the file is used.)
-    let (_, origin) = StoreKey::from_env_or_file(&file).unwrap();
+    let (_, origin) = StoreKey::from_env_or_file(&file, true).unwrap();
     assert_eq!(origin, KeyOrigin::Created(file.clone()));
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    let (_, origin) = StoreKey::from_env_or_file(&file).unwrap();
+    let (_, origin) = StoreKey::from_env_or_file(&file, false).unwrap();
     assert_eq!(origin, KeyOrigin::File(file.clone()));
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let e = StoreKey::from_env_or_file(&file).unwrap_err();
+    let e = StoreKey::from_env_or_file(&file, true).unwrap_err();
     assert!(e.contains("0600"), "{e}");
+    // A missing key file is made only when asked (for a new database).
+    let lost = dir.path().join("lost.key");
+    let e = StoreKey::from_env_or_file(&lost, false).unwrap_err();
+    assert!(e.contains("missing") && e.contains(STORE_KEY_ENV), "{e}");
+    assert!(!lost.exists());
 }
 
 /// A tiny HTTP server: answers 503 to the first `fail` requests, then 200,

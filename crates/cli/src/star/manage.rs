@@ -150,7 +150,7 @@ pub fn open_store(loc: &StoreLocation) -> Result<SqliteStore, String> {
         Some(p) => p.clone(),
         None => default_path("XDG_CONFIG_HOME", ".config", "store.key")?,
     };
-    let (key, origin) = StoreKey::from_env_or_file(&key_file)?;
+    let (key, origin) = StoreKey::from_env_or_file(&key_file, !db.exists())?;
     if let KeyOrigin::Created(path) = &origin {
         eprintln!(
             "cordon: made a new store key in {} (keep it: the secrets in the store open only with it)",

@@ -50,11 +50,12 @@ impl StoreKey {
         Ok(StoreKey(key))
     }
 
-    /// The key from [`STORE_KEY_ENV`] if it is set, else from `file`,
-    /// which is created (mode 0600, with a fresh key) if it does not
-    /// exist. A key file that another user could read or write, or that
-    /// is not this user's, is refused.
-    pub fn from_env_or_file(file: &Path) -> Result<(Self, KeyOrigin), StoreError> {
+    /// The key from [`STORE_KEY_ENV`] if it is set, else from `file`. A
+    /// missing file is created (mode 0600, with a fresh key) only when
+    /// `create` — for a new database: a database whose key is lost must
+    /// not get a new one silently. A key file that another user could
+    /// read or write, or that is not this user's, is refused.
+    pub fn from_env_or_file(file: &Path, create: bool) -> Result<(Self, KeyOrigin), StoreError> {
         if let Some(v) = std::env::var_os(STORE_KEY_ENV) {
             let v = v
                 .into_string()
@@ -79,6 +80,11 @@ impl StoreKey {
                     .map_err(|e| format!("the key file {}: {e}", file.display()))?;
                 Ok((key, KeyOrigin::File(file.to_path_buf())))
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => Err(format!(
+                "the store key file {} is missing, and the database exists: restore the key \
+                 file, or set {STORE_KEY_ENV} to its key (a new key cannot open the secrets)",
+                file.display()
+            )),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = Self::generate()?;
                 if let Some(dir) = file.parent() {
