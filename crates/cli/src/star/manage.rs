@@ -27,12 +27,12 @@ use crate::EXIT_CORDON_FAILED;
 #[derive(clap::Args, Clone)]
 pub struct StoreLocation {
     /// The store database [default: $XDG_DATA_HOME/cordon/star.db].
-    #[arg(long, value_name = "PATH", global = true)]
+    #[arg(long, value_name = "PATH")]
     db: Option<PathBuf>,
     /// The file holding the store key, made (0600) on first use; the
     /// CORDON_STORE_KEY variable (64 hex digits) wins over it
     /// [default: $XDG_CONFIG_HOME/cordon/store.key].
-    #[arg(long, value_name = "PATH", global = true)]
+    #[arg(long, value_name = "PATH")]
     key_file: Option<PathBuf>,
 }
 

@@ -112,6 +112,7 @@ async fn run(plan: Plan, json: bool) -> i32 {
         let v = serde_json::json!({
             "quick": plan.quick,
             "total_seconds": total.as_secs_f64(),
+            "metrics": stats::metrics(&rows),
             "rows": rows,
             "host_clean_after_scale": clean,
         });

@@ -86,7 +86,12 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, b
             || zombies_and_live > live_after
             || left_after != left_before;
         clean &= !leaked && failures == 0;
-        let mut r = row(S, format!("concurrency {concurrency}: latency"), lat);
+        let (lat_key, rss_key) = match concurrency {
+            1 => ("scale.c1_latency", "scale.c1_peak_rss"),
+            8 => ("scale.c8_latency", "scale.c8_peak_rss"),
+            _ => ("scale.c32_latency", "scale.c32_peak_rss"),
+        };
+        let mut r = row(S, format!("concurrency {concurrency}: latency"), lat).keyed(lat_key);
         r.note = format!(
             "{:.0} spawns/s ({} killed); {failures} failed; fds {fds_before}->{fds_after}; \
              unreaped children {}; host before -> after: {left_before} -> {left_after}; {}",
@@ -96,13 +101,16 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> (Vec<Row>, b
             if leaked { "LEAK" } else { "clean" }
         );
         rows.push(r);
-        rows.push(figure(
-            S,
-            format!("concurrency {concurrency}: host peak RSS"),
-            peak_kib as f64 / 1024.0,
-            "MiB",
-            "",
-        ));
+        rows.push(
+            figure(
+                S,
+                format!("concurrency {concurrency}: host peak RSS"),
+                peak_kib as f64 / 1024.0,
+                "MiB",
+                "",
+            )
+            .keyed(rss_key),
+        );
     }
     (rows, clean)
 }

@@ -108,9 +108,9 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             }
         }
     }
-    let base = row(SECTION, "std::process::Command (baseline)", plain);
+    let base = row(SECTION, "std::process::Command (baseline)", plain).keyed("spawn.plain");
     let mut rows = vec![base.clone()];
-    let mut trusted_row = row(SECTION, "TrustedProcessRunner", tr);
+    let mut trusted_row = row(SECTION, "TrustedProcessRunner", tr).keyed("spawn.trusted");
     trusted_row.ratio = Some(trusted_row.median / base.median);
     rows.push(trusted_row.clone());
     if sb.is_empty() {
@@ -120,9 +120,11 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             "no conforming native backend",
         ));
     } else {
-        let mut r = row(SECTION, "SandboxRunner (native backend)", sb);
+        let mut r = row(SECTION, "SandboxRunner (native backend)", sb).keyed("spawn.sandbox");
         r.ratio = Some(r.median / base.median);
         r.note = format!("{:.2}x the trusted runner", r.median / trusted_row.median);
+        r.extra
+            .push(("spawn.sandbox_to_trusted", r.median / trusted_row.median));
         rows.push(r);
     }
     if bw.is_empty() {
@@ -132,7 +134,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             "bubblewrap not installed; skipped",
         ));
     } else {
-        let mut r = row(SECTION, "bwrap --ro-bind / / --unshare-all ...", bw);
+        let mut r = row(SECTION, "bwrap --ro-bind / / --unshare-all ...", bw).keyed("spawn.bwrap");
         r.ratio = Some(r.median / base.median);
         if cl.is_empty() {
             rows.push(not_built(
@@ -145,9 +147,11 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
                 SECTION,
                 "cordon run -- /bin/true (whole command, cached report)",
                 std::mem::take(&mut cl),
-            );
+            )
+            .keyed("spawn.cli");
             c.ratio = Some(c.median / base.median);
             c.note = format!("{:.2}x bwrap", c.median / r.median);
+            c.extra.push(("spawn.cli_to_bwrap", c.median / r.median));
             rows.push(c);
         }
         if let Some(sb) = rows
@@ -156,6 +160,8 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         {
             if sb.median.is_finite() {
                 sb.note = format!("{}; {:.2}x bwrap", sb.note, sb.median / r.median);
+                sb.extra
+                    .push(("spawn.sandbox_to_bwrap", sb.median / r.median));
             }
         }
         rows.push(r);
@@ -188,20 +194,27 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
         seccomp_allowlist: true,
         ..mount
     };
-    let steps: [(&str, Layers); 6] = [
+    let steps: [(&str, &'static str, Layers); 6] = [
         (
             "user ns + rlimits + caps + Landlock + seccomp deny-list",
+            "layers.userns_landlock_seccomp",
             legacy,
         ),
-        ("+ PID namespace (monitor, init)", pid),
-        ("+ IPC namespace", ipc),
+        (
+            "+ PID namespace (monitor, init)",
+            "layers.pid_namespace",
+            pid,
+        ),
+        ("+ IPC namespace", "layers.ipc_namespace", ipc),
         (
             "+ mount namespace (read-only host, tmpfs scratch, /proc)",
+            "layers.mount_namespace",
             mount,
         ),
-        ("+ seccomp allowlist", allowlist),
+        ("+ seccomp allowlist", "layers.seccomp_allowlist", allowlist),
         (
             "+ sandbox-wide limits (cgroup where allowed) = every layer",
+            "layers.all",
             Layers::ALL,
         ),
     ];
@@ -214,7 +227,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
     }
     let spawners: Vec<Spawner> = steps
         .iter()
-        .map(|(_, l)| {
+        .map(|(_, _, l)| {
             Spawner::confined(
                 Arc::new(LinuxBackend::with_layers(*l)),
                 RunnerConfig::default(),
@@ -254,14 +267,14 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             }
         }
     }
-    let base = row(S, "std::process::Command (baseline)", plain);
+    let base = row(S, "std::process::Command (baseline)", plain).keyed("layers.plain");
     let mut rows = vec![base.clone()];
-    let mut f = row(S, "std Command with a pre_exec hook (fork)", forked);
+    let mut f = row(S, "std Command with a pre_exec hook (fork)", forked).keyed("layers.fork_hook");
     f.ratio = Some(f.median / base.median);
     rows.push(f);
     let mut previous: Option<f64> = None;
-    for ((name, _), v) in steps.iter().zip(samples) {
-        let mut r = row(S, *name, v);
+    for ((name, key, _), v) in steps.iter().zip(samples) {
+        let mut r = row(S, *name, v).keyed(key);
         r.ratio = Some(r.median / base.median);
         if let Some(p) = previous {
             r.note = format!("{:+.0} µs over the row above", r.median - p);
@@ -286,7 +299,8 @@ pub async fn suite(plan: &Plan, backend: Arc<dyn SandboxBackend>) -> Vec<Row> {
             per[i].push(Duration::from_secs_f64(p.duration_ms / 1000.0));
         }
     }
-    let mut rows = vec![row(S, format!("whole suite ({})", backend.name()), total)];
+    let mut rows =
+        vec![row(S, format!("whole suite ({})", backend.name()), total).keyed("suite.total")];
     rows[0].note = if conforms {
         "CONFORMS".into()
     } else {

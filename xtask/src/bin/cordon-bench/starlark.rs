@@ -106,21 +106,23 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     for _ in 0..plan.star_iters {
         cached.push(timed(call(&runner, &pkg, trusted, "ping")).await);
     }
-    let base = row(S, "in-process, cached package (baseline)", cached);
+    let base = row(S, "in-process, cached package (baseline)", cached).keyed("starlark.in_process");
     rows.push(base.clone());
 
     // A module call at top level (seed style) against the same call in the
     // entry point: the per-call top level's cost.
-    for (id, src, name) in [
+    for (id, src, name, key) in [
         (
             "bench-call-style",
             CALL_STYLE,
             "in-process, secrets.get in the entry point (cached)",
+            "starlark.call_style",
         ),
         (
             "bench-seed-style",
             SEED_STYLE,
             "in-process, secrets.get at top level (runs per call)",
+            "starlark.seed_style",
         ),
     ] {
         let p = with_secrets(id, src);
@@ -129,7 +131,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         for _ in 0..plan.star_iters {
             v.push(timed(call(&runner, &p, trusted, "ping")).await);
         }
-        let mut r = row(S, name, v);
+        let mut r = row(S, name, v).keyed(key);
         r.ratio = Some(r.median / base.median);
         rows.push(r);
     }
@@ -158,7 +160,8 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             .await,
         );
     }
-    let mut r = row(S, "in-process, re-executing the script per call", reexec);
+    let mut r =
+        row(S, "in-process, re-executing the script per call", reexec).keyed("starlark.reexec");
     r.ratio = Some(r.median / base.median);
     rows.push(r);
 
@@ -211,7 +214,7 @@ async fn worker_rows(
     for _ in 0..plan.star_iters {
         warm.push(timed(call(&host, pkg, untrusted, "ping")).await);
     }
-    let mut r = row(S, "sandboxed worker, warm", warm);
+    let mut r = row(S, "sandboxed worker, warm", warm).keyed("starlark.warm_worker");
     r.ratio = Some(r.median / base);
     rows.push(r);
 
@@ -240,12 +243,15 @@ async fn worker_rows(
         );
     }
     let (true_median, _) = summarize(truespawn.clone());
-    let mut r = row(S, "sandboxed worker, cold (spawn+handshake+load)", cold);
+    let mut r =
+        row(S, "sandboxed worker, cold (spawn+handshake+load)", cold).keyed("starlark.cold_worker");
     r.ratio = Some(r.median / base);
     r.note = format!(
         "{:.2}x a sandboxed /bin/true spawn ({true_median:.0} µs)",
         r.median / true_median
     );
+    r.extra
+        .push(("starlark.cold_to_sandbox_spawn", r.median / true_median));
     rows.push(r);
 
     // The mitigation: a spare worker already started, so a new package
@@ -269,25 +275,31 @@ async fn worker_rows(
         .filter_map(|p| status_kib(&p.to_string(), "VmRSS"))
         .collect();
     if let Some(max) = rss.iter().max() {
-        rows.push(figure(
-            M,
-            "RSS of an idle sandboxed Starlark worker",
-            *max as f64 / 1024.0,
-            "MiB",
-            format!("max over {} idle workers", rss.len()),
-        ));
+        rows.push(
+            figure(
+                M,
+                "RSS of an idle sandboxed Starlark worker",
+                *max as f64 / 1024.0,
+                "MiB",
+                format!("max over {} idle workers", rss.len()),
+            )
+            .keyed("memory.idle_worker_rss"),
+        );
     }
-    rows.push(figure(
-        M,
-        "host memory per warm worker held",
-        heap_after.saturating_sub(heap_before) as f64 / 1024.0 / k as f64,
-        "KiB",
-        format!(
-            "heap in use (mallinfo2) over {k} warm workers; host RSS {:.1} -> {:.1} MiB",
-            host_before as f64 / 1024.0,
-            host_after as f64 / 1024.0
-        ),
-    ));
+    rows.push(
+        figure(
+            M,
+            "host memory per warm worker held",
+            heap_after.saturating_sub(heap_before) as f64 / 1024.0 / k as f64,
+            "KiB",
+            format!(
+                "heap in use (mallinfo2) over {k} warm workers; host RSS {:.1} -> {:.1} MiB",
+                host_before as f64 / 1024.0,
+                host_after as f64 / 1024.0
+            ),
+        )
+        .keyed("memory.host_per_warm_worker"),
+    );
     workers.shutdown().await;
     rows
 }
@@ -320,7 +332,7 @@ async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &EvalLimits, ba
         }
     }
     workers.shutdown().await;
-    let mut r = row(S, NAME, loads);
+    let mut r = row(S, NAME, loads).keyed("starlark.spare_ready");
     r.ratio = Some(r.median / base);
     r.note = "PoolConfig::spare_workers = 1 (off by default)".into();
     r
@@ -357,8 +369,8 @@ async fn compute(plan: &Plan, runner: &StarlarkHost) -> Vec<Row> {
             .expect("bare eval"),
         );
     }
-    let base = row(C, "bare interpreter, no limits installed (baseline)", bare);
-    let mut r = row(C, "cordon in-process, default limits", limited);
+    let base = row(C, "bare interpreter, no limits installed (baseline)", bare).keyed("loop.bare");
+    let mut r = row(C, "cordon in-process, default limits", limited).keyed("loop.cordon");
     r.ratio = Some(r.median / base.median);
     r.note = "tick budget, deadline/cancel check, heap cap, fresh heap, JSON conversion".into();
     vec![base, r]

@@ -17,6 +17,51 @@ pub struct Row {
     pub ratio: Option<f64>,
     pub samples: usize,
     pub note: String,
+    /// The row's stable key in `--json`'s `metrics` (benches/README.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<&'static str>,
+    /// More stable metrics the row carries (ratios to other rows).
+    #[serde(skip)]
+    pub extra: Vec<(&'static str, f64)>,
+}
+
+impl Row {
+    /// Gives the row its stable key: `metrics` then holds `KEY_<unit>`
+    /// (the median) and, with a ratio, `KEY_ratio`.
+    pub fn keyed(mut self, key: &'static str) -> Row {
+        self.key = Some(key);
+        self
+    }
+}
+
+/// The stable metrics of a run: every keyed row's median (`key_us`,
+/// `key_mib`, ...) and ratio (`key_ratio`), and the rows' extra metrics.
+/// Rows not measured on this host are left out, not zero.
+pub fn metrics(rows: &[Row]) -> std::collections::BTreeMap<String, f64> {
+    let mut m = std::collections::BTreeMap::new();
+    for r in rows {
+        if let Some(key) = r.key {
+            let unit = match r.unit {
+                "µs" => "us",
+                "ms" => "ms",
+                "MiB" => "mib",
+                "KiB" => "kib",
+                _ => "value",
+            };
+            if r.median.is_finite() {
+                m.insert(format!("{key}_{unit}"), r.median);
+            }
+            if let Some(ratio) = r.ratio.filter(|x| x.is_finite()) {
+                m.insert(format!("{key}_ratio"), ratio);
+            }
+        }
+        for (k, v) in &r.extra {
+            if v.is_finite() {
+                m.insert((*k).to_owned(), *v);
+            }
+        }
+    }
+    m
 }
 
 pub fn us(d: Duration) -> f64 {
@@ -46,6 +91,8 @@ pub fn row(section: &'static str, name: impl Into<String>, samples: Vec<Duration
         ratio: None,
         samples: n,
         note: String::new(),
+        key: None,
+        extra: Vec::new(),
     }
 }
 
@@ -65,6 +112,8 @@ pub fn figure(
         ratio: None,
         samples: 1,
         note: note.into(),
+        key: None,
+        extra: Vec::new(),
     }
 }
 
@@ -78,6 +127,8 @@ pub fn not_built(section: &'static str, name: impl Into<String>, why: impl Into<
         ratio: None,
         samples: 0,
         note: why.into(),
+        key: None,
+        extra: Vec::new(),
     }
 }
 
