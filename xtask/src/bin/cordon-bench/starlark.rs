@@ -214,9 +214,16 @@ async fn worker_rows(
     for _ in 0..plan.star_iters {
         warm.push(timed(call(&host, pkg, untrusted, "ping")).await);
     }
+    let floor = pipe_round_trip(plan).await;
     let mut r = row(S, "sandboxed worker, warm", warm).keyed("starlark.warm_worker");
     r.ratio = Some(r.median / base);
+    if floor.median.is_finite() {
+        r.note = format!("{:.1}x a pipe round trip", r.median / floor.median);
+        r.extra
+            .push(("starlark.warm_worker_to_pipe", r.median / floor.median));
+    }
     rows.push(r);
+    rows.push(floor);
 
     // Cold: spawn + handshake + load_package of a fresh worker, beside a
     // sandboxed /bin/true spawn through the same runner.
@@ -302,6 +309,38 @@ async fn worker_rows(
     );
     workers.shutdown().await;
     rows
+}
+
+/// The floor of a warm worker call: one byte to a child process (`cat`)
+/// and back, over pipes, through the same async I/O as the worker's.
+async fn pipe_round_trip(plan: &Plan) -> Row {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const NAME: &str = "pipe round trip to a child process (floor)";
+    let child = tokio::process::Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let Ok(mut child) = child else {
+        return not_built(S, NAME, "cannot start cat");
+    };
+    let (Some(mut input), Some(mut output)) = (child.stdin.take(), child.stdout.take()) else {
+        return not_built(S, NAME, "cat's stdio is not piped");
+    };
+    let mut byte = [0u8; 1];
+    let mut v = Vec::with_capacity(plan.star_iters);
+    for i in 0..plan.star_iters + 100 {
+        let t = Instant::now();
+        if input.write_all(b"x").await.is_err() || output.read_exact(&mut byte).await.is_err() {
+            return not_built(S, NAME, "cat stopped answering");
+        }
+        if i >= 100 {
+            v.push(t.elapsed());
+        }
+    }
+    drop(input);
+    let _ = child.wait().await;
+    row(S, NAME, v).keyed("starlark.pipe_round_trip")
 }
 
 async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &EvalLimits, base: f64) -> Row {
