@@ -174,14 +174,24 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        let fresh = !path.exists();
+        if !path.exists() {
+            // Made 0600 from the start: SQLite would create it with the
+            // umask's mode, readable by others until a chmod.
+            use std::os::unix::fs::OpenOptionsExt;
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+            {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+            }
+        }
         let mut conn = Connection::open(path)
             .map_err(|e| format!("cannot open the store database {}: {e}", path.display()))?;
-        if fresh {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| format!("cannot make {} private: {e}", path.display()))?;
-        }
         conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;")
             .map_err(db_err)?;
         let sealer = key.sealer();
