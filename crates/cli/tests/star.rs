@@ -529,3 +529,89 @@ fn the_store_commands_install_grant_set_run_and_revoke() {
         text(&out.stderr)
     );
 }
+
+/// `--isolation in-process`: the done-when's scripts (a list and a string
+/// built with `*`, `",".join` of a huge list, a `format` bomb, `sorted` of
+/// a huge range, a 100 000-deep `json.encode`) are refused by the size
+/// checks before they allocate: each ends in 1 or 124 within 2x its
+/// timeout, cordon never aborts, and its peak RSS stays under the heap
+/// limit (64 MiB) plus 128 MiB (cordon itself, and values the script may
+/// hold under the limit).
+#[test]
+// Each cordon is reaped with wait4, for its own peak RSS, not with wait().
+#[allow(clippy::zombie_processes)]
+fn in_process_size_checks_refuse_what_would_take_cordon_down() {
+    use std::io::Read as _;
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bombs = [
+        ("list", "return len([0] * 1000000000)"),
+        ("string", "return len('ab' * 1000000000)"),
+        (
+            "join",
+            "return len(','.join(['abcdefghij' * 100] * 5000000))",
+        ),
+        (
+            "format",
+            "return len(('{}' * 1000000).format(*(['y' * 10000] * 1000000)))",
+        ),
+        ("sorted", "return len(sorted(range(1 << 30)))"),
+        (
+            "json",
+            "x = []\n    for i in range(100000):\n        x = [x]\n    return json.encode(x)",
+        ),
+        ("folding", "return len('a' * 2000000000)"),
+        (
+            "percent",
+            "return len('%s' * 100000 % tuple(['y' * 100000] * 100000))",
+        ),
+    ];
+    let timeout = std::time::Duration::from_secs(3);
+    for (name, body) in bombs {
+        let p = script(dir.path(), &format!("def main():\n    {body}\n"));
+        let t = std::time::Instant::now();
+        let mut child = cordon(cache.path())
+            .args([
+                "star",
+                "run",
+                "--isolation",
+                "in-process",
+                "--timeout",
+                "3",
+                "--entry",
+                "main",
+            ])
+            .arg(&p)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is valid; wait4 fills it.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child and writes into our locals.
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(pid, child.id() as i32);
+        let took = t.elapsed();
+        assert!(
+            libc::WIFEXITED(status),
+            "{name}: did not exit: {status:#x} {err}"
+        );
+        let code = libc::WEXITSTATUS(status);
+        assert!(matches!(code, 1 | 124), "{name}: exit {code}: {err}");
+        assert!(took < 2 * timeout, "{name}: took {took:?}");
+        let peak_mib = usage.ru_maxrss / 1024;
+        assert!(peak_mib < 64 + 128, "{name}: peak RSS {peak_mib} MiB");
+        assert!(
+            err.contains("limit") || err.contains("too deeply"),
+            "{name}: {err}"
+        );
+    }
+}

@@ -139,11 +139,14 @@ pub enum Isolation {
     /// program ([`StarlarkHostBuilder::worker`]). The default.
     #[default]
     Process,
-    /// In the host process: the fastest, and **no memory protection**. The
-    /// interpreter checks its heap limit only between steps and some of its
-    /// builtins allocate gigabytes or recurse unbounded within one step, so
-    /// a bad package can exhaust the host's memory or abort it (see the
-    /// crate docs). An explicit choice for code you trust not to do that.
+    /// In the host process: the fastest, and **no memory protection**
+    /// beyond size checks. The interpreter checks its heap limit only
+    /// between steps; Cordon refuses up front the one-step builders it can
+    /// see (`*`, `%`, `join`, `format`, `sorted`, `reversed`: results past
+    /// the heap limit), but others remain (`list(range(1 << 30))`, `*=`,
+    /// `repr` of a value sharing one large string many times; `str` of
+    /// 200 000 nested structs overflows the native stack and aborts the
+    /// process). An explicit choice for code you trust not to do that.
     InProcess,
     /// In a worker process under the admitted sandbox, like untrusted
     /// packages.

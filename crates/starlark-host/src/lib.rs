@@ -56,7 +56,8 @@
 //!   ([`Isolation::Process`]: no sandbox, but memory, CPU and file limits
 //!   the worker sets on itself, and a kill at the deadline), so an accident
 //!   in one ends its worker, not the host; in process only when the host
-//!   opts in ([`Isolation::InProcess`]: fastest, no memory protection); or
+//!   opts in ([`Isolation::InProcess`]: fastest, size checks on the
+//!   one-step builders it can see, no memory protection beyond them); or
 //!   in the sandboxed pool too ([`Isolation::Sandboxed`]).
 //!
 //! The worker is the application's own executable: call

@@ -237,7 +237,7 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
         IsolationArg::InProcess => {
             eprintln!(
                 "cordon: --isolation in-process: the package is treated as TRUSTED and runs \
-                 inside cordon with no memory protection"
+                 inside cordon: size checks, but no memory protection"
             );
             builder = builder.trusted_isolation(Isolation::InProcess);
             TrustTier::Trusted

@@ -17,6 +17,7 @@ use starlark::values::{ProvidesStaticType, Value};
 
 use crate::protocol::{ModuleCall, ModuleCalls, ModuleReply, Notification, SecretGet};
 
+mod guards;
 mod http;
 mod json;
 mod provider;
@@ -91,6 +92,8 @@ pub(crate) struct EvalContext {
     pub(crate) calls: Arc<dyn ModuleCalls>,
     pub(crate) max_value_depth: usize,
     pub(crate) max_value_bytes: usize,
+    /// The heap limit the size pre-checks (`guards.rs`) hold results to.
+    pub(crate) max_heap_bytes: usize,
 }
 
 /// `print` sink with a byte cap.
@@ -133,6 +136,7 @@ pub fn globals_for(modules: ModuleSet) -> &'static Globals {
         let mut b =
             GlobalsBuilder::extended_by(&[LibraryExtension::StructType, LibraryExtension::Print]);
         b.namespace("json", json_module);
+        guards::guards(&mut b);
         if modules.secrets {
             b.namespace("secrets", secrets_module);
         }

@@ -21,6 +21,7 @@ use crate::limits::{
 use crate::package::{normalize_load_path, Package};
 use crate::protocol::{DenyAllCalls, ModuleCalls};
 
+mod size_guards;
 mod threads;
 pub use threads::run_on_eval_thread;
 
@@ -220,7 +221,7 @@ impl PackageLoader<'_> {
                 )))
             }
         }
-        AstModule::parse(path, src.clone(), &dialect())
+        size_guards::parse_guarded(path, src, &dialect())
     }
 
     fn eval_file(&self, path: &str) -> Result<FrozenModule, starlark::Error> {
@@ -292,6 +293,7 @@ pub fn compile_package(
         calls: calls.clone(),
         max_value_depth: limits.max_value_depth,
         max_value_bytes: limits.max_value_bytes,
+        max_heap_bytes: limits.max_heap_bytes,
     };
     let loader = PackageLoader {
         pkg,
@@ -441,6 +443,7 @@ impl CompiledPackage {
             calls,
             max_value_depth: limits.max_value_depth,
             max_value_bytes: limits.max_value_bytes,
+            max_heap_bytes: limits.max_heap_bytes,
         };
         let conv = |m: String| StarlarkHostError::Conversion {
             package: self.package_id.clone(),

@@ -1,8 +1,10 @@
 //! Stores and services the host provides, as traits with in-memory
 //! implementations (for tests and embedders), the persistent
-//! [`SqliteStore`] (`sqlite.rs`, feature `sqlite`) with its sealing of
-//! secrets (`seal.rs`), and the notification senders (`senders.rs`).
+//! [`SqliteStore`] (`sqlite.rs`, feature `sqlite`) with its schema
+//! (`schema.rs`) and its sealing of secrets (`seal.rs`), and the notification senders (`senders.rs`).
 
+#[cfg(feature = "sqlite")]
+mod schema;
 #[cfg(feature = "sqlite")]
 mod seal;
 mod senders;

@@ -8,49 +8,13 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
+use super::schema::{migrate, schema_version};
 use super::seal::{Sealer, StoreKey};
 use super::{
     ApiKey, KeySource, PackageStore, PermissionStore, ProviderConfig, ProviderResolver,
     ResolvedProvider, SecretStore, StoreError,
 };
 use crate::package::{Package, PackageStatus, Permission, ProviderRequirement};
-
-/// The schema, one migration per version (`PRAGMA user_version`). Append;
-/// never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[
-    // 1: the first schema.
-    "CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
-     CREATE TABLE packages (
-         id TEXT PRIMARY KEY,
-         version TEXT NOT NULL,
-         source_hash TEXT NOT NULL,
-         status TEXT NOT NULL,
-         package TEXT NOT NULL,
-         installed_at INTEGER NOT NULL,
-         updated_at INTEGER NOT NULL);
-     CREATE TABLE grants (
-         package_id TEXT NOT NULL REFERENCES packages(id) ON DELETE CASCADE,
-         permission TEXT NOT NULL,
-         granted_by TEXT NOT NULL,
-         granted_at INTEGER NOT NULL,
-         revoked_by TEXT,
-         revoked_at INTEGER,
-         PRIMARY KEY (package_id, permission));
-     CREATE TABLE secrets (
-         package_id TEXT NOT NULL REFERENCES packages(id) ON DELETE CASCADE,
-         name TEXT NOT NULL,
-         sealed BLOB NOT NULL,
-         updated_at INTEGER NOT NULL,
-         PRIMARY KEY (package_id, name));
-     CREATE TABLE providers (
-         scope TEXT NOT NULL,
-         scope_id TEXT NOT NULL,
-         base_url TEXT NOT NULL,
-         model TEXT NOT NULL,
-         sealed_key BLOB NOT NULL,
-         updated_at INTEGER NOT NULL,
-         PRIMARY KEY (scope, scope_id));",
-];
 
 /// What the key check row seals: opening it proves the key is this
 /// database's before anything is read or written.
@@ -484,31 +448,6 @@ impl SqliteStore {
             model,
         }))
     }
-}
-
-fn schema_version(conn: &Connection) -> Result<usize, StoreError> {
-    conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
-        .map(|v| v.max(0) as usize)
-        .map_err(db_err)
-}
-
-fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let version = schema_version(conn)?;
-    if version > MIGRATIONS.len() {
-        return Err(format!(
-            "the store database has schema version {version}, newer than this cordon's {}: \
-             upgrade cordon",
-            MIGRATIONS.len()
-        ));
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-        let tx = conn.transaction().map_err(db_err)?;
-        tx.execute_batch(sql).map_err(db_err)?;
-        tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
-            .map_err(db_err)?;
-        tx.commit().map_err(db_err)?;
-    }
-    Ok(())
 }
 
 #[async_trait]

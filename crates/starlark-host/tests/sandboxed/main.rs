@@ -369,7 +369,10 @@ async fn a_tighter_memory_limit_still_runs_normal_packages() {
         "tight-oom",
         &[],
         &[],
-        "x = 'a' * 300000000\ndef main():\n    return 1\n",
+        // `list(range(...))` is not size-checked before it allocates (the
+        // guards cover `*`, `%`, `join`, `format`, `sorted`, `reversed`):
+        // the worker's memory limit is what stops it.
+        "x = list(range(40000000))\ndef main():\n    return 1\n",
     );
     let err = err_of(e.call(&pkg, "main").await);
     assert!(
@@ -420,8 +423,14 @@ async fn hostile_scripts_end_in_clear_errors_without_leaks() {
             "Output limit",
         ),
         (
+            // Refused by the size check before the compiler could fold it.
             "huge-string-folding",
             "x = 'a' * 2000000000\ndef main():\n    return len(x)\n".into(),
+            "Heap limit",
+        ),
+        (
+            "unchecked-allocation",
+            "x = list(range(300000000))\ndef main():\n    return len(x)\n".into(),
             "exceeded its memory limit",
         ),
         (
@@ -739,10 +748,10 @@ async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
     assert_eq!(default.worker_pool().unwrap().pool_stats().started, 0);
     assert_eq!(default.cache_stats().misses, 0);
     let bomb = package(
-        "join-bomb",
+        "range-bomb",
         &[],
         &[],
-        "def f():\n    return len(','.join(['x' * 1000] * 5000000))\n",
+        "def f():\n    return len(list(range(200000000)))\n",
     );
     let err = default
         .call(&bomb, TrustTier::Trusted, f())

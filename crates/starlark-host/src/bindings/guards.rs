@@ -1,0 +1,232 @@
+//! The checked globals behind `eval/size_guards.rs`: `*`, `%`, `join`,
+//! `format`, `sorted`, `reversed` and `getattr` refuse, before they
+//! allocate, a result larger than the evaluation's heap limit
+//! ([`EvalLimits::max_heap_bytes`](crate::EvalLimits::max_heap_bytes));
+//! within it they do exactly what the interpreter's own do.
+
+use std::sync::OnceLock;
+
+use starlark::environment::{Globals, GlobalsBuilder};
+use starlark::eval::Evaluator;
+use starlark::starlark_module;
+use starlark::values::list::ListRef;
+use starlark::values::tuple::TupleRef;
+use starlark::values::{FrozenValue, Value};
+
+use super::{ctx, err};
+
+/// Bytes one element of a list or tuple takes (a pointer).
+const ELEMENT_BYTES: u64 = 8;
+
+/// The interpreter's own builtin `name`.
+fn original(name: &str) -> starlark::Result<FrozenValue> {
+    static STANDARD: OnceLock<Globals> = OnceLock::new();
+    STANDARD
+        .get_or_init(Globals::standard)
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
+        .ok_or_else(|| err(format!("internal: no builtin {name}")))
+}
+
+/// Refuses `bytes` over the heap limit, naming `what` would build them.
+fn check(eval: &Evaluator, what: &str, bytes: u64) -> starlark::Result<()> {
+    let limit = ctx(eval)?.max_heap_bytes as u64;
+    if bytes > limit {
+        return Err(err(format!(
+            "Heap memory limit: {what} would build about {bytes} bytes, more than the \
+             {limit}-byte heap limit (EvalLimits::max_heap_bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// Bytes of `v` repeated `n` times, when it is a sequence.
+fn repeated_bytes(v: Value, n: Value) -> Option<u64> {
+    let n = n.unpack_i32().filter(|n| *n > 0)? as u64;
+    let one = if let Some(s) = v.unpack_str() {
+        s.len() as u64
+    } else if let Some(l) = ListRef::from_value(v) {
+        l.len() as u64 * ELEMENT_BYTES
+    } else if let Some(t) = TupleRef::from_value(v) {
+        t.len() as u64 * ELEMENT_BYTES
+    } else {
+        return None;
+    };
+    Some(one.saturating_mul(n))
+}
+
+/// An upper bound of what `str(v)` of each element of `items` adds to a
+/// formatted string: strings by length, anything else by its repr, which
+/// is computed only for values that are not sequences of sequences.
+fn longest_piece(items: &[Value]) -> u64 {
+    items
+        .iter()
+        .map(|v| match v.unpack_str() {
+            Some(s) => s.len() as u64,
+            None => v.to_repr().len() as u64,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn positional<'v>(args: Value<'v>) -> Vec<Value<'v>> {
+    TupleRef::from_value(args)
+        .map(|t| t.content().to_vec())
+        .unwrap_or_default()
+}
+
+fn named<'v>(kwargs: starlark::values::dict::DictRef<'v>) -> Vec<(String, Value<'v>)> {
+    kwargs
+        .iter()
+        .filter_map(|(k, v)| Some((k.unpack_str()?.to_owned(), v)))
+        .collect()
+}
+
+fn call_method<'v>(
+    eval: &mut Evaluator<'v, '_, '_>,
+    obj: Value<'v>,
+    method: &str,
+    args: &[Value<'v>],
+    kwargs: &[(String, Value<'v>)],
+) -> starlark::Result<Value<'v>> {
+    let m = obj.get_attr_error(method, eval.heap())?;
+    let named: Vec<(&str, Value<'v>)> = kwargs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    eval.eval_function(m, args, &named)
+}
+
+#[starlark_module]
+pub(super) fn guards(builder: &mut GlobalsBuilder) {
+    /// `a * b`, refused when it would repeat a string, list or tuple past
+    /// the heap limit.
+    fn _cordon_mul<'v>(
+        #[starlark(require = pos)] a: Value<'v>,
+        #[starlark(require = pos)] b: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        if let Some(bytes) = repeated_bytes(a, b).or_else(|| repeated_bytes(b, a)) {
+            check(eval, "this `*`", bytes)?;
+        }
+        a.mul(b, eval.heap())
+    }
+
+    /// `a % b`, refused when formatting could build more than the heap limit.
+    fn _cordon_mod<'v>(
+        #[starlark(require = pos)] a: Value<'v>,
+        #[starlark(require = pos)] b: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        if let Some(fmt) = a.unpack_str() {
+            let items = match TupleRef::from_value(b) {
+                Some(t) => t.content().to_vec(),
+                None => vec![b],
+            };
+            let slots = fmt.matches('%').count() as u64;
+            let bytes =
+                (fmt.len() as u64).saturating_add(slots.saturating_mul(longest_piece(&items)));
+            check(eval, "this `%`", bytes)?;
+        }
+        a.percent(b, eval.heap())
+    }
+
+    /// `sep.join(items)`, refused when the joined string would pass the
+    /// heap limit.
+    fn _cordon_join<'v>(
+        #[starlark(require = pos)] obj: Value<'v>,
+        #[starlark(args)] args: Value<'v>,
+        #[starlark(kwargs)] kwargs: starlark::values::dict::DictRef<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        let args = positional(args);
+        let kwargs = named(kwargs);
+        if let (Some(sep), Some(items)) = (obj.unpack_str(), args.first()) {
+            let items: Option<Vec<Value>> = ListRef::from_value(*items)
+                .map(|l| l.content().to_vec())
+                .or_else(|| TupleRef::from_value(*items).map(|t| t.content().to_vec()));
+            if let Some(items) = items {
+                let n = items.len() as u64;
+                let pieces: u64 = items
+                    .iter()
+                    .map(|v| v.unpack_str().map_or(0, |s| s.len() as u64))
+                    .fold(0u64, u64::saturating_add);
+                let bytes =
+                    pieces.saturating_add((sep.len() as u64).saturating_mul(n.saturating_sub(1)));
+                check(eval, "this `join`", bytes)?;
+            }
+        }
+        call_method(eval, obj, "join", &args, &kwargs)
+    }
+
+    /// `fmt.format(...)`, refused when the result could pass the heap limit.
+    fn _cordon_format<'v>(
+        #[starlark(require = pos)] obj: Value<'v>,
+        #[starlark(args)] args: Value<'v>,
+        #[starlark(kwargs)] kwargs: starlark::values::dict::DictRef<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        let args = positional(args);
+        let kwargs = named(kwargs);
+        if let Some(fmt) = obj.unpack_str() {
+            let mut items = args.clone();
+            items.extend(kwargs.iter().map(|(_, v)| *v));
+            let slots = fmt.matches('{').count() as u64;
+            let bytes =
+                (fmt.len() as u64).saturating_add(slots.saturating_mul(longest_piece(&items)));
+            check(eval, "this `format`", bytes)?;
+        }
+        call_method(eval, obj, "format", &args, &kwargs)
+    }
+
+    /// `sorted`, refused for more elements than the heap limit holds.
+    fn sorted<'v>(
+        #[starlark(require = pos)] x: Value<'v>,
+        #[starlark(kwargs)] kwargs: starlark::values::dict::DictRef<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        if let Ok(n) = x.length() {
+            // The elements and their sort keys.
+            check(
+                eval,
+                "this `sorted`",
+                (n.max(0) as u64).saturating_mul(2 * ELEMENT_BYTES),
+            )?;
+        }
+        let kwargs = named(kwargs);
+        let named: Vec<(&str, Value<'v>)> = kwargs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        eval.eval_function(original("sorted")?.to_value(), &[x], &named)
+    }
+
+    /// `reversed`, refused for more elements than the heap limit holds.
+    fn reversed<'v>(
+        #[starlark(require = pos)] x: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        if let Ok(n) = x.length() {
+            check(
+                eval,
+                "this `reversed`",
+                (n.max(0) as u64).saturating_mul(ELEMENT_BYTES),
+            )?;
+        }
+        eval.eval_function(original("reversed")?.to_value(), &[x], &[])
+    }
+
+    /// `getattr`, except for the methods that must be called directly so
+    /// that their size is checked.
+    fn getattr<'v>(
+        #[starlark(require = pos)] o: Value<'v>,
+        #[starlark(require = pos)] attr: &str,
+        #[starlark(require = pos)] default: Option<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        if matches!(attr, "join" | "format") {
+            return Err(err(format!(
+                "getattr(x, {attr:?}): `.{attr}` may only be called directly (`x.{attr}(...)`)"
+            )));
+        }
+        let attr_value = eval.heap().alloc(attr);
+        let mut args = vec![o, attr_value];
+        args.extend(default);
+        eval.eval_function(original("getattr")?.to_value(), &args, &[])
+    }
+}
