@@ -615,3 +615,68 @@ fn in_process_size_checks_refuse_what_would_take_cordon_down() {
         );
     }
 }
+
+/// Notifications are delivered where the operator says: JSON lines
+/// appended to a file, or a POST to a webhook (a server on 127.0.0.1).
+#[test]
+fn notifications_go_to_a_file_or_a_webhook() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pkg");
+    std::fs::create_dir(&p).unwrap();
+    std::fs::write(
+        p.join("package.toml"),
+        "id = \"notifier\"\nversion = \"1.0.0\"\nscript = \"main.star\"\npermissions = [\"notifications.send\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("main.star"),
+        "def main():\n    notifications.send('done', 'all good', level = 'warning')\n    return 1\n",
+    )
+    .unwrap();
+    let log = dir.path().join("notes.jsonl");
+    let base = [
+        "star",
+        "run",
+        "--isolation",
+        "in-process",
+        "--entry",
+        "main",
+    ];
+    let out = run(cordon(cache.path())
+        .args(base)
+        .args(["--grant", "notifications.send", "--notify-file"])
+        .arg(&log)
+        .arg(&p));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&log).unwrap().trim()).unwrap();
+    assert_eq!(
+        (line["title"].as_str(), line["level"].as_str()),
+        (Some("done"), Some("warning"))
+    );
+
+    let (port, seen) = serve("{}");
+    let out = run(cordon(cache.path())
+        .args(base)
+        .args(["--grant", "notifications.send", "--notify-webhook"])
+        .arg(format!("http://127.0.0.1:{port}/hook"))
+        .arg(&p));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let request = seen
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    assert!(request.starts_with("POST /hook"), "{request}");
+    assert!(request.contains("\"all good\""), "{request}");
+    // A bad URL is one clear line, and nothing runs.
+    let out = run(cordon(cache.path())
+        .args(base)
+        .args(["--notify-webhook", "ftp://x"])
+        .arg(&p));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("--notify-webhook"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -92,6 +92,15 @@ pub struct StarRunArgs {
     /// The channel the call comes from (for a channel's provider key).
     #[arg(long)]
     channel: Option<String>,
+    /// Deliver the package's notifications as JSON lines appended to this
+    /// file (instead of the default: recorded and printed for a path, JSON
+    /// lines on stderr for an installed package).
+    #[arg(long, value_name = "PATH", conflicts_with = "notify_webhook")]
+    notify_file: Option<PathBuf>,
+    /// Deliver the package's notifications by POSTing their JSON to this
+    /// URL (10 s per attempt, 3 attempts with backoff).
+    #[arg(long, value_name = "URL")]
+    notify_webhook: Option<String>,
     #[command(flatten)]
     store: manage::StoreLocation,
     /// Wall-clock limit per evaluation, in seconds.
@@ -228,6 +237,25 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
         )));
         (package, services)
     };
+    let mut services = services;
+    if let Some(path) = &args.notify_file {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("--notify-file {}: {e}", path.display()))?;
+        services.notifier = Some(Arc::new(cordon_starlark::JsonLinesNotifier::new(file)));
+    }
+    if let Some(url) = &args.notify_webhook {
+        let hook = cordon_starlark::WebhookNotifier::new(
+            url,
+            Duration::from_secs(10),
+            3,
+            Duration::from_millis(500),
+        )
+        .map_err(|e| format!("--notify-webhook: {e}"))?;
+        services.notifier = Some(Arc::new(hook));
+    }
     let limits = EvalLimits {
         timeout: args.timeout.unwrap_or(EvalLimits::default().timeout),
         ..EvalLimits::default()
