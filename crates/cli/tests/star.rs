@@ -565,6 +565,15 @@ fn in_process_size_checks_refuse_what_would_take_cordon_down() {
             "percent",
             "return len('%s' * 100000 % tuple(['y' * 100000] * 100000))",
         ),
+        // A repr can be the bomb: a million references to one string.
+        (
+            "percent-repr",
+            "s = 'y' * 10000\n    return len('%s' % ([s] * 1000000,))",
+        ),
+        (
+            "format-repr",
+            "s = 'y' * 10000\n    return len('{}'.format([s] * 1000000))",
+        ),
     ];
     let timeout = std::time::Duration::from_secs(3);
     for (name, body) in bombs {

@@ -144,9 +144,9 @@ pub enum Isolation {
     /// between steps; Cordon refuses up front the one-step builders it can
     /// see (`*`, `%`, `join`, `format`, `sorted`, `reversed`: results past
     /// the heap limit), but others remain (`list(range(1 << 30))`, `*=`,
-    /// `repr` of a value sharing one large string many times; `str` of
-    /// 200 000 nested structs overflows the native stack and aborts the
-    /// process). An explicit choice for code you trust not to do that.
+    /// `str`, `repr`, `print` or an f-string of a value that shares one
+    /// large string many times; `str` of 200 000 nested structs overflows
+    /// the native stack and aborts the process). An explicit choice for code you trust not to do that.
     InProcess,
     /// In a worker process under the admitted sandbox, like untrusted
     /// packages.

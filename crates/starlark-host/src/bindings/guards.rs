@@ -56,18 +56,63 @@ fn repeated_bytes(v: Value, n: Value) -> Option<u64> {
     Some(one.saturating_mul(n))
 }
 
-/// An upper bound of what `str(v)` of each element of `items` adds to a
-/// formatted string: strings by length, anything else by its repr, which
-/// is computed only for values that are not sequences of sequences.
-fn longest_piece(items: &[Value]) -> u64 {
+/// The most `str(v)` of one of `items` can add to a formatted string,
+/// estimated without building it: a repr could itself be the bomb (`[s] *
+/// 1000000` holds a million references to one string).
+fn longest_piece(items: &[Value], limit: u64) -> u64 {
     items
         .iter()
         .map(|v| match v.unpack_str() {
             Some(s) => s.len() as u64,
-            None => v.to_repr().len() as u64,
+            None => repr_bytes(*v, 0, limit),
         })
         .max()
         .unwrap_or(0)
+}
+
+/// Nesting past which a repr is not estimated (and the value refused):
+/// the interpreter's own repr recursion overflows the native stack long
+/// before a heap limit is reached.
+const MAX_REPR_DEPTH: usize = 1000;
+
+/// An upper estimate of `repr(v)`'s length, or more than `limit` (then the
+/// walk stops): strings by length, numbers by a bound, containers by their
+/// elements plus separators, anything else (functions, ranges) by a small
+/// fixed size.
+fn repr_bytes(v: Value, depth: usize, limit: u64) -> u64 {
+    if depth > MAX_REPR_DEPTH {
+        return u64::MAX;
+    }
+    if let Some(s) = v.unpack_str() {
+        return s.len() as u64 * 2 + 2; // escapes at worst double it
+    }
+    let items: Option<Vec<Value>> = ListRef::from_value(v)
+        .map(|l| l.content().to_vec())
+        .or_else(|| TupleRef::from_value(v).map(|t| t.content().to_vec()))
+        .or_else(|| {
+            starlark::values::dict::DictRef::from_value(v)
+                .map(|d| d.iter().flat_map(|(k, x)| [k, x]).collect())
+        })
+        .or_else(|| {
+            starlark::values::structs::StructRef::from_value(v)
+                .map(|s| s.iter().map(|(_, x)| x).collect())
+        });
+    match items {
+        None if v.get_type() == "int" => v.to_str().len() as u64,
+        None => 64,
+        Some(items) => {
+            let mut total = 2u64;
+            for x in items {
+                total = total
+                    .saturating_add(repr_bytes(x, depth + 1, limit))
+                    .saturating_add(2);
+                if total > limit {
+                    return total;
+                }
+            }
+            total
+        }
+    }
 }
 
 fn positional<'v>(args: Value<'v>) -> Vec<Value<'v>> {
@@ -122,8 +167,9 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
                 None => vec![b],
             };
             let slots = fmt.matches('%').count() as u64;
-            let bytes =
-                (fmt.len() as u64).saturating_add(slots.saturating_mul(longest_piece(&items)));
+            let limit = ctx(eval)?.max_heap_bytes as u64;
+            let bytes = (fmt.len() as u64)
+                .saturating_add(slots.saturating_mul(longest_piece(&items, limit)));
             check(eval, "this `%`", bytes)?;
         }
         a.percent(b, eval.heap())
@@ -170,8 +216,9 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
             let mut items = args.clone();
             items.extend(kwargs.iter().map(|(_, v)| *v));
             let slots = fmt.matches('{').count() as u64;
-            let bytes =
-                (fmt.len() as u64).saturating_add(slots.saturating_mul(longest_piece(&items)));
+            let limit = ctx(eval)?.max_heap_bytes as u64;
+            let bytes = (fmt.len() as u64)
+                .saturating_add(slots.saturating_mul(longest_piece(&items, limit)));
             check(eval, "this `format`", bytes)?;
         }
         call_method(eval, obj, "format", &args, &kwargs)

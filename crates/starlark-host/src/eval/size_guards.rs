@@ -17,8 +17,8 @@
 //!
 //! This is defence for trusted packages in process, not a boundary: the
 //! interpreter has other ways to allocate in one step (`*=` is not an
-//! operator node; `repr` of a value that shares one large string many
-//! times). Untrusted packages run in a sandboxed worker, and trusted ones
+//! operator node; `str`, `repr`, `print` and f-strings of a value that
+//! shares one large string many times). Untrusted packages run in a sandboxed worker, and trusted ones
 //! by default in a worker process with rlimits (`Isolation::Process`).
 
 use std::collections::HashMap;
