@@ -161,6 +161,18 @@ fn the_key_file_is_made_private_and_a_readable_one_is_refused() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let e = StoreKey::from_env_or_file(&file, true).unwrap_err();
     assert!(e.contains("0600"), "{e}");
+    // A key file of another user is refused even with mode 0600: that
+    // user could replace it. (Made by chown, so as root, which is how the
+    // tests and CI run; the mode checks above run for any uid.)
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = dir.path().join("theirs.key");
+        std::fs::write(&theirs, format!("{}\n", "ab".repeat(32))).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let e = StoreKey::from_env_or_file(&theirs, false).unwrap_err();
+        assert!(e.contains("refusing the key file"), "{e}");
+    }
     // A missing key file is made only when asked (for a new database).
     let lost = dir.path().join("lost.key");
     let e = StoreKey::from_env_or_file(&lost, false).unwrap_err();

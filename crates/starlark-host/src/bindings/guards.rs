@@ -18,15 +18,51 @@ use super::{ctx, err};
 /// Bytes one element of a list or tuple takes (a pointer).
 const ELEMENT_BYTES: u64 = 8;
 
-/// The interpreter's own builtin `name`.
-fn original(name: &str) -> starlark::Result<FrozenValue> {
-    static STANDARD: OnceLock<Globals> = OnceLock::new();
-    STANDARD
-        .get_or_init(Globals::standard)
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v)
-        .ok_or_else(|| err(format!("internal: no builtin {name}")))
+/// The interpreter's own builtins that the checked ones call, looked up
+/// once.
+struct Originals {
+    sorted: FrozenValue,
+    reversed: FrozenValue,
+    getattr: FrozenValue,
+    /// Keeps the values above alive.
+    _globals: Globals,
+}
+
+fn originals() -> starlark::Result<&'static Originals> {
+    static ORIGINALS: OnceLock<Option<Originals>> = OnceLock::new();
+    ORIGINALS
+        .get_or_init(|| {
+            let globals = Globals::standard();
+            let find = |name: &str| globals.iter().find(|(n, _)| *n == name).map(|(_, v)| v);
+            Some(Originals {
+                sorted: find("sorted")?,
+                reversed: find("reversed")?,
+                getattr: find("getattr")?,
+                _globals: globals.clone(),
+            })
+        })
+        .as_ref()
+        .ok_or_else(|| err("internal: the interpreter lacks sorted, reversed or getattr"))
+}
+
+/// Refuses formatting `fmt` (each `marker` a slot) with `items` when the
+/// result could pass the heap limit.
+fn check_formatted(
+    eval: &Evaluator,
+    what: &str,
+    fmt: &str,
+    marker: char,
+    items: &[Value],
+) -> starlark::Result<()> {
+    let slots = fmt.matches(marker).count() as u64;
+    let limit = ctx(eval)?.max_heap_bytes as u64;
+    let bytes =
+        (fmt.len() as u64).saturating_add(slots.saturating_mul(longest_piece(items, limit)));
+    check(eval, what, bytes)
+}
+
+fn as_named<'a, 'v>(kwargs: &'a [(String, Value<'v>)]) -> Vec<(&'a str, Value<'v>)> {
+    kwargs.iter().map(|(k, v)| (k.as_str(), *v)).collect()
 }
 
 /// Refuses `bytes` over the heap limit, naming `what` would build them.
@@ -136,8 +172,7 @@ fn call_method<'v>(
     kwargs: &[(String, Value<'v>)],
 ) -> starlark::Result<Value<'v>> {
     let m = obj.get_attr_error(method, eval.heap())?;
-    let named: Vec<(&str, Value<'v>)> = kwargs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    eval.eval_function(m, args, &named)
+    eval.eval_function(m, args, &as_named(kwargs))
 }
 
 #[starlark_module]
@@ -166,11 +201,7 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
                 Some(t) => t.content().to_vec(),
                 None => vec![b],
             };
-            let slots = fmt.matches('%').count() as u64;
-            let limit = ctx(eval)?.max_heap_bytes as u64;
-            let bytes = (fmt.len() as u64)
-                .saturating_add(slots.saturating_mul(longest_piece(&items, limit)));
-            check(eval, "this `%`", bytes)?;
+            check_formatted(eval, "this `%`", fmt, '%', &items)?;
         }
         a.percent(b, eval.heap())
     }
@@ -215,11 +246,7 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
         if let Some(fmt) = obj.unpack_str() {
             let mut items = args.clone();
             items.extend(kwargs.iter().map(|(_, v)| *v));
-            let slots = fmt.matches('{').count() as u64;
-            let limit = ctx(eval)?.max_heap_bytes as u64;
-            let bytes = (fmt.len() as u64)
-                .saturating_add(slots.saturating_mul(longest_piece(&items, limit)));
-            check(eval, "this `format`", bytes)?;
+            check_formatted(eval, "this `format`", fmt, '{', &items)?;
         }
         call_method(eval, obj, "format", &args, &kwargs)
     }
@@ -239,8 +266,7 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
             )?;
         }
         let kwargs = named(kwargs);
-        let named: Vec<(&str, Value<'v>)> = kwargs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        eval.eval_function(original("sorted")?.to_value(), &[x], &named)
+        eval.eval_function(originals()?.sorted.to_value(), &[x], &as_named(&kwargs))
     }
 
     /// `reversed`, refused for more elements than the heap limit holds.
@@ -255,7 +281,7 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
                 (n.max(0) as u64).saturating_mul(ELEMENT_BYTES),
             )?;
         }
-        eval.eval_function(original("reversed")?.to_value(), &[x], &[])
+        eval.eval_function(originals()?.reversed.to_value(), &[x], &[])
     }
 
     /// `getattr`, except for the methods that must be called directly so
@@ -274,6 +300,6 @@ pub(super) fn guards(builder: &mut GlobalsBuilder) {
         let attr_value = eval.heap().alloc(attr);
         let mut args = vec![o, attr_value];
         args.extend(default);
-        eval.eval_function(original("getattr")?.to_value(), &args, &[])
+        eval.eval_function(originals()?.getattr.to_value(), &args, &[])
     }
 }

@@ -385,11 +385,6 @@ impl CompiledPackage {
     pub fn modules(&self) -> ModuleSet {
         self.modules
     }
-    /// Whether the top level runs at the start of every call (it calls a
-    /// module), rather than once.
-    pub fn top_level_per_call(&self) -> bool {
-        matches!(self.top_level, TopLevel::PerCall(_))
-    }
     /// Output printed by the top level (empty when it runs per call: its
     /// output then starts each call's output).
     pub fn load_output(&self) -> &str {

@@ -10,8 +10,10 @@
 //!   before any limit ran);
 //! - `X.join(...)` and `X.format(...)` are rewritten in the source, by the
 //!   parsed spans, to `_cordon_join(X, ...)` / `_cordon_format(X, ...)`;
-//!   a bare `X.join` or `X.format` (a method taken as a value) is refused,
-//!   since it would bypass the check;
+//!   a bare `X.join` or `X.format` (a method taken as a value) is refused
+//!   when the package is checked, since it would bypass the check (this
+//!   also holds for a struct field named `join` or `format`: it can be
+//!   called, not read);
 //! - `sorted`, `list`, `tuple`, `reversed` and `getattr` are replaced by
 //!   checked versions (`bindings/guards.rs`).
 //!

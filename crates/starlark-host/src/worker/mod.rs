@@ -579,5 +579,22 @@ mod tests {
         assert_eq!(a.max_frame, DEFAULT_MAX_FRAME);
         assert!(parse_args(&[]).is_err());
         assert!(parse_args(&["--bogus".into()]).is_err());
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = parse_args(&args(&[
+            "--instance",
+            "x",
+            "--rlimit",
+            "data=5",
+            "--rlimit",
+            "cpu=2",
+        ]))
+        .unwrap();
+        assert_eq!(a.rlimits, vec![(RlimitName::Data, 5), (RlimitName::Cpu, 2)]);
+        for bad in ["nproc=1", "data", "data=-1", "data=x"] {
+            assert!(
+                parse_args(&args(&["--instance", "x", "--rlimit", bad])).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

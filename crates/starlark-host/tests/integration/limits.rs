@@ -333,3 +333,55 @@ def fine():
     );
     host_still_works(&h).await;
 }
+
+/// Within the heap limit the size-checked operators and builtins give what
+/// the interpreter's own give; a user struct's `join`/`format` field still
+/// works when called; taking `.join` as a value is refused (it would skip
+/// the check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_checked_builtins_behave_as_the_interpreters_within_the_limit() {
+    let h = harness(EvalLimits::default());
+    let pkg = package(
+        "checked",
+        &[],
+        &[],
+        r#"
+def main():
+    s = struct(join = lambda x: "joined " + x)
+    return [
+        "ab" * 3, [1] * 2, 2 * (0,), 6 * 7, 7 % 4, "%d:%s" % (1, "x"), "%s!" % "y",
+        ",".join(["a", "b"]), "{a}-{}".format(1, a = 2), sorted([3, 1, 2], reverse = True),
+        sorted(["bb", "a"], key = len), list(reversed([1, 2])), getattr("a", "upper")(),
+        getattr("a", "nope", 5), s.join("it"),
+    ]
+"#,
+    );
+    assert_eq!(
+        h.call(&pkg, "main", None).await.unwrap().value,
+        json!([
+            "ababab",
+            [1, 1],
+            [0, 0],
+            42,
+            3,
+            "1:x",
+            "y!",
+            "a,b",
+            "2-1",
+            [3, 2, 1],
+            ["a", "bb"],
+            [2, 1],
+            "A",
+            5,
+            "joined it"
+        ])
+    );
+    // Refused when the package is checked, before anything runs.
+    let as_value = package(
+        "as-value",
+        &[],
+        &[],
+        "def main():\n    f = ','.join\n    return f(['a'])\n",
+    );
+    assert_err_contains(h.call(&as_value, "main", None).await, "called directly");
+}

@@ -557,3 +557,23 @@ async fn a_worker_forging_an_ungranted_module_call_is_refused_by_the_host() {
         "{logs}"
     );
 }
+
+/// A worker that cannot set the limits it was given (here an open-file
+/// limit above the kernel's maximum, which not even root may set) exits
+/// before its hello: it never serves a package with less.
+#[test]
+fn a_worker_that_cannot_set_its_limits_exits_before_serving() {
+    let out = std::process::Command::new(WORKER)
+        .args([WORKER_ARG, "--instance", "x"])
+        .args(["--rlimit", "nofile=1099511627776"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "no hello was sent: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot set the worker's nofile limit"),
+        "{err}"
+    );
+}
