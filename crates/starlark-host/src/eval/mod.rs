@@ -42,7 +42,10 @@ impl std::fmt::Debug for CompiledPackage {
             .field("package_id", &self.package_id)
             .field("modules", &self.modules)
             .field("functions", &self.functions)
-            .field("per_call", &matches!(self.top_level, TopLevel::PerCall(_)))
+            .field(
+                "per_call",
+                &matches!(self.top_level, TopLevel::PerCall { .. }),
+            )
             .finish()
     }
 }
@@ -57,7 +60,13 @@ enum TopLevel {
     /// call, with that call's modules, and its output comes first in the
     /// call's output. Its state then never outlives the call, so no
     /// invoker's answers reach another's.
-    PerCall(Box<Package>),
+    PerCall {
+        /// For `load()` of its other files.
+        package: Box<Package>,
+        /// Its script, checked and parsed once (with the size checks'
+        /// rewrites); each call evaluates a copy.
+        script: Box<AstModule>,
+    },
 }
 
 /// The module calls of a top level run once for the cache: refused (the
@@ -369,7 +378,10 @@ fn per_call_package(
     Ok(CompiledPackage {
         package_id: pkg.id.clone(),
         modules,
-        top_level: TopLevel::PerCall(Box::new(pkg.clone())),
+        top_level: TopLevel::PerCall {
+            package: Box::new(pkg.clone()),
+            script: Box::new(ast),
+        },
         load_output: String::new(),
         globals: serde_json::Map::new(),
         functions,
@@ -424,8 +436,8 @@ impl CompiledPackage {
                 Ok(Some(f)) if f.value().get_type() == "function" => Some(f),
                 _ => return Err((no_fn(), String::new())),
             },
-            TopLevel::PerCall(_) if self.functions.iter().any(|f| f == name) => None,
-            TopLevel::PerCall(_) => return Err((no_fn(), String::new())),
+            TopLevel::PerCall { .. } if self.functions.iter().any(|f| f == name) => None,
+            TopLevel::PerCall { .. } => return Err((no_fn(), String::new())),
         };
         let output = CapturedOutput::new(limits.max_output_bytes);
         let guard = Guard {
@@ -461,14 +473,17 @@ impl CompiledPackage {
             // module: the top level runs first, in this call's heap,
             // with this call's modules.
             let loader = match &self.top_level {
-                TopLevel::PerCall(pkg) => Some(PackageLoader {
-                    pkg,
-                    globals: globals_for(self.modules),
-                    guard: &guard,
-                    ctx: &ctx,
-                    stack: RefCell::new(vec![pkg.manifest.script.clone()]),
-                    done: RefCell::new(HashMap::new()),
-                }),
+                TopLevel::PerCall { package, script } => Some((
+                    PackageLoader {
+                        pkg: package,
+                        globals: globals_for(self.modules),
+                        guard: &guard,
+                        ctx: &ctx,
+                        stack: RefCell::new(vec![package.manifest.script.clone()]),
+                        done: RefCell::new(HashMap::new()),
+                    },
+                    script,
+                )),
                 TopLevel::Frozen(_) => None,
             };
             let mut eval = Evaluator::new(&module);
@@ -481,11 +496,9 @@ impl CompiledPackage {
                 // value stays alive as long as `module` (and the frozen
                 // module outlives the call anyway).
                 (Some(f), _) => unsafe { f.owned_frozen_value(module.frozen_heap()) }.to_value(),
-                (None, Some(loader)) => {
-                    let run = loader.parse(&loader.pkg.manifest.script).and_then(|ast| {
-                        eval.set_loader(loader);
-                        eval.eval_module(ast, loader.globals)
-                    });
+                (None, Some((loader, script))) => {
+                    eval.set_loader(loader);
+                    let run = eval.eval_module(script.as_ref().clone(), loader.globals);
                     if let Err(e) = run {
                         drop(eval);
                         return Err(guard.classify(&self.package_id, e));
