@@ -251,6 +251,22 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             );
         }
     }
+    // If cordon itself is told to stop, the whole sandboxed tree goes with
+    // it: the parent-death signal only reaches the direct child. Watched
+    // from before the start: a signal that arrives while the program
+    // starts is acted on once it runs.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut stops = Vec::new();
+    for kind in [
+        SignalKind::terminate(),
+        SignalKind::interrupt(),
+        SignalKind::hangup(),
+    ] {
+        stops.push((
+            kind.as_raw_value(),
+            signal(kind).map_err(|e| format!("cannot watch signals: {e}"))?,
+        ));
+    }
     let mut child = match runner.start(spec).await {
         Ok(child) => child,
         Err(e) => {
@@ -271,20 +287,6 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             "cordon: scratch dir kept at {}",
             child.scratch_dir().display()
         );
-    }
-    // If cordon itself is told to stop, the whole sandboxed tree goes with
-    // it: the parent-death signal only reaches the direct child.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut stops = Vec::new();
-    for kind in [
-        SignalKind::terminate(),
-        SignalKind::interrupt(),
-        SignalKind::hangup(),
-    ] {
-        stops.push((
-            kind.as_raw_value(),
-            signal(kind).map_err(|e| format!("cannot watch signals: {e}"))?,
-        ));
     }
     let stop = async {
         let waits = stops.iter_mut().map(|(n, s)| {
