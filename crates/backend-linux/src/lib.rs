@@ -25,9 +25,10 @@
 //! 8. `landlock_restrict_self` with a ruleset built in the parent that
 //!    handles every access right of the running kernel's ABI;
 //! 9. the seccomp filters;
-//! 10. the PID namespace's process tree: a monitor (the pid the host sees),
-//!     a minimal init as pid 1, and the program as pid 2 — when the program
-//!     ends, or the host dies, every process of the sandbox dies with it.
+//! 10. the PID namespace's process tree: a minimal init as pid 1 (the
+//!     process the host waits for, made without copying the host) and the
+//!     program as pid 2 — when the program ends, or the host dies, every
+//!     process of the sandbox dies with it.
 //!
 //! The child's `HOME` and `TMPDIR` are its scratch dir (core's spawner sets
 //! them for every sandboxed child): `git` and `gcc` need both writable.
@@ -69,8 +70,8 @@
 
 #![warn(missing_docs)]
 
+use cordon_core::ChildCommand;
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
 
@@ -221,7 +222,7 @@ impl SandboxBackend for LinuxBackend {
 
     fn wrap(
         &self,
-        cmd: &mut Command,
+        cmd: &mut ChildCommand,
         policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         #[cfg(target_os = "linux")]

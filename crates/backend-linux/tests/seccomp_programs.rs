@@ -1538,18 +1538,26 @@ int main(void) {
                 let mut policy = SandboxPolicy::new(d.path(), Limits::probe());
                 policy.scratch_is_fresh = true;
                 policy.program_files = vec![exe.clone()];
-                let mut cmd = Command::new(&exe);
-                cmd.current_dir(d.path())
-                    .env_clear()
-                    .env(PROBE_ENV, probe)
-                    .stdin(Stdio::null());
-                // What wrap holds for the child (its cgroups) must outlive
-                // the spawn.
+                let mut cmd = cordon_core::ChildCommand::for_backend_tests(&exe, d.path());
+                cmd.env(PROBE_ENV, probe);
+                // What wrap holds for the child (its cgroups, the init's
+                // memory) must outlive the spawn.
                 let _resources = match LinuxBackend::with_layers(layers).wrap(&mut cmd, &policy) {
                     Ok(resources) => resources,
                     Err(e) => return fail(format!("wrap failed on a working host: {e}")),
                 };
-                let r = run_child(cmd, Duration::from_secs(30));
+                let r = match cmd.run_for_backend_tests(Duration::from_secs(30)) {
+                    Ok(out) => Ran {
+                        status: Some(out.status),
+                        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                    },
+                    Err(e) => Ran {
+                        status: None,
+                        stdout: String::new(),
+                        stderr: format!("spawn failed: {e}"),
+                    },
+                };
                 let got = r.stdout.trim();
                 println!("{label:6} {probe:12} {got}");
                 if got != want {

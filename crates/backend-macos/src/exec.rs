@@ -10,12 +10,11 @@
 //! with a stand-in launcher, which is how the post-fork path is verified on
 //! hosts without Seatbelt.
 
+use cordon_core::ChildCommand;
 use std::ffi::{CString, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 
 use cordon_core::Limits;
 
@@ -167,16 +166,13 @@ impl ExecPlan {
     /// Plans `launcher launcher_args... <program> <args...>` with exactly
     /// the environment variables set on `cmd`.
     ///
-    /// The environment is the explicit one: entries `cmd` sets (core always
-    /// calls `env_clear()` first, so that is the whole environment);
-    /// removals are honoured; nothing is inherited from the host. The
-    /// program's custom `argv[0]` (set with `CommandExt::arg0`) cannot be
-    /// read back from a `Command`, so the child sees the program path as
-    /// `argv[0]`.
+    /// The environment is `cmd`'s, which is the whole environment: nothing
+    /// is inherited from the host. The launcher runs the program by its
+    /// path, so the child sees the program path as `argv[0]`.
     pub(crate) fn new(
         launcher: &Path,
         launcher_args: &[OsString],
-        cmd: &Command,
+        cmd: &ChildCommand,
         rlimits: RlimitPlan,
     ) -> Result<ExecPlan, PlanError> {
         let program = cmd.get_program();
@@ -195,7 +191,6 @@ impl ExecPlan {
         }
         let argc = strings.len();
         for (k, v) in cmd.get_envs() {
-            let Some(v) = v else { continue };
             let mut kv = Vec::with_capacity(k.len() + v.len() + 1);
             kv.extend_from_slice(k.as_bytes());
             kv.push(b'=');
@@ -239,17 +234,17 @@ impl ExecPlan {
     }
 
     /// Installs the plan as `cmd`'s last `pre_exec` hook. Hooks run in the
-    /// order they were added, after std has applied stdio redirections and
-    /// the working directory, so everything the caller configured before
+    /// order they were added, after the launcher has applied stdio
+    /// redirections and the working directory, so everything the caller configured before
     /// (stdio, cwd, its own hygiene hooks) is in effect when the launcher
     /// replaces the child image. std's own `exec` of the original program
     /// is never reached: either the launcher runs, or the hook returns the
     /// error and the spawn fails.
-    pub(crate) fn install(self, cmd: &mut Command) {
+    pub(crate) fn install(self, cmd: &mut ChildCommand) {
         // SAFETY: `exec` only calls setrlimit and execve on memory the plan
         // owns (see above): it is async-signal-safe.
         unsafe {
-            cmd.pre_exec(move || self.exec());
+            cmd.pre_exec(move |_| self.exec());
         }
     }
 }

@@ -20,21 +20,21 @@
 //! /usr/bin/sandbox-exec -p '<profile>' -DSCRATCH=/private/tmp/... [-D...] -- <program> <args...>
 //! ```
 //!
-//! ## Why an `execve` in `pre_exec`, not a new `Command`
-//! `wrap` receives core's `&mut Command`, whose program cannot be changed.
-//! Replacing the `Command` would lose what cannot be read back from it:
-//! the stdio redirections (pipes to the runner) and core's `pre_exec`
-//! hygiene (new session, close-on-exec of inherited fds). Calling
-//! `sandbox_init_with_parameters` in the child instead would run the
-//! profile compiler (which allocates) after fork, and it is a private API.
+//! ## Why an `execve` in a pre-exec hook
+//! `wrap` receives core's [`ChildCommand`], whose program it does not
+//! change: the stdio redirections (pipes to the runner) and core's
+//! hygiene hook (new session, close-on-exec of inherited fds) stay as core
+//! set them up. Calling `sandbox_init_with_parameters` in the child instead
+//! would run the profile compiler (which allocates) after fork, and it is a
+//! private API.
 //!
-//! So `wrap` keeps core's `Command` and appends one last `pre_exec` hook.
-//! std runs hooks after it has set up stdio and the working directory, in
-//! the order they were added; core's hygiene hooks therefore run first.
-//! The macOS hook then calls `setrlimit` for each limit and `execve`s
-//! `/usr/bin/sandbox-exec` with an argv and envp built entirely in the
-//! parent: program, arguments and the environment read back with
-//! `Command::get_program`, `get_args` and `get_envs`. `sandbox-exec`, now
+//! So `wrap` appends one last pre-exec hook. Hooks run after stdio and the
+//! working directory are set up, in the order they were added; core's
+//! hygiene hook therefore runs first. The macOS hook then calls
+//! `setrlimit` for each limit and `execve`s `/usr/bin/sandbox-exec` with an
+//! argv and envp built entirely in the parent: program, arguments and the
+//! environment read back with `ChildCommand::get_program`, `get_args` and
+//! `get_envs`. `sandbox-exec`, now
 //! a fresh single-threaded process, compiles the profile, applies it and
 //! `execvp`s the program. If the launcher cannot be executed the hook
 //! returns the error and the spawn fails: the program never runs
@@ -84,6 +84,8 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+
+use cordon_core::ChildCommand;
 use std::sync::Arc;
 
 use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
@@ -274,7 +276,7 @@ impl SandboxBackend for MacosBackend {
 
     fn wrap(
         &self,
-        cmd: &mut Command,
+        cmd: &mut ChildCommand,
         policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         #[cfg(target_os = "macos")]
@@ -308,7 +310,7 @@ impl SandboxBackend for MacosBackend {
 #[cfg(unix)]
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
 fn confine(
-    cmd: &mut Command,
+    cmd: &mut ChildCommand,
     policy: &SandboxPolicy,
     launcher: &std::path::Path,
     canon: &dyn Canonicalize,

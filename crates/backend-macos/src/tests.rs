@@ -47,7 +47,7 @@ impl SandboxBackend for FakeLauncherBackend {
     }
     fn wrap(
         &self,
-        cmd: &mut Command,
+        cmd: &mut ChildCommand,
         policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         confine(cmd, policy, &self.launcher, &FsCanonicalizer, || Ok(1000)).map(|()| None)
@@ -174,7 +174,7 @@ async fn profile_error_fails_wrap_before_spawn() {
 
 #[test]
 fn pinned_fd_programs_are_refused() {
-    let cmd = Command::new("/proc/self/fd/7");
+    let cmd = ChildCommand::for_backend_tests("/proc/self/fd/7", "/");
     let err = exec::ExecPlan::new(
         Path::new("/usr/bin/sandbox-exec"),
         &[],
@@ -185,28 +185,28 @@ fn pinned_fd_programs_are_refused() {
     assert!(err.to_string().contains("pinned"), "{err}");
 }
 
-#[test]
-fn nul_in_an_argument_fails_the_spawn_and_runs_nothing() {
+#[tokio::test]
+async fn nul_in_an_argument_fails_the_spawn_and_runs_nothing() {
     use std::os::unix::ffi::OsStrExt;
     let tools = tempfile::tempdir().unwrap();
     let launcher = write_launcher(tools.path());
     let scratch = tempfile::tempdir().unwrap();
     let marker = scratch.path().join("ran");
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "touch \"$0\""])
+    let spec = ChildSpec::new("/bin/sh")
+        .args(["-c", "touch \"$0\""])
         .arg(&marker)
         .arg(std::ffi::OsStr::from_bytes(b"a\0b"))
-        .current_dir(scratch.path());
-    let policy = SandboxPolicy::new(scratch.path(), Limits::default());
-    confine(&mut cmd, &policy, &launcher, &FsCanonicalizer, || Ok(0)).unwrap();
-    let err = cmd.status().expect_err("a NUL byte must stop the spawn");
-    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+        .scratch(Scratch::Existing(scratch.path().to_path_buf()));
+    let err = spawner(launcher)
+        .spawn(&spec)
+        .expect_err("a NUL byte must stop the spawn");
+    assert!(err.to_string().contains("NUL"), "{err}");
     assert!(!marker.exists());
 }
 
 #[test]
 fn launcher_args_with_nul_are_an_error() {
-    let cmd = Command::new("/bin/echo");
+    let cmd = ChildCommand::for_backend_tests("/bin/echo", "/");
     let err = exec::ExecPlan::new(
         Path::new("/usr/bin/sandbox-exec"),
         &["-DX=a\0b".into()],

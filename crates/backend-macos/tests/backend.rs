@@ -48,7 +48,7 @@ mod elsewhere {
     #[test]
     fn wrap_fails_closed() {
         let scratch = tempfile::tempdir().unwrap();
-        let mut cmd = std::process::Command::new("/bin/true");
+        let mut cmd = cordon_core::ChildCommand::for_backend_tests("/bin/true", scratch.path());
         let err = MacosBackend::default()
             .wrap(
                 &mut cmd,

@@ -13,7 +13,7 @@
 //! assert!(noop.availability().is_available());
 //! ```
 
-use std::process::Command;
+use cordon_core::ChildCommand;
 
 use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
 
@@ -32,7 +32,7 @@ impl SandboxBackend for NoopBackend {
 
     fn wrap(
         &self,
-        _cmd: &mut Command,
+        _cmd: &mut ChildCommand,
         _policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         Ok(None)

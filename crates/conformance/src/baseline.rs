@@ -11,8 +11,8 @@
 //! very run (its own sacrificial process, listeners, files, IPC objects,
 //! pty), never anything else of the host.
 
+use cordon_core::ChildCommand;
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use cordon_core::{
     Availability, ProbeResult, ProbeStatus, SandboxBackend, SandboxPolicy, WrapError,
@@ -37,7 +37,7 @@ impl SandboxBackend for Unconfined {
 
     fn wrap(
         &self,
-        _cmd: &mut Command,
+        _cmd: &mut ChildCommand,
         _policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         Ok(None)

@@ -84,7 +84,7 @@
 //! impl SandboxBackend for MyBackend {
 //!     fn name(&self) -> &str { "mine" }
 //!     fn availability(&self) -> Availability { Availability::Available }
-//!     fn wrap(&self, cmd: &mut std::process::Command, policy: &SandboxPolicy) -> Result<cordon_core::WrapResources, WrapError> {
+//!     fn wrap(&self, cmd: &mut cordon_core::ChildCommand, policy: &SandboxPolicy) -> Result<cordon_core::WrapResources, WrapError> {
 //!         Ok(None) // confine `cmd` here; return what you hold for it, if anything
 //!     }
 //! }

@@ -9,8 +9,8 @@
 
 mod common;
 
+use cordon_core::ChildCommand;
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 
 use cordon_backend_linux::{Layers, LinuxBackend};
@@ -118,7 +118,11 @@ impl SandboxBackend for ClaimsSandbox {
         facts
     }
 
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError> {
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        policy: &SandboxPolicy,
+    ) -> Result<WrapResources, WrapError> {
         let mut policy = policy.clone();
         policy.scratch_persists = true;
         self.0.wrap(cmd, &policy)

@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::sync::Arc;
 
 use cordon_backend_noop::NoopBackend;
@@ -149,16 +147,44 @@ impl SandboxBackend for ForkingMonitor {
 
     fn wrap(
         &self,
-        cmd: &mut Command,
+        cmd: &mut cordon_core::ChildCommand,
         _policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
-        // SAFETY: fork, waitpid, kill and _exit are async-signal-safe; the
-        // monitor branch never returns into the exec path.
+        // Raw `clone`s, not libc's `fork` (whose atfork handlers take the
+        // host's locks in a child of a child that shares the host's
+        // memory): the launched process makes the monitor a child of the
+        // host (`CLONE_PARENT`) and hands the launch over to it; the
+        // monitor leads a session of its own and forks the program.
+        fn fork(flags: libc::c_int) -> libc::c_long {
+            // SAFETY: a clone without CLONE_VM and without a new stack is a
+            // fork: the child continues on its copy of this stack.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    (flags | libc::SIGCHLD) as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            }
+        }
+        // SAFETY: clone, setsid, waitpid, kill and _exit are
+        // async-signal-safe; the monitor branch never returns into the exec
+        // path.
         unsafe {
-            cmd.pre_exec(|| {
-                let pid = libc::fork();
-                if pid < 0 {
+            cmd.pre_exec(|ctx| {
+                let monitor = fork(libc::CLONE_PARENT);
+                if monitor < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if monitor > 0 {
+                    ctx.hand_over(monitor as libc::pid_t);
+                }
+                libc::setsid();
+                let pid = fork(0) as libc::pid_t;
+                if pid < 0 {
+                    libc::_exit(127);
                 }
                 if pid == 0 {
                     return Ok(()); // the program: go on to exec

@@ -205,7 +205,7 @@ mod linux {
             }
             fn wrap(
                 &self,
-                cmd: &mut Command,
+                cmd: &mut cordon_core::ChildCommand,
                 policy: &cordon_core::SandboxPolicy,
             ) -> Result<cordon_core::WrapResources, cordon_core::WrapError> {
                 self.0.wrap(cmd, policy)

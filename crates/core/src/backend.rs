@@ -1,10 +1,10 @@
 //! The contract every OS sandbox backend implements.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::ChildCommand;
 use crate::policy::SandboxPolicy;
 
 /// Whether a backend can confine children on this host.
@@ -94,21 +94,34 @@ pub trait SandboxResources: Send + Sync + std::fmt::Debug {
     fn started(&self, pid: u32) {
         let _ = pid;
     }
+
+    /// The status to report for the sandbox, given how its leader (the
+    /// process the runner waited for) ended. A backend whose leader stands
+    /// in for the program — an init that handed the launch over to itself
+    /// ([`ChildContext::hand_over`](crate::ChildContext::hand_over)) and
+    /// cannot die of the program's signal — returns the program's own wait
+    /// status here (raw, as `waitpid` gives it). `None` (the default): the
+    /// leader's status is the program's.
+    fn exit_status(&self, leader_status: i32) -> Option<i32> {
+        let _ = leader_status;
+        None
+    }
 }
 
 /// What [`SandboxBackend::wrap`] returns on success: the per-child
 /// resources, if the backend keeps any.
 pub type WrapResources = Option<Box<dyn SandboxResources>>;
 
-/// An OS sandbox backend: it confines a [`Command`] in place.
+/// An OS sandbox backend: it confines a [`ChildCommand`] in place.
 ///
 /// Implementations must be fail-closed: if anything needed for the policy
 /// cannot be set up, `wrap` returns an error (and the runner never spawns);
-/// if something fails in the child between fork and exec, the child must
-/// not exec (return an error from the `pre_exec` hook). Code a backend adds
-/// with `CommandExt::pre_exec` runs after fork in a copy of a possibly
-/// multi-threaded process: it must be async-signal-safe (no allocation, no
-/// locks) — prepare everything in `wrap`, in the parent.
+/// if something fails in the child before exec, the child must not exec
+/// (return an error from the hook). Code a backend adds with
+/// [`ChildCommand::pre_exec`] runs in the child before exec — on Linux in
+/// the host's own memory, the spawning thread suspended — and must be
+/// async-signal-safe (no allocation, no locks, no process-wide libc calls
+/// such as glibc's `setuid`): prepare everything in `wrap`, in the parent.
 ///
 /// A backend is trusted for untrusted code only through
 /// [`SandboxRunner`](crate::SandboxRunner), which first runs the conformance
@@ -137,7 +150,11 @@ pub trait SandboxBackend: Send + Sync {
     /// open cgroup files), and the runner keeps it for the child's life.
     /// A backend whose child needs what it holds must make a spawn after an
     /// early drop fail, never run the child with less.
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError>;
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        policy: &SandboxPolicy,
+    ) -> Result<WrapResources, WrapError>;
 
     /// For a scratch dir whose contents are discarded
     /// ([`Scratch::Fresh`](crate::Scratch::Fresh)): the existing directory
@@ -164,7 +181,11 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     fn host_facts(&self) -> BTreeMap<String, String> {
         (**self).host_facts()
     }
-    fn wrap(&self, cmd: &mut Command, policy: &SandboxPolicy) -> Result<WrapResources, WrapError> {
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        policy: &SandboxPolicy,
+    ) -> Result<WrapResources, WrapError> {
         (**self).wrap(cmd, policy)
     }
     fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {

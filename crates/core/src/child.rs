@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStdin, ChildStdout};
 
+use crate::launch::{Launched, Leader};
 use crate::relay::{Relay, GRACE};
 
 /// How a child ended.
@@ -150,7 +151,7 @@ impl StderrRing {
 /// scratch dir.
 pub struct RunningChild {
     pid: u32,
-    child: tokio::process::Child,
+    leader: Leader,
     /// The child's stdin, when piped. Take it to write; drop it to send EOF.
     pub stdin: Option<ChildStdin>,
     /// The child's stdout, when piped.
@@ -169,8 +170,6 @@ pub struct RunningChild {
     /// group gone, output relayed, scratch removed.
     outcome: Option<ExitOutcome>,
     label: Option<String>,
-    #[cfg(target_os = "linux")]
-    pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
     /// What the backend holds for this child; dropped once every process of
     /// the sandbox is gone.
     resources: crate::backend::WrapResources,
@@ -192,7 +191,7 @@ impl std::fmt::Debug for RunningChild {
 
 impl RunningChild {
     pub(crate) fn new(
-        mut child: tokio::process::Child,
+        launched: Launched,
         scratch: ScratchGuard,
         limits: &crate::Limits,
         stderr: SharedRing,
@@ -200,8 +199,14 @@ impl RunningChild {
         label: Option<String>,
         resources: crate::backend::WrapResources,
     ) -> Self {
-        let pid = child.id().unwrap_or(0);
-        let stderr_task = child.stderr.take().map(|mut pipe| {
+        let Launched {
+            pid,
+            leader,
+            stdin,
+            stdout,
+            stderr: child_stderr,
+        } = launched;
+        let stderr_task = child_stderr.map(|mut pipe| {
             let ring = Arc::clone(&stderr);
             tokio::spawn(async move {
                 let mut chunk = [0u8; 4096];
@@ -215,9 +220,9 @@ impl RunningChild {
         });
         RunningChild {
             pid,
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take(),
-            child,
+            stdin,
+            stdout,
+            leader,
             stderr,
             stderr_task,
             relay,
@@ -226,8 +231,6 @@ impl RunningChild {
             reaped: None,
             outcome: None,
             label,
-            #[cfg(target_os = "linux")]
-            pidfd: open_pidfd(pid),
             resources,
             cpu_limit: limits.cpu_seconds.map(std::time::Duration::from_secs),
         }
@@ -328,32 +331,24 @@ impl RunningChild {
             (Some(r), Some(limit)) => Some((r.as_ref(), limit)),
             _ => None,
         };
-        let pidfd_exit = async {
-            #[cfg(target_os = "linux")]
-            if let Some(pidfd) = &self.pidfd {
-                // A pidfd polls readable once the process has exited.
-                let mut guard = pidfd.readable().await?;
-                guard.retain_ready();
-                return Ok(true);
-            }
-            Ok::<bool, std::io::Error>(false)
-        };
         let ended = tokio::select! {
-            r = pidfd_exit => if r? { Ended::Exited } else { Ended::NoPidfd },
+            r = leader_exited(&self.leader) => { r?; Ended::Exited }
             _ = tokio::time::sleep_until(deadline) => Ended::Deadline,
             _ = watch_cpu(cpu_watch) => Ended::CpuTime,
         };
-        if ended == Ended::NoPidfd {
-            // Without a pidfd the leader is reaped here (the group kill
-            // below then only reaches what is left of the group).
-            self.child.wait().await?;
-        }
         let deadline_hit = ended == Ended::Deadline;
         // The leader has exited but is not reaped yet (on Linux, where we
         // watch a pidfd): its pid cannot be reused, so the group id still
         // names only its own descendants when we kill what is left of them.
         kill_group(self.pid);
-        let status = self.child.wait().await?;
+        let raw = reap_leader(&mut self.leader).await?;
+        let raw = self
+            .resources
+            .as_ref()
+            .and_then(|r| r.exit_status(raw))
+            .unwrap_or(raw);
+        let status =
+            <std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(raw);
         let outcome = if deadline_hit {
             tracing::info!(
                 pid = self.pid,
@@ -394,10 +389,8 @@ impl RunningChild {
 /// How [`RunningChild::reap`]'s wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
-    /// The leader exited (observed on its pidfd, not yet reaped).
+    /// The leader exited (on Linux observed on its pidfd, not yet reaped).
     Exited,
-    /// No pidfd: the caller reaps to learn of the exit.
-    NoPidfd,
     Deadline,
     CpuTime,
 }
@@ -425,29 +418,77 @@ async fn watch_cpu(watch: Option<(&dyn crate::backend::SandboxResources, std::ti
     }
 }
 
-/// Opens a pidfd for `pid` so exit can be observed before reaping.
-#[cfg(target_os = "linux")]
-fn open_pidfd(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open on a pid we spawned and have not reaped.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return None;
+/// Resolves once the leader has exited: on Linux without reaping it (its
+/// pidfd polls readable), elsewhere by reaping it.
+pub(crate) async fn leader_exited(leader: &Leader) -> std::io::Result<()> {
+    match leader {
+        #[cfg(target_os = "linux")]
+        Leader::Pidfd(pidfd) => {
+            let mut guard = pidfd.readable().await?;
+            guard.retain_ready();
+            Ok(())
+        }
+        #[cfg(not(target_os = "linux"))]
+        Leader::Tokio(_) => Ok(()),
     }
-    // SAFETY: fd is a fresh descriptor we own (pidfds are O_CLOEXEC).
-    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: OwnedFd keeps the descriptor open and unchanged for as long
-    // as the AsyncFd owns it.
-    unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+}
+
+/// Reaps the leader (which has exited, or been killed) and returns its raw
+/// wait status.
+pub(crate) async fn reap_leader(leader: &mut Leader) -> std::io::Result<i32> {
+    match leader {
+        #[cfg(target_os = "linux")]
+        Leader::Pidfd(pidfd) => {
+            use std::os::fd::AsRawFd;
+            loop {
+                let mut guard = pidfd.readable().await?;
+                // SAFETY: a zeroed siginfo for waitid to fill.
+                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                // SAFETY: waitid on our own child's pidfd.
+                let r = unsafe {
+                    libc::waitid(
+                        libc::P_PIDFD,
+                        pidfd.get_ref().as_raw_fd() as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOHANG | libc::__WALL,
+                    )
+                };
+                if r < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                // SAFETY: filled by waitid (zero when nothing changed).
+                let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+                if pid == 0 {
+                    // Killed but not gone yet: wait for the next readiness.
+                    guard.clear_ready();
+                    continue;
+                }
+                return Ok(match info.si_code {
+                    libc::CLD_EXITED => (status & 0xff) << 8,
+                    libc::CLD_DUMPED => (status & 0x7f) | 0x80,
+                    _ => status & 0x7f,
+                });
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        Leader::Tokio(child) => {
+            use std::os::unix::process::ExitStatusExt;
+            Ok(child.wait().await?.into_raw())
+        }
     }
-    .ok()
 }
 
 impl Drop for RunningChild {
     fn drop(&mut self) {
         if self.reaped.is_none() {
             kill_group(self.pid);
+            // Elsewhere tokio reaps a dropped child.
+            #[cfg(target_os = "linux")]
+            crate::launch::reap_later(self.pid as libc::pid_t);
         }
         // Dropping `relay` closes its stop pipes: the relay threads end.
     }

@@ -73,7 +73,7 @@ pub enum SpawnError {
          use SandboxRunner (or select_runner) for untrusted code"
     )]
     UntrustedOnTrustedRunner,
-    /// fork/exec failed (including a backend's pre-exec setup failing in the
+    /// starting the program failed (including a backend's pre-exec setup failing in the
     /// child, which then never executed the program).
     #[error("cannot start `{}`: {source}", program.display())]
     Spawn {

@@ -4,7 +4,7 @@
 //! on a host:
 //!
 //! - [`SandboxBackend`]: an OS sandbox (Landlock + seccomp, Seatbelt, ...)
-//!   that confines a [`std::process::Command`] in place;
+//!   that confines a [`ChildCommand`] in place;
 //! - [`SandboxPolicy`] and [`Limits`]: what a child may touch and use;
 //! - [`ChildSpec`] and [`TrustTier`]: what to run and how far it is trusted;
 //! - [`Spawner`]: the one spawn path, with baseline hygiene for every child;
@@ -43,7 +43,9 @@
 
 mod backend;
 mod child;
+mod command;
 mod error;
+mod launch;
 mod policy;
 mod program;
 mod relay;
@@ -54,6 +56,7 @@ mod spec;
 
 pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, WrapResources};
 pub use child::{ExitOutcome, RunningChild};
+pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};
 pub use program::resolve_program;

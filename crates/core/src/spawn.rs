@@ -1,5 +1,6 @@
 //! The one spawn path: baseline hygiene, then the backend's `wrap`, then
-//! fork/exec.
+//! the launch (`launch.rs`: on Linux a `clone(CLONE_VM | CLONE_VFORK)`, no
+//! fork of the host).
 //!
 //! Both runners and the conformance harness start children here, so what
 //! the probes test is exactly what untrusted code gets.
@@ -22,18 +23,17 @@
 //! - a pinned program is hashed from an open fd and executed from that fd
 //!   through `/proc/self/fd/N`, so no one can swap the path in between.
 //!
-//! After fork only raw, async-signal-safe syscalls run: every value the
-//! child needs is computed in the parent and moved into the closure.
+//! Before exec only raw, async-signal-safe syscalls run: every value the
+//! child needs is computed in the parent and moved into the hook.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 use crate::backend::SandboxBackend;
 use crate::child::{RunningChild, ScratchGuard, StderrRing};
+use crate::command::{ChildCommand, ChildStdio};
 use crate::error::SpawnError;
 use crate::policy::{Limits, Network, SandboxPolicy};
 use crate::program;
@@ -191,29 +191,24 @@ impl Spawner {
             None => None,
         };
 
-        let mut cmd = std::process::Command::new(&exec_path);
-        cmd.arg0(&spec.program)
-            .args(&spec.args)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(scratch.path());
+        let mut cmd = ChildCommand::new(&exec_path, scratch.path());
+        cmd.arg0(&spec.program).args(&spec.args);
+        cmd.env = env.clone();
         let stderr_ring = StderrRing::shared(self.config.stderr_ring_bytes);
         let mut relay = None;
         match spec.stdio {
-            StdioMode::Piped => {
-                cmd.stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-            }
+            StdioMode::Piped => {}
             StdioMode::Relay => {
                 // Pipes and relay threads exist before the fork, so a
                 // failure here means nothing ran; the child only gets the
-                // pipe ends (std dup2s them onto 0, 1, 2 after fork).
+                // pipe ends (the launcher puts them on 0, 1, 2).
                 let (ends, r) =
                     Relay::start(Arc::clone(&stderr_ring)).map_err(SpawnError::StdioRelay)?;
-                cmd.stdin(Stdio::from(ends.stdin))
-                    .stdout(Stdio::from(ends.stdout))
-                    .stderr(Stdio::from(ends.stderr));
+                cmd.stdio = [
+                    ChildStdio::Fd(ends.stdin),
+                    ChildStdio::Fd(ends.stdout),
+                    ChildStdio::Fd(ends.stderr),
+                ];
                 relay = Some(r);
             }
         }
@@ -241,17 +236,14 @@ impl Spawner {
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }
 
-        let mut cmd = tokio::process::Command::from(cmd);
-        cmd.kill_on_drop(true);
-        let child = cmd.spawn().map_err(|source| SpawnError::Spawn {
+        // The launcher drops its copies of the child's pipe ends (which
+        // would keep the relay from ever seeing EOF) once the child runs.
+        let child = crate::launch::launch(cmd).map_err(|source| SpawnError::Spawn {
             program: program.clone(),
             source,
         })?;
-        // The child has exec'd (or failed, which `spawn` reported): the
-        // parent's copy of the verified program fd is no longer needed, nor
-        // its copies of the child's pipe ends (held by the command), which
-        // would keep the relay from ever seeing EOF.
-        drop(cmd);
+        // The child has exec'd (or failed, reported above): the parent's
+        // copy of the verified program fd is no longer needed.
         drop(program_file);
         if let Some(relay) = &mut relay {
             relay.go();
@@ -260,12 +252,12 @@ impl Spawner {
         tracing::debug!(
             label = spec.label.as_deref().unwrap_or(""),
             backend = backend_name.as_deref().unwrap_or("none"),
-            pid = child.id(),
+            pid = child.pid,
             program = %program.display(),
             "spawned child"
         );
-        if let (Some(r), Some(pid)) = (&resources, child.id()) {
-            r.started(pid);
+        if let Some(r) = &resources {
+            r.started(child.pid);
         }
         Ok(RunningChild::new(
             child,
@@ -305,7 +297,7 @@ impl Spawner {
 /// dropped (never spawned) on any failure.
 fn wrap_fail_closed(
     backend: &dyn SandboxBackend,
-    cmd: &mut std::process::Command,
+    cmd: &mut ChildCommand,
     policy: &SandboxPolicy,
 ) -> Result<crate::backend::WrapResources, SpawnError> {
     match catch_unwind(AssertUnwindSafe(|| backend.wrap(cmd, policy))) {
@@ -322,8 +314,8 @@ fn wrap_fail_closed(
     }
 }
 
-fn install_hygiene(cmd: &mut std::process::Command, hygiene: Hygiene) {
-    // Computed in the parent: nothing below may allocate after fork.
+fn install_hygiene(cmd: &mut ChildCommand, hygiene: Hygiene) {
+    // Computed in the parent: nothing below may allocate in the child.
     // SAFETY: getpid and getrlimit have no preconditions.
     let parent_pid = unsafe { libc::getpid() };
     let fd_limit = fd_scan_limit();
@@ -332,7 +324,7 @@ fn install_hygiene(cmd: &mut std::process::Command, hygiene: Hygiene) {
     // close_range, fcntl) and builds io::Error from errno, which does not
     // allocate: it is async-signal-safe.
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec(move |_| {
             // New session: new process group led by the child (the runner
             // kills the group), and no controlling terminal (no TIOCSTI).
             if libc::setsid() < 0 {

@@ -1,9 +1,9 @@
 //! Hygiene and runner selection, with real processes.
 
+use cordon_core::ChildCommand;
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -224,7 +224,7 @@ impl SandboxBackend for FailingBackend {
     }
     fn wrap(
         &self,
-        cmd: &mut Command,
+        cmd: &mut ChildCommand,
         _: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         // Half-configure the command first: it must still never run.
@@ -295,7 +295,7 @@ impl SandboxBackend for Unavailable {
     }
     fn wrap(
         &self,
-        _: &mut Command,
+        _: &mut ChildCommand,
         _: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
         unreachable!("never wrapped: unavailable")
@@ -354,7 +354,7 @@ async fn untrusted_selection_fails_closed_with_the_report() {
         }
         fn wrap(
             &self,
-            _: &mut Command,
+            _: &mut ChildCommand,
             _: &SandboxPolicy,
         ) -> Result<cordon_core::WrapResources, WrapError> {
             Ok(None)
@@ -399,7 +399,7 @@ async fn conforming_suite_admits_and_sandbox_runner_wraps() {
         }
         fn wrap(
             &self,
-            cmd: &mut Command,
+            cmd: &mut ChildCommand,
             policy: &SandboxPolicy,
         ) -> Result<cordon_core::WrapResources, WrapError> {
             cmd.env("WRAPPED_SCRATCH", &policy.scratch_dir);

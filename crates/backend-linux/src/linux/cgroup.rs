@@ -21,17 +21,20 @@
 //! whole (a `pids` cgroup would only add a mkdir, an attach and an rmdir
 //! to every spawn).
 //!
-//! The child joins its cgroups first thing after fork: it writes `0` to a
-//! file opened here in the parent. On v1 that file is `tasks`, which moves
-//! only the calling thread (the whole of a child just forked): the kernel
+//! The child joins its cgroups before anything else of the sandbox exists
+//! (with a PID namespace the program does, so that the init, which shares
+//! the host's memory, stays out of reach of the cgroup's OOM killer): it
+//! writes `0` to a file opened here in the parent. On v1 that file is
+//! `tasks`, which moves only the calling thread (the whole of the child,
+//! a single-threaded process): the kernel
 //! then skips the global threadgroup lock that a write to `cgroup.procs`
 //! takes, whose RCU grace period cost ~300 µs on average and up to 30 ms
 //! per spawn on the machine this was written on (against ~15 µs). On v2,
 //! where `tasks` does not exist, it is `cgroup.procs`. CPU time is read from
 //! `cpuacct.usage` (v1) or `cpu.stat` (v2) and enforced by the runner
 //! ([`SandboxResources::cpu_time`]). Without a cgroup, the CPU time of the
-//! sandbox's process tree is summed from `/proc` instead (the monitor's
-//! subtree: every process of the sandbox is a descendant of its init, and
+//! sandbox's process tree is summed from `/proc` instead (the init's
+//! subtree: every process of the sandbox is a descendant of the init, and
 //! what a reaped process used is in its reaper's `cutime`/`cstime`). That
 //! sum is **best effort**: a child reaped automatically (its parent ignores
 //! `SIGCHLD`) adds its time to no one, so a program can hide CPU time from
@@ -388,23 +391,30 @@ fn write(path: &Path, value: u64) -> std::io::Result<()> {
     f.write_all(value.to_string().as_bytes())
 }
 
-/// What the Linux backend holds for one sandbox: its cgroups if any, and
-/// the pid of the monitor, whose subtree is the sandbox.
+/// What the Linux backend holds for one sandbox: its cgroups if any, the
+/// memory of its init (with a PID namespace), and the pid of the init,
+/// whose subtree is the sandbox.
 #[derive(Debug)]
 pub(crate) struct LinuxResources {
     pub cgroup: Option<SandboxCgroup>,
-    /// With a PID namespace, the tree under the monitor holds every process
+    /// With a PID namespace, the tree under the init holds every process
     /// of the sandbox, so its CPU time can be summed from /proc.
     pub tree_accounting: bool,
-    monitor: AtomicU64,
+    tree: Option<super::tree::TreeSlot>,
+    leader: AtomicU64,
 }
 
 impl LinuxResources {
-    pub(crate) fn new(cgroup: Option<SandboxCgroup>, tree_accounting: bool) -> Self {
+    pub(crate) fn new(
+        cgroup: Option<SandboxCgroup>,
+        tree_accounting: bool,
+        tree: Option<super::tree::TreeSlot>,
+    ) -> Self {
         LinuxResources {
             cgroup,
             tree_accounting,
-            monitor: AtomicU64::new(0),
+            tree,
+            leader: AtomicU64::new(0),
         }
     }
 }
@@ -417,7 +427,7 @@ impl SandboxResources for LinuxResources {
         if !self.tree_accounting {
             return None;
         }
-        match self.monitor.load(Ordering::Relaxed) {
+        match self.leader.load(Ordering::Relaxed) {
             0 => Some(Duration::ZERO),
             pid => Some(tree_cpu_time(pid as u32)),
         }
@@ -428,7 +438,14 @@ impl SandboxResources for LinuxResources {
     }
 
     fn started(&self, pid: u32) {
-        self.monitor.store(u64::from(pid), Ordering::Relaxed);
+        self.leader.store(u64::from(pid), Ordering::Relaxed);
+    }
+
+    fn exit_status(&self, _leader_status: i32) -> Option<i32> {
+        // The init exits 0 once it has recorded the program's status; if
+        // it ended otherwise (killed by the runner, or it could not start
+        // the program), its own status stands.
+        self.tree.as_ref()?.program_status()
     }
 }
 

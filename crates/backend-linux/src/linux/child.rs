@@ -8,24 +8,31 @@
 //! no locks. Any error returned from [`confine`] makes std report the spawn
 //! as failed before the program is executed.
 //!
-//! With a PID namespace the process std forked becomes the *monitor* once
-//! the namespaces exist, and the rest runs in the program process that
+//! This runs in core's launcher, a `clone(CLONE_VM | CLONE_VFORK)` child in
+//! the host's memory: credentials change through raw syscalls (glibc's
+//! `setresuid` and `setgroups` would signal every thread of the host). With
+//! a PID namespace the launcher hands over to the init once the namespaces
+//! exist, and the rest runs in the program process that
 //! [`tree::split`](super::tree::split) creates inside the new namespace
 //! (see that module for the process tree and why it is not built with
-//! plain `fork`s).
+//! `fork`s).
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cordon_core::ChildContext;
 
 use super::filter;
 use super::mounts::MountPlan;
 use crate::{SANDBOX_GID, SANDBOX_UID};
 
 /// Everything the child needs, computed in the parent. Moved into the
-/// pre-exec closure, so it lives exactly as long as the `Command`.
+/// pre-exec hook, so it lives exactly as long as the `ChildCommand`.
 pub(crate) struct ChildPlan {
     /// `tasks` (v1) or `cgroup.procs` (v2) of the sandbox's cgroups (held
-    /// open by the resources the runner keeps): the child, one thread
-    /// after fork, writes `0` to each to join them.
+    /// open by the resources the runner keeps): the launcher (or, with a
+    /// PID namespace, the program), a single thread, writes `0` to each to
+    /// join them.
     pub cgroup_join: Vec<libc::c_int>,
     pub drop_to_nobody: bool,
     pub parent_pid: libc::pid_t,
@@ -46,8 +53,12 @@ pub(crate) struct ChildPlan {
     /// seccomp filters, installed in this order (compiled once per
     /// process and shared).
     pub seccomp: std::sync::Arc<Vec<filter::Program>>,
-    /// Fork into monitor, init and program (needs `CLONE_NEWPID`).
-    pub pid_namespace: bool,
+    /// With `CLONE_NEWPID`: the address of the [`TreeSlot`] (held by the
+    /// resources for the child's whole life) in which to make the init and
+    /// the program.
+    ///
+    /// [`TreeSlot`]: super::tree::TreeSlot
+    pub tree_slot: Option<usize>,
 }
 
 /// `"deny"` for `/proc/self/setgroups` and the one-line maps.
@@ -133,25 +144,48 @@ fn write_file(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Runs in the child between fork and exec. Returns only in the process
-/// that is to execute the program; with a PID namespace the monitor and
-/// the init never return (they `_exit`).
-pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
+/// Runs in the child before exec. Returns only in the process that is to
+/// execute the program; with a PID namespace the launcher hands over and
+/// the init never returns (both exit).
+pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<()> {
     // SAFETY: every call below is a raw syscall on integers or on memory
     // owned by `plan`, which outlives the call.
     unsafe {
         // Into the sandbox's cgroups first, while still allowed to write
-        // there: every process it makes is counted from now on.
-        for fd in &plan.cgroup_join {
-            if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
+        // there: every process it makes is counted from now on. With a PID
+        // namespace the program joins instead (below): the init shares the
+        // host's memory, and the cgroup's OOM killer, which kills every
+        // process that shares its victim's memory, must never pick it.
+        if plan.tree_slot.is_none() {
+            join_cgroups(plan)?;
         }
-        // Root host: become nobody, with no supplementary groups.
+        // This process shares the host's memory, and so its dumpable flag
+        // (a property of the memory): a change of uid below clears it, and
+        // writing the maps needs it set. The host's is put back after, and
+        // launches of this host take turns here, or one's uid change would
+        // clear the flag another's map writes need.
+        let turn = CredTurn::take()?;
+        // Root host: become nobody, with no supplementary groups. Raw
+        // syscalls: this process shares the host's memory, and glibc's
+        // wrappers would change the credentials of every host thread.
         if plan.drop_to_nobody {
-            check(libc::setgroups(0, std::ptr::null()))?;
-            check(libc::setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID))?;
-            check(libc::setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID))?;
+            check_long(libc::syscall(
+                libc::SYS_setgroups,
+                0usize,
+                std::ptr::null::<libc::gid_t>(),
+            ))?;
+            check_long(libc::syscall(
+                libc::SYS_setresgid,
+                SANDBOX_GID,
+                SANDBOX_GID,
+                SANDBOX_GID,
+            ))?;
+            check_long(libc::syscall(
+                libc::SYS_setresuid,
+                SANDBOX_UID,
+                SANDBOX_UID,
+                SANDBOX_UID,
+            ))?;
         }
         // A user namespace of our own (RLIMIT_NPROC then counts only the
         // sandbox's processes) and, created inside it, the other namespaces.
@@ -163,6 +197,7 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
             maps.write()?;
         }
+        turn.end()?;
         // Credential changes cleared the parent-death signal.
         check(libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -176,14 +211,17 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
         }
     }
     // From here on, with a PID namespace, this is the program (pid 2): the
-    // process std forked stays behind as the monitor.
-    if plan.pid_namespace {
-        super::tree::split()?;
+    // launcher hands over to the init once the program runs.
+    if let Some(slot) = plan.tree_slot {
+        // SAFETY: the slot is held by the resources, which outlive the
+        // launch.
+        unsafe { super::tree::split(slot, ctx)? };
+        join_cgroups(plan)?;
     }
     // SAFETY: as above.
     unsafe {
         if let Some(mounts) = &plan.mounts {
-            mounts.apply(plan.pid_namespace)?;
+            mounts.apply(plan.tree_slot.is_some())?;
             if mounts.scratch_is_private() {
                 add_scratch_rule(plan)?;
             }
@@ -239,10 +277,10 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
             0u32,
         ))?;
         // seccomp last, so nothing above is itself filtered. This runs in
-        // the program only: monitor and init (made before, `tree::split`)
-        // run raw syscalls and never exec, and the program can neither
-        // trace nor signal them (this filter, no capabilities, Landlock's
-        // ptrace and signal scoping).
+        // the program only: the init (made before, `tree::split`) runs raw
+        // syscalls and never execs, and the program can neither trace nor
+        // signal it (this filter, no capabilities, Landlock's ptrace and
+        // signal scoping).
         for prog in plan.seccomp.iter() {
             let fprog = libc::sock_fprog {
                 len: prog.len() as libc::c_ushort,
@@ -254,6 +292,73 @@ pub(crate) fn confine(plan: &ChildPlan) -> std::io::Result<()> {
                 0 as libc::c_ulong,
                 &fprog as *const libc::sock_fprog,
             ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whose turn it is to change credentials and the shared dumpable flag:
+/// every launcher of this host shares this word (they run in its memory).
+static CRED_TURN: AtomicBool = AtomicBool::new(false);
+
+/// Holding the turn, with the host's dumpable flag as it was; dropping it
+/// puts the flag back (on every path, errors included) and passes the turn
+/// on. A spin lock with a bound: no futex or allocation in a launcher, and
+/// a launcher that died holding it (only with the host itself) makes the
+/// next spawns fail, not hang.
+struct CredTurn {
+    dumpable: libc::c_int,
+}
+
+impl CredTurn {
+    fn take() -> std::io::Result<CredTurn> {
+        // About a second of yields: the turn is held for a few syscalls.
+        for _ in 0..200_000 {
+            if CRED_TURN
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // SAFETY: prctl on integers.
+                let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+                return Ok(CredTurn { dumpable });
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        Err(std::io::Error::from_raw_os_error(libc::EBUSY))
+    }
+
+    /// Puts the flag back and passes the turn on, reporting a failure.
+    fn end(self) -> std::io::Result<()> {
+        let r = self.restore();
+        std::mem::forget(self);
+        CRED_TURN.store(false, Ordering::Release);
+        r
+    }
+
+    fn restore(&self) -> std::io::Result<()> {
+        if self.dumpable >= 0 {
+            // SAFETY: prctl on integers.
+            check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, self.dumpable, 0, 0, 0) })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CredTurn {
+    fn drop(&mut self) {
+        let _ = self.restore();
+        CRED_TURN.store(false, Ordering::Release);
+    }
+}
+
+/// Moves the calling process into the sandbox's cgroups (the files were
+/// opened by the host, whose credentials the kernel checks).
+fn join_cgroups(plan: &ChildPlan) -> std::io::Result<()> {
+    for fd in &plan.cgroup_join {
+        // SAFETY: a write of a static byte to an fd the plan holds open.
+        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())

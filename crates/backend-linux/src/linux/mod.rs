@@ -1,9 +1,7 @@
 //! The Linux implementation: probes, `wrap`, and the pre-exec hook.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
@@ -256,11 +254,13 @@ pub(crate) fn namespace_names(layers: Layers) -> Vec<&'static str> {
     names
 }
 
-/// The sandbox's own helper processes that share its user namespace, and
-/// so its `RLIMIT_NPROC` count, with a PID namespace: the monitor and the
-/// init. They are added to the limit so that the program itself gets
-/// exactly `max_processes`.
-const HELPER_PROCESSES: u64 = 2;
+/// The sandbox's own helper process that shares its user namespace, and so
+/// its `RLIMIT_NPROC` count, with a PID namespace: the init. It is added to
+/// the limit so that the program's processes number `max_processes`. (The
+/// launcher is counted too until it exits, a few microseconds after the
+/// program's exec: a program that forks at once may meanwhile find one
+/// process fewer, never one more.)
+const HELPER_PROCESSES: u64 = 1;
 
 /// Address space each process may reserve beyond `memory_bytes` when no
 /// cgroup holds memory. Runtimes reserve far more than they touch (a JVM
@@ -305,7 +305,7 @@ fn rlimits(
 }
 
 pub(crate) fn wrap(
-    cmd: &mut Command,
+    cmd: &mut cordon_core::ChildCommand,
     policy: &SandboxPolicy,
     layers: Layers,
 ) -> Result<cordon_core::WrapResources, WrapError> {
@@ -315,7 +315,7 @@ pub(crate) fn wrap(
 }
 
 fn wrap_inner(
-    cmd: &mut Command,
+    cmd: &mut cordon_core::ChildCommand,
     policy: &SandboxPolicy,
     layers: Layers,
 ) -> Result<cordon_core::WrapResources, WrapError> {
@@ -474,6 +474,15 @@ fn wrap_inner(
         .as_ref()
         .map(cgroup::SandboxCgroup::join_fds)
         .unwrap_or_default();
+    // The memory of the init and the status it leaves (held by the
+    // resources for the child's whole life).
+    let tree = if layers.pid_namespace {
+        Some(tree::TreeSlot::reserve().map_err(|e| {
+            wrap_err(format!("cannot reserve the sandbox's init stack: {e}")).with_source(e)
+        })?)
+    } else {
+        None
+    };
     let plan = ChildPlan {
         cgroup_join,
         drop_to_nobody,
@@ -486,7 +495,7 @@ fn wrap_inner(
         last_cap: probe::last_cap(),
         ruleset,
         seccomp,
-        pid_namespace: layers.pid_namespace,
+        tree_slot: tree.as_ref().map(tree::TreeSlot::addr),
     };
 
     tracing::debug!(
@@ -503,10 +512,13 @@ fn wrap_inner(
     // SAFETY: `confine` only issues raw syscalls on data prepared above and
     // builds io::Error from errno (no allocation): async-signal-safe.
     unsafe {
-        cmd.pre_exec(move || child::confine(&plan));
+        cmd.pre_exec(move |ctx| child::confine(&plan, ctx));
     }
-    Ok(layers.sandbox_limits.then(|| {
-        Box::new(cgroup::LinuxResources::new(cgroup, layers.pid_namespace))
-            as Box<dyn cordon_core::SandboxResources>
+    Ok((layers.sandbox_limits || tree.is_some()).then(|| {
+        Box::new(cgroup::LinuxResources::new(
+            cgroup,
+            layers.sandbox_limits && layers.pid_namespace,
+            tree,
+        )) as Box<dyn cordon_core::SandboxResources>
     }))
 }

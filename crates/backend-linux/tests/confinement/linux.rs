@@ -20,6 +20,8 @@ use tokio::io::AsyncReadExt;
 
 #[path = "breaches.rs"]
 mod breaches;
+#[path = "launcher.rs"]
+mod launcher;
 #[path = "limits.rs"]
 mod limits;
 
@@ -38,6 +40,7 @@ struct Scenario {
 
 fn scenarios() -> Vec<Scenario> {
     use breaches::*;
+    use launcher::*;
     use limits::*;
     macro_rules! s {
         ($name:ident, $nobody:expr) => {
@@ -81,6 +84,8 @@ fn scenarios() -> Vec<Scenario> {
         s!(breach_unix_dgram_sendto, true),
         s!(breach_metadata_outside_grants, true),
         s!(breach_outliving_the_host, true),
+        s!(concurrent_launches_leave_the_host_as_it_was, true),
+        s!(oom_in_the_sandbox_spares_the_host, true),
         s!(limit_memory_memfd, true),
         s!(limit_memory_shm, true),
         s!(limit_memory_processes, true),
@@ -1462,23 +1467,18 @@ fn child_step_fails_closed(
     let scratch = existing_scratch();
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let marker = scratch.path().join("ran");
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", &format!("echo pwned > {}", marker.display())])
-        .current_dir(scratch.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut cmd = cordon_core::ChildCommand::for_backend_tests("/bin/sh", scratch.path());
+    cmd.args(["-c", &format!("echo pwned > {}", marker.display())]);
     let mut policy = cordon_core::SandboxPolicy::new(scratch.path(), Limits::probe());
     policy.scratch_persists = !private_scratch;
-    // What wrap holds for the child (its cgroups) must outlive the spawn.
+    // What wrap holds for the child (its cgroups, the init's memory) must
+    // outlive the spawn.
     let _resources = LinuxBackend::new()
         .wrap(&mut cmd, &policy)
         .map_err(|e| format!("wrap failed on a working host: {e}"))?;
     install_fake_kernel(&[(nr, conds, errno as u32)]);
-    match cmd.spawn() {
-        Ok(mut child) => {
-            let status = child.wait();
-            return Err(format!("spawned anyway: {status:?}"));
-        }
+    match cmd.run_for_backend_tests(std::time::Duration::from_secs(30)) {
+        Ok(out) => return Err(format!("spawned anyway: {:?}", out.status)),
         Err(e) => ensure(e.raw_os_error() == Some(errno), || {
             format!("spawn failed with {e}, expected errno {errno}")
         })?,

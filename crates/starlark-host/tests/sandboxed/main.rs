@@ -836,7 +836,7 @@ mod cordon_backend_noop_like {
         }
         fn wrap(
             &self,
-            _cmd: &mut std::process::Command,
+            _cmd: &mut cordon_core::ChildCommand,
             _policy: &SandboxPolicy,
         ) -> Result<cordon_core::WrapResources, WrapError> {
             Err(WrapError::new("unavailable-for-test", "never"))

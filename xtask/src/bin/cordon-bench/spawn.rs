@@ -200,11 +200,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             "layers.userns_landlock_seccomp",
             legacy,
         ),
-        (
-            "+ PID namespace (monitor, init)",
-            "layers.pid_namespace",
-            pid,
-        ),
+        ("+ PID namespace (init)", "layers.pid_namespace", pid),
         ("+ IPC namespace", "layers.ipc_namespace", ipc),
         (
             "+ mount namespace (read-only host, tmpfs scratch, /proc)",

@@ -408,8 +408,9 @@ fn unlisted_syscalls_get_enosys() {
     assert_eq!(verdict(libc::SYS_clone3 as i64, [0; 6]), ENOSYS);
 }
 
-/// The calls the sandbox's own helpers (monitor, pid-1 init) make
-/// after the filters are in force.
+/// The calls a process supervisor inside the sandbox (a shell, a test
+/// runner; the pid-1 init makes the same ones, though before any filter)
+/// makes with the filters in force.
 #[test]
 fn helper_process_calls_are_allowed() {
     let sigchld = libc::SIGCHLD as u64;

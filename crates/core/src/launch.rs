@@ -1,0 +1,526 @@
+//! Starting a [`ChildCommand`]: the only place a child process is created.
+//!
+//! **Linux** (the launcher that the probes test): `clone(CLONE_VM |
+//! CLONE_VFORK)` onto a stack of its own, the way `posix_spawn` works. The
+//! child runs in the host's memory while the spawning thread is suspended,
+//! until it executes the program (or exits). Nothing of the host is copied:
+//! a `fork` copies the host's page tables (its cost grows with the host's
+//! size) and makes every page the host writes while the copy lives a
+//! copy-on-write fault; std forks whenever a command has a `pre_exec` hook.
+//!
+//! In the child: every signal handler is reset (they are the host's, in
+//! the host's memory) and the mask cleared, stdio is put on 0, 1, 2, the
+//! working directory set, the hooks run in order (hygiene first, then the
+//! backend's), and the program is executed. The child reports to the
+//! spawning thread through a close-on-exec pipe: EOF with nothing on it
+//! means the program runs; an error record means nothing ran. A hook may
+//! also hand the launch over to another process
+//! ([`ChildContext::hand_over`]), which then is the child.
+//!
+//! **Elsewhere**: the command becomes a `std::process::Command` with the
+//! hooks as `pre_exec` closures (std forks) and is started by tokio.
+
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+use crate::command::{ChildCommand, ChildContext, ChildStdio};
+
+/// A started child: the process the runner waits for, and the parent's
+/// ends of its piped stdio.
+pub(crate) struct Launched {
+    pub pid: u32,
+    pub leader: Leader,
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+}
+
+/// How the runner waits for the child.
+pub(crate) enum Leader {
+    /// Linux: a pidfd (readable once the process has exited); the process
+    /// is reaped with `waitid(P_PIDFD)`.
+    #[cfg(target_os = "linux")]
+    Pidfd(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>),
+    /// Elsewhere: tokio's child, which reaps it (also after a drop).
+    #[cfg(not(target_os = "linux"))]
+    Tokio(tokio::process::Child),
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn launch(cmd: ChildCommand) -> std::io::Result<Launched> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let ChildCommand {
+        program,
+        arg0,
+        args,
+        env,
+        cwd,
+        stdio,
+        mut hooks,
+    } = cmd;
+    let mut std_cmd = std::process::Command::new(program);
+    std_cmd
+        .arg0(arg0)
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .current_dir(cwd);
+    let [i, o, e] = stdio.map(|s| match s {
+        ChildStdio::Piped => Stdio::piped(),
+        ChildStdio::Fd(fd) => Stdio::from(fd),
+    });
+    std_cmd.stdin(i).stdout(o).stderr(e);
+    let ctx = ChildContext { report_fd: -1 };
+    // SAFETY: the hooks' own contract (see `ChildCommand::pre_exec`).
+    unsafe {
+        std_cmd.pre_exec(move || {
+            for hook in hooks.iter_mut() {
+                hook(&ctx)?;
+            }
+            Ok(())
+        });
+    }
+    let mut child = tokio::process::Command::from(std_cmd)
+        .kill_on_drop(true)
+        .spawn()?;
+    Ok(Launched {
+        pid: child.id().unwrap_or(0),
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+        leader: Leader::Tokio(child),
+    })
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) use linux::{launch, reap_later};
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::Mutex;
+
+    use std::ffi::{CString, OsString};
+
+    use super::*;
+    use crate::command::{Hook, REPORT_ERROR, REPORT_HANDED_OVER};
+
+    fn cstring(what: &str, s: impl Into<Vec<u8>>) -> std::io::Result<CString> {
+        CString::new(s).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("the child's {what} contains a NUL byte"),
+            )
+        })
+    }
+
+    /// Everything the child reads, prepared by the parent. Lives on the
+    /// parent's stack for the whole launch (the parent is suspended while
+    /// the child uses it).
+    struct ChildState<'a> {
+        path: *const libc::c_char,
+        argv: *const *const libc::c_char,
+        envp: *const *const libc::c_char,
+        cwd: *const libc::c_char,
+        stdio: [libc::c_int; 3],
+        hooks: &'a mut [Hook],
+        ctx: ChildContext,
+    }
+
+    /// The child's stack size. Hooks run here (the Linux backend's whole
+    /// confinement, mounts included); a guard page sits below it.
+    const STACK_BYTES: usize = 512 * 1024;
+
+    /// A mapped stack, reused across launches (its touched pages stay
+    /// mapped, so a launch takes no page faults on it).
+    struct Stack(*mut libc::c_void);
+
+    // SAFETY: a plain mapping, used by one launch at a time.
+    unsafe impl Send for Stack {}
+
+    static STACKS: Mutex<Vec<Stack>> = Mutex::new(Vec::new());
+
+    fn page() -> usize {
+        // SAFETY: sysconf has no preconditions.
+        unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+    }
+
+    impl Stack {
+        fn take() -> std::io::Result<Stack> {
+            if let Some(s) = STACKS.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                return Ok(s);
+            }
+            let guard = page();
+            // SAFETY: a fresh private anonymous mapping; the guard page at
+            // its bottom is made inaccessible so an overflow faults.
+            unsafe {
+                let base = libc::mmap(
+                    std::ptr::null_mut(),
+                    STACK_BYTES + guard,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                    -1,
+                    0,
+                );
+                if base == libc::MAP_FAILED {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::mprotect(base, guard, libc::PROT_NONE) != 0 {
+                    let e = std::io::Error::last_os_error();
+                    libc::munmap(base, STACK_BYTES + guard);
+                    return Err(e);
+                }
+                Ok(Stack(base))
+            }
+        }
+
+        fn top(&self) -> *mut libc::c_void {
+            // 16-byte aligned: the mapping is page-aligned.
+            (self.0 as usize + page() + STACK_BYTES) as *mut libc::c_void
+        }
+
+        fn give_back(self) {
+            STACKS.lock().unwrap_or_else(|p| p.into_inner()).push(self);
+        }
+    }
+
+    fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: two fresh fds we own.
+        unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+    }
+
+    pub(crate) fn launch(cmd: ChildCommand) -> std::io::Result<Launched> {
+        let ChildCommand {
+            program,
+            arg0,
+            args,
+            env,
+            cwd,
+            stdio,
+            mut hooks,
+        } = cmd;
+        // Every byte the child needs, made here: it must not allocate.
+        let path = cstring("program path", program.as_bytes())?;
+        let argv_c = std::iter::once(&arg0)
+            .chain(&args)
+            .map(|a| cstring("argument", a.as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let envp_c = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv: OsString = k.clone();
+                kv.push("=");
+                kv.push(v);
+                cstring("environment", kv.as_bytes())
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let cwd = cstring("working directory", cwd.as_os_str().as_bytes())?;
+        let argv: Vec<*const libc::c_char> = argv_c
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp: Vec<*const libc::c_char> = envp_c
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+
+        // Stdio: the child's ends (closed here once it has started) and
+        // ours.
+        let mut child_ends: Vec<OwnedFd> = Vec::with_capacity(3);
+        let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut child_fds = [-1; 3];
+        for (i, s) in stdio.into_iter().enumerate() {
+            let end = match s {
+                ChildStdio::Fd(fd) => fd,
+                ChildStdio::Piped => {
+                    let (r, w) = pipe()?;
+                    let (theirs, mine) = if i == 0 { (r, w) } else { (w, r) };
+                    ours[i] = Some(mine);
+                    theirs
+                }
+            };
+            child_fds[i] = end.as_raw_fd();
+            child_ends.push(end);
+        }
+        let (report_r, report_w) = pipe()?;
+        let mut state = ChildState {
+            path: path.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            cwd: cwd.as_ptr(),
+            stdio: child_fds,
+            hooks: &mut hooks,
+            ctx: ChildContext {
+                report_fd: report_w.as_raw_fd(),
+            },
+        };
+
+        let stack = Stack::take()?;
+        let all: u64 = !0;
+        let mut old: u64 = 0;
+        // SAFETY: every signal is blocked around the clone, so none is
+        // handled in the child (by a host handler, on the host's memory)
+        // before it has reset the handlers; the raw syscall blocks glibc's
+        // internal signals too. The child runs `child_main` on `stack` with
+        // `state`, both of which outlive it: this thread is suspended until
+        // it has executed the program or exited (CLONE_VFORK).
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &all as *const u64,
+                &mut old as *mut u64,
+                8usize,
+            );
+            let pid = libc::clone(
+                child_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                &mut state as *mut ChildState as *mut libc::c_void,
+            );
+            let err = std::io::Error::last_os_error();
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &old as *const u64,
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
+            if pid < 0 {
+                Err(err)
+            } else {
+                Ok(pid)
+            }
+        };
+        stack.give_back();
+        drop(report_w);
+        drop(child_ends);
+        let pid = pid?;
+
+        let (leader, error) = read_report(report_r, pid);
+        if let Some(errno) = error {
+            // Nothing ran. Reap what was started (an init handed over to
+            // ends as soon as its program has).
+            reap_now(pid);
+            if leader != pid {
+                reap_now(leader);
+            }
+            return Err(std::io::Error::from_raw_os_error(errno));
+        }
+        if leader != pid {
+            // The process we cloned handed over and has exited.
+            reap_now(pid);
+        }
+        let pidfd = match pidfd_open(leader) {
+            Ok(fd) => fd,
+            Err(e) => {
+                kill_and_reap(leader);
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot watch the child (pidfd_open needs Linux >= 5.3): {e}"),
+                ));
+            }
+        };
+        let [i, o, e] = ours;
+        Ok(Launched {
+            pid: leader as u32,
+            leader: Leader::Pidfd(pidfd),
+            stdin: i
+                .map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd)))
+                .transpose()?,
+            stdout: o
+                .map(|fd| ChildStdout::from_std(std::process::ChildStdout::from(fd)))
+                .transpose()?,
+            stderr: e
+                .map(|fd| ChildStderr::from_std(std::process::ChildStderr::from(fd)))
+                .transpose()?,
+        })
+    }
+
+    /// Reads the child's report until EOF: the leader (the cloned child,
+    /// or the process it handed over to) and the first error, if any.
+    fn read_report(report: OwnedFd, pid: libc::pid_t) -> (libc::pid_t, Option<libc::c_int>) {
+        let mut bytes = Vec::with_capacity(16);
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: a read into a local buffer.
+            let n = unsafe { libc::read(report.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                break;
+            }
+            if n == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..n as usize]);
+        }
+        let mut leader = pid;
+        let mut error = None;
+        for rec in bytes.chunks_exact(8) {
+            let kind = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
+            let value = i32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
+            match kind {
+                REPORT_ERROR => {
+                    error.get_or_insert(if value > 0 { value } else { libc::EIO });
+                }
+                REPORT_HANDED_OVER if value > 0 => leader = value,
+                _ => {
+                    error.get_or_insert(libc::EPROTO);
+                }
+            }
+        }
+        if bytes.len() % 8 != 0 {
+            error.get_or_insert(libc::EPROTO);
+        }
+        (leader, error)
+    }
+
+    fn pidfd_open(pid: libc::pid_t) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+        // SAFETY: pidfd_open of our own child, not reaped yet.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own (pidfds are close-on-exec).
+        let owned = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+        // SAFETY: the OwnedFd keeps the descriptor open and unchanged for as
+        // long as the AsyncFd owns it.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+                .map_err(|e| e.into_parts().1)
+        }
+    }
+
+    /// Blocks until `pid`, our child, has ended, and reaps it.
+    fn reap_now(pid: libc::pid_t) {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        while unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } < 0 {
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+        }
+    }
+
+    fn kill_and_reap(pid: libc::pid_t) {
+        // SAFETY: our own, unreaped child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        reap_now(pid);
+    }
+
+    /// Reaps `pid` (our child, already sent SIGKILL) on a background
+    /// thread, so a child dropped without `wait` leaves no zombie.
+    pub(crate) fn reap_later(pid: libc::pid_t) {
+        use std::sync::mpsc::Sender;
+        use std::sync::OnceLock;
+        static REAPER: OnceLock<Option<Mutex<Sender<libc::pid_t>>>> = OnceLock::new();
+        let reaper = REAPER.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<libc::pid_t>();
+            std::thread::Builder::new()
+                .name("cordon-reaper".into())
+                .spawn(move || {
+                    while let Ok(pid) = rx.recv() {
+                        reap_now(pid);
+                    }
+                })
+                .ok()
+                .map(|_| Mutex::new(tx))
+        });
+        if let Some(tx) = reaper {
+            if tx
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .send(pid)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        // No thread: reap here (the child was killed, so this is short).
+        reap_now(pid);
+    }
+
+    /// The child, on its own stack in the host's memory, the spawning
+    /// thread suspended. Only async-signal-safe calls.
+    extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the parent's `ChildState`, alive and unused by
+        // anyone else until this process has executed or exited.
+        let st = unsafe { &mut *(arg as *mut ChildState) };
+        let fail = |ctx: &ChildContext, errno: libc::c_int| -> ! {
+            ctx.report_error(errno);
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(127) }
+        };
+        let errno = || {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        };
+        // SAFETY: raw syscalls on integers and on memory `st` points to.
+        unsafe {
+            // The host's handlers live in the host's memory: none may run
+            // here. Then unblock everything (blocked by the parent).
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            for sig in 1..libc::SIGRTMAX() {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::sigaction(sig, &dfl, std::ptr::null_mut());
+                }
+            }
+            let none: u64 = 0;
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &none as *const u64,
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
+            // Stdio on 0, 1, 2. A source that is itself one of 0, 1, 2 (a
+            // host without them) is first moved out of the way.
+            for i in 0..3 {
+                let fd = st.stdio[i];
+                if fd < 3 && fd != i as libc::c_int {
+                    let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+                    if moved < 0 {
+                        fail(&st.ctx, errno());
+                    }
+                    st.stdio[i] = moved;
+                }
+            }
+            for (i, &fd) in st.stdio.iter().enumerate() {
+                let target = i as libc::c_int;
+                let r = if fd == target {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, target)
+                };
+                if r < 0 {
+                    fail(&st.ctx, errno());
+                }
+            }
+            if libc::chdir(st.cwd) != 0 {
+                fail(&st.ctx, errno());
+            }
+        }
+        let ctx = &st.ctx;
+        for hook in st.hooks.iter_mut() {
+            if let Err(e) = hook(ctx) {
+                fail(ctx, e.raw_os_error().unwrap_or(libc::EINVAL));
+            }
+        }
+        // SAFETY: NUL-terminated strings and NULL-terminated arrays made
+        // by the parent.
+        unsafe { libc::execve(st.path, st.argv, st.envp) };
+        fail(ctx, errno())
+    }
+}
