@@ -206,6 +206,29 @@ pub(crate) fn system_rules() -> Vec<PathRule> {
     push(SYSTEM_EXEC_DIRS, Grant::ReadExec);
     push(SYSTEM_READ_FILES, Grant::ReadFileOnly);
     push(SYSTEM_READ_DIRS, Grant::ReadOnly);
+    let versioned = versioned_etc_dirs();
+    let versioned: Vec<&str> = versioned.iter().map(String::as_str).collect();
+    push(&versioned, Grant::ReadOnly);
+    push(SYSTEM_RW_DEVICES, Grant::RwDevice);
+    push(SYSTEM_READ_DEVICES, Grant::ReadFileOnly);
+    out
+}
+
+/// The `/etc` dirs named by [`SYSTEM_READ_DIR_PREFIXES`] (`/etc/python3.12`,
+/// say), sorted. Listing `/etc` cost about 60 µs per spawn, so the list is
+/// kept and read again only when `/etc`'s modification time (which every
+/// entry added, removed or renamed changes) is not the one it was read at.
+fn versioned_etc_dirs() -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    type Listing = Option<((i64, i64), Vec<String>)>;
+    static CACHE: std::sync::Mutex<Listing> = std::sync::Mutex::new(None);
+    let stamp = std::fs::metadata("/etc").map(|m| (m.mtime(), m.mtime_nsec()));
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let (Ok(now), Some((then, list))) = (&stamp, cache.as_ref()) {
+        if now == then {
+            return list.clone();
+        }
+    }
     let mut versioned: Vec<String> = std::fs::read_dir("/etc")
         .map(|d| {
             d.flatten()
@@ -216,11 +239,8 @@ pub(crate) fn system_rules() -> Vec<PathRule> {
         })
         .unwrap_or_default();
     versioned.sort();
-    let versioned: Vec<&str> = versioned.iter().map(String::as_str).collect();
-    push(&versioned, Grant::ReadOnly);
-    push(SYSTEM_RW_DEVICES, Grant::RwDevice);
-    push(SYSTEM_READ_DEVICES, Grant::ReadFileOnly);
-    out
+    *cache = stamp.ok().map(|s| (s, versioned.clone()));
+    versioned
 }
 
 /// Device, inode and directory-ness of an open fd.
