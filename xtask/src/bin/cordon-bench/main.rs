@@ -14,7 +14,9 @@ mod stats;
 use std::sync::Arc;
 
 use cordon_conformance::StandardSuite;
-use cordon_core::{ChildSpec, Runner, RunnerConfig, SandboxRunner, TrustTier};
+use cordon_core::{
+    ChildSpec, Runner, RunnerConfig, SandboxRunner, TrustTier, TrustedProcessRunner,
+};
 
 /// How many samples each measurement takes.
 #[derive(Clone, Copy)]
@@ -86,13 +88,21 @@ async fn run(plan: Plan, json: bool) -> i32 {
             e.report.summary()
         );
     }
-    // For `perf record`: only N sandboxed spawns of /bin/true, no table.
+    // For `perf record`: only N spawns of /bin/true, no table; sandboxed,
+    // or with `CORDON_BENCH_PROFILE_RUNNER=trusted` through the trusted
+    // runner.
     if let Ok(n) = std::env::var("CORDON_BENCH_PROFILE_SPAWNS") {
-        let Ok(runner) = sandbox.as_ref() else {
-            return 1;
-        };
+        let trusted = TrustedProcessRunner::default();
+        let (runner, tier): (&dyn Runner, TrustTier) =
+            match std::env::var("CORDON_BENCH_PROFILE_RUNNER").as_deref() {
+                Ok("trusted") => (&trusted, TrustTier::Trusted),
+                _ => match sandbox.as_ref() {
+                    Ok(r) => (r, TrustTier::Untrusted),
+                    Err(_) => return 1,
+                },
+            };
         for _ in 0..n.parse::<u32>().unwrap_or(1000) {
-            let spec = ChildSpec::new("/bin/true").trust(TrustTier::Untrusted);
+            let spec = ChildSpec::new("/bin/true").trust(tier);
             let mut child = runner.start(spec).await.expect("spawn");
             assert!(child.wait().await.expect("wait").success());
         }
