@@ -300,12 +300,21 @@ mod linux {
                 Ok(pid)
             }
         };
-        stack.give_back();
         drop(report_w);
         drop(child_ends);
-        let pid = pid?;
-
+        let pid = match pid {
+            Ok(pid) => pid,
+            Err(e) => {
+                stack.give_back();
+                return Err(e);
+            }
+        };
+        // EOF comes only once every process that could still run on the
+        // stack has executed or exited (a backend's program may resume on
+        // the launcher's frames, and the launcher may have been killed
+        // before it): only then can another launch have the stack.
         let (leader, error) = read_report(report_r, pid);
+        stack.give_back();
         if let Some(errno) = error {
             // Nothing ran. Reap what was started (an init handed over to
             // ends as soon as its program has).
