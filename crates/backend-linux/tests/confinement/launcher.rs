@@ -135,3 +135,103 @@ pub(super) fn oom_in_the_sandbox_spares_the_host() -> Outcome {
         || "the host's memory changed".into(),
     )
 }
+
+/// The helper a test runs as uid 65534 on the host (not sandboxed): it tries
+/// to trace the process given as its argument and to open its memory for
+/// writing, and prints what each attempt returned. It touches nothing else
+/// and detaches at once if an attach succeeds.
+pub(super) const TRACER_HELPER: &str = "tracer_helper";
+
+pub(super) fn tracer_helper() -> ! {
+    let pid: libc::pid_t = std::env::var("CORDON_TRACE_TARGET")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .expect("target pid");
+    // SAFETY: ptrace and open on a pid and a path; a successful seize is
+    // undone at once.
+    let (seize, mem) = unsafe {
+        let r = libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0);
+        let seize = if r == 0 {
+            libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+            "attached".to_string()
+        } else {
+            format!(
+                "errno {}",
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+            )
+        };
+        let path = std::ffi::CString::new(format!("/proc/{pid}/mem")).unwrap();
+        let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let mem = if fd >= 0 {
+            libc::close(fd);
+            "opened".to_string()
+        } else {
+            format!(
+                "errno {}",
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+            )
+        };
+        (seize, mem)
+    };
+    println!("uid={} seize={seize} mem={mem}", unsafe { libc::getuid() });
+    std::process::exit(0);
+}
+
+/// Breach (root host): the init lives in the host's memory with the
+/// sandbox's uid. A host process running as that uid (a daemon running as
+/// `nobody`, say: not sandboxed) must not be able to trace it or open its
+/// memory, which is the root host's. As a control, the same helper can
+/// trace a plain process of its own uid.
+pub(super) fn host_process_of_the_sandbox_uid_cannot_reach_the_init() -> Outcome {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(()); // only a root host changes uid; listed as root-only
+    }
+    let rt = rt();
+    let sp = spawner();
+    let mut child = rt
+        .block_on(async { sp.spawn(&sh("echo ready; exec sleep 60")) })
+        .map_err(|e| format!("spawn: {e}"))?;
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut line = [0u8; 6];
+    rt.block_on(stdout.read_exact(&mut line))
+        .map_err(|e| format!("ready line: {e}"))?;
+    let init = child.pid();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (dir, exe) = copy_for_nobody(&exe);
+    let trace = |target: u32| -> Result<String, String> {
+        let out = Command::new(&exe)
+            .env(SCENARIO_ENV, TRACER_HELPER)
+            .env("CORDON_TRACE_TARGET", target.to_string())
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    // Control: a process of uid 65534 that is not the sandbox's.
+    let mut control = Command::new("/bin/sleep")
+        .arg("60")
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let control_result = trace(control.id());
+    let _ = control.kill();
+    let _ = control.wait();
+    let result = trace(init);
+    child.kill();
+    let _ = rt.block_on(child.wait());
+    let _ = std::fs::remove_dir_all(&dir);
+    let control_result = control_result?;
+    ensure(control_result.contains("seize=attached"), || {
+        format!("control: the helper could not trace a process of its own uid: {control_result}")
+    })?;
+    let result = result?;
+    ensure(
+        result.starts_with("uid=65534")
+            && !result.contains("attached")
+            && !result.contains("opened"),
+        || format!("a host process of uid 65534 reached the init (pid {init}): {result}"),
+    )
+}

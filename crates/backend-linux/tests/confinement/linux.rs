@@ -86,6 +86,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(breach_outliving_the_host, true),
         s!(concurrent_launches_leave_the_host_as_it_was, true),
         s!(oom_in_the_sandbox_spares_the_host, true),
+        s!(host_process_of_the_sandbox_uid_cannot_reach_the_init, false),
         s!(limit_memory_memfd, true),
         s!(limit_memory_shm, true),
         s!(limit_memory_processes, true),
@@ -119,6 +120,9 @@ pub fn main() {
         }
         if name == breaches::KILLED_HOST_HELPER {
             breaches::killed_host_helper();
+        }
+        if name == launcher::TRACER_HELPER {
+            launcher::tracer_helper();
         }
         let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
             eprintln!("unknown scenario {name}");
