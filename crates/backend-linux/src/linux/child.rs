@@ -59,6 +59,9 @@ pub(crate) struct ChildPlan {
     ///
     /// [`TreeSlot`]: super::tree::TreeSlot
     pub tree_slot: Option<usize>,
+    /// On a root host with maps to write: the stack top for the helper that
+    /// writes them as root (`maps.rs`).
+    pub map_writer_stack: Option<usize>,
 }
 
 /// `"deny"` for `/proc/self/setgroups` and the one-line maps.
@@ -159,12 +162,19 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         if plan.tree_slot.is_none() {
             join_cgroups(plan)?;
         }
-        // This process shares the host's memory, and so its dumpable flag
-        // (a property of the memory): a change of uid below clears it, and
-        // writing the maps needs it set. The host's is put back after, and
-        // launches of this host take turns here, or one's uid change would
-        // clear the flag another's map writes need.
-        let turn = CredTurn::take()?;
+        // On a root host, the maps are written by a helper that stays root,
+        // made before the uid changes (see maps.rs): this process shares
+        // the host's memory, which must not be dumpable while it runs as
+        // the sandbox's uid.
+        let mut writer_args = super::maps::WriterArgs::new();
+        let writer = match (plan.map_writer_stack, &plan.id_maps) {
+            (Some(stack), Some(maps)) => Some(super::maps::MapWriter::start(
+                maps,
+                stack,
+                &mut writer_args,
+            )?),
+            _ => None,
+        };
         // Root host: become nobody, with no supplementary groups. Raw
         // syscalls: this process shares the host's memory, and glibc's
         // wrappers would change the credentials of every host thread.
@@ -190,14 +200,21 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         // A user namespace of our own (RLIMIT_NPROC then counts only the
         // sandbox's processes) and, created inside it, the other namespaces.
         check(libc::unshare(plan.unshare_flags))?;
-        if let Some(maps) = &plan.id_maps {
-            // The uid change above made the process non-dumpable, which
-            // hands its /proc/self files to root; writing its own maps needs
-            // them to be its own. exec resets dumpability anyway.
-            check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
-            maps.write()?;
+        match (writer, &plan.id_maps) {
+            (Some(writer), _) => writer.finish()?,
+            (None, Some(maps)) => {
+                // A host that keeps its uid writes its own maps, which needs
+                // its `/proc/self` files to be its own: its (the host's)
+                // memory dumpable. It is put back after, and launches of
+                // this host take turns here, or one could put it back while
+                // another writes.
+                let turn = CredTurn::take()?;
+                check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
+                maps.write()?;
+                turn.end()?;
+            }
+            (None, None) => {}
         }
-        turn.end()?;
         // Credential changes cleared the parent-death signal.
         check(libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -297,8 +314,9 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     Ok(())
 }
 
-/// Whose turn it is to change credentials and the shared dumpable flag:
-/// every launcher of this host shares this word (they run in its memory).
+/// Whose turn it is to change the shared dumpable flag (a host that keeps
+/// its uid): every launcher of this host shares this word (they run in its
+/// memory).
 static CRED_TURN: AtomicBool = AtomicBool::new(false);
 
 /// Holding the turn, with the host's dumpable flag as it was; dropping it

@@ -11,6 +11,7 @@ use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 mod cgroup;
 mod child;
 mod filter;
+mod maps;
 mod mounts;
 mod probe;
 mod rules;
@@ -476,26 +477,51 @@ fn wrap_inner(
         .unwrap_or_default();
     // The memory of the init and the status it leaves (held by the
     // resources for the child's whole life).
-    let tree = if layers.pid_namespace {
+    let id_maps = layers.mount_namespace.then(|| IdMaps::identity(uid, gid));
+    // A root host's maps are written by a helper that stays root (maps.rs),
+    // on the slot's stack.
+    let map_writer = drop_to_nobody && id_maps.is_some();
+    let tree = if layers.pid_namespace || map_writer {
         Some(tree::TreeSlot::reserve().map_err(|e| {
             wrap_err(format!("cannot reserve the sandbox's init stack: {e}")).with_source(e)
         })?)
     } else {
         None
     };
+    if drop_to_nobody {
+        // The launcher, the init and the program until its exec share this
+        // process's memory while they run as uid 65534: dumpable, any host
+        // process of that uid could trace them and write it (maps.rs).
+        // SAFETY: prctl on integers.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(wrap_err(format!(
+                "cannot make this process non-dumpable, which a root host must be before it \
+                 starts sandboxes: {e}"
+            ))
+            .with_source(e));
+        }
+    }
     let plan = ChildPlan {
         cgroup_join,
         drop_to_nobody,
         parent_pid,
         unshare_flags: unshare_flags(layers),
-        id_maps: layers.mount_namespace.then(|| IdMaps::identity(uid, gid)),
+        id_maps,
         mounts,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
         rlimits: rlimits(&policy.limits, layers, cgroup.is_some()),
         last_cap: probe::last_cap(),
         ruleset,
         seccomp,
-        tree_slot: tree.as_ref().map(tree::TreeSlot::addr),
+        tree_slot: tree
+            .as_ref()
+            .filter(|_| layers.pid_namespace)
+            .map(tree::TreeSlot::addr),
+        map_writer_stack: tree
+            .as_ref()
+            .filter(|_| map_writer)
+            .map(tree::TreeSlot::stack_top),
     };
 
     tracing::debug!(

@@ -173,7 +173,9 @@ pub(super) fn tracer_helper() -> ! {
         };
         (seize, mem)
     };
-    println!("uid={} seize={seize} mem={mem}", unsafe { libc::getuid() });
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    println!("uid={uid} seize={seize} mem={mem}");
     std::process::exit(0);
 }
 

@@ -88,10 +88,10 @@ struct Shared {
     context: [u64; 8],
 }
 
-/// The init's stack (x86_64, where it shares the host's memory): the rest
-/// of the slot above the [`Shared`] words. Its frames need a few hundred
-/// bytes (it calls nothing but its own raw-syscall functions).
-#[cfg(target_arch = "x86_64")]
+/// The init's stack (x86_64, where it shares the host's memory), and
+/// before it the map writer's (`maps.rs`): the rest of the slot above the
+/// [`Shared`] words. Their frames need a few hundred bytes (they call
+/// nothing but their own raw-syscall functions).
 const INIT_STACK: usize = 16 * 1024;
 
 /// The memory of one sandbox's tree, reserved in the parent before the
@@ -112,10 +112,7 @@ unsafe impl Sync for TreeSlot {}
 #[cfg(target_arch = "x86_64")]
 static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-#[cfg(target_arch = "x86_64")]
 const SLOT_BYTES: usize = INIT_STACK + 4096;
-#[cfg(not(target_arch = "x86_64"))]
-const SLOT_BYTES: usize = 4096;
 
 impl TreeSlot {
     /// Reserves a slot: a free one from the pool, or a new mapping.
@@ -162,6 +159,12 @@ impl TreeSlot {
     /// The address the launcher uses (the slot outlives the launch).
     pub(crate) fn addr(&self) -> usize {
         self.base as usize
+    }
+
+    /// The top of the slot's stack, 16-byte aligned: the map writer's, then
+    /// the init's (one after the other, never both at once).
+    pub(crate) fn stack_top(&self) -> usize {
+        (self.base as usize + SLOT_BYTES) & !15
     }
 
     /// The program's raw wait status, once the init has recorded it (after
@@ -226,7 +229,7 @@ pub(crate) unsafe fn split(slot: usize, ctx: &ChildContext) -> std::io::Result<(
 /// never sets `errno`: returns the result or `-errno`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> isize {
+pub(crate) unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> isize {
     let ret: isize;
     // SAFETY: the caller passes valid arguments for `nr`.
     unsafe {
@@ -247,7 +250,7 @@ unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> i
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> isize {
+pub(crate) unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> isize {
     // The init is a fork here: libc (and errno) are its own.
     // SAFETY: the caller passes valid arguments for `nr`.
     let r = unsafe { libc::syscall(nr, a0, a1, a2, a3) };
