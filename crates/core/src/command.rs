@@ -208,7 +208,14 @@ pub struct ChildContext {
     pub(crate) report_fd: libc::c_int,
 }
 
-/// A record on the report pipe: `kind`, then a value.
+/// A record on the report pipe: `kind`, then a value (native endian).
+const fn record(kind: u32, value: i32) -> [u8; 8] {
+    let k = kind.to_ne_bytes();
+    let v = value.to_ne_bytes();
+    [k[0], k[1], k[2], k[3], v[0], v[1], v[2], v[3]]
+}
+
+/// A record's kinds.
 pub(crate) const REPORT_ERROR: u32 = 1;
 pub(crate) const REPORT_HANDED_OVER: u32 = 2;
 
@@ -244,13 +251,25 @@ impl ChildContext {
         self.report(REPORT_ERROR, errno);
     }
 
+    /// The descriptor the launch reports on (close-on-exec), for a helper
+    /// process of the launch that can only issue raw syscalls: it writes
+    /// [`error_record`](Self::error_record) there in one `write`. `-1`
+    /// where the launcher has none.
+    pub fn report_fd(&self) -> libc::c_int {
+        self.report_fd
+    }
+
+    /// The bytes that report `errno` as the launch's failure (see
+    /// [`report_fd`](Self::report_fd)).
+    pub const fn error_record(errno: libc::c_int) -> [u8; 8] {
+        record(REPORT_ERROR, errno)
+    }
+
     fn report(&self, kind: u32, value: i32) {
         if self.report_fd < 0 {
             return;
         }
-        let mut rec = [0u8; 8];
-        rec[..4].copy_from_slice(&kind.to_ne_bytes());
-        rec[4..].copy_from_slice(&value.to_ne_bytes());
+        let rec = record(kind, value);
         // SAFETY: a write of a local buffer; 8 bytes are written atomically
         // to a pipe (less than PIPE_BUF).
         unsafe {

@@ -195,6 +195,20 @@ mod linux {
         unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
     }
 
+    /// `fd`, moved to a number above 2 if it is one of 0–2.
+    fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+        if fd.as_raw_fd() > 2 {
+            return Ok(fd);
+        }
+        // SAFETY: F_DUPFD_CLOEXEC on an fd we own makes a new one we own.
+        let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+        if new < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(new) })
+    }
+
     pub(crate) fn launch(cmd: ChildCommand) -> std::io::Result<Launched> {
         let ChildCommand {
             program,
@@ -251,6 +265,10 @@ mod linux {
             child_ends.push(end);
         }
         let (report_r, report_w) = pipe()?;
+        // On a host started without fds 0–2 the report pipe could be one of
+        // them, which the child's stdio then replaces: its errors would be
+        // lost. Keep it above.
+        let report_w = above_stdio(report_w)?;
         let mut state = ChildState {
             path: path.as_ptr(),
             argv: argv.as_ptr(),
@@ -334,23 +352,35 @@ mod linux {
                 kill_and_reap(leader);
                 return Err(std::io::Error::new(
                     e.kind(),
-                    format!("cannot watch the child (pidfd_open needs Linux >= 5.3): {e}"),
+                    format!("cannot watch the child (pidfds and waitid(P_PIDFD) need Linux >= 5.4): {e}"),
                 ));
             }
         };
         let [i, o, e] = ours;
+        let stdio = (|| {
+            Ok::<_, std::io::Error>((
+                i.map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd)))
+                    .transpose()?,
+                o.map(|fd| ChildStdout::from_std(std::process::ChildStdout::from(fd)))
+                    .transpose()?,
+                e.map(|fd| ChildStderr::from_std(std::process::ChildStderr::from(fd)))
+                    .transpose()?,
+            ))
+        })();
+        let (stdin, stdout, stderr) = match stdio {
+            Ok(s) => s,
+            Err(e) => {
+                // The program runs: it must not outlive a failed spawn.
+                kill_and_reap(leader);
+                return Err(e);
+            }
+        };
         Ok(Launched {
             pid: leader as u32,
             leader: Leader::Pidfd(pidfd),
-            stdin: i
-                .map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd)))
-                .transpose()?,
-            stdout: o
-                .map(|fd| ChildStdout::from_std(std::process::ChildStdout::from(fd)))
-                .transpose()?,
-            stderr: e
-                .map(|fd| ChildStderr::from_std(std::process::ChildStderr::from(fd)))
-                .transpose()?,
+            stdin,
+            stdout,
+            stderr,
         })
     }
 
@@ -481,7 +511,7 @@ mod linux {
             // here. Then unblock everything (blocked by the parent).
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
-            for sig in 1..libc::SIGRTMAX() {
+            for sig in 1..=libc::SIGRTMAX() {
                 if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                     libc::sigaction(sig, &dfl, std::ptr::null_mut());
                 }
