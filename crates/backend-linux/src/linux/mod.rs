@@ -271,6 +271,28 @@ const HELPER_PROCESSES: u64 = 1;
 /// actually write privately is held to `memory_bytes` by `RLIMIT_DATA`.
 pub(crate) const ADDRESS_SPACE_HEADROOM: u64 = 3 << 30;
 
+/// The smallest sandbox-wide memory limit a sandbox is started with.
+/// Until its exec the program shares the host's memory, and what the
+/// kernel charges for its set-up (namespaces, mounts, filters, the exec
+/// itself) counts against the sandbox's cgroup: were that to reach the
+/// limit, the OOM killer would pick the process whose memory is the
+/// host's, and kill every process that shares it, the host included. The
+/// set-up needs well under a megabyte; no program starts in less than this.
+pub(crate) const MIN_SANDBOX_MEMORY: u64 = 16 << 20;
+
+/// Refuses a sandbox-wide memory limit below [`MIN_SANDBOX_MEMORY`].
+fn check_memory_floor(limits: &Limits) -> Result<(), WrapError> {
+    match limits.memory_bytes {
+        Some(bytes) if bytes < MIN_SANDBOX_MEMORY => Err(wrap_err(format!(
+            "a memory limit of {bytes} bytes is below the {} MiB a sandbox needs to start \
+             (the kernel charges its set-up to the sandbox before the program runs): raise \
+             memory_bytes (cordon run --mem)",
+            MIN_SANDBOX_MEMORY >> 20
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The rlimits of the sandbox. `cgroup_memory`: a cgroup holds memory for
 /// the sandbox as a whole, so no per-process memory rlimit is set (it
 /// would only stop the runtimes that reserve large ranges).
@@ -461,14 +483,15 @@ fn wrap_inner(
 
     // Sandbox-wide limits: a cgroup where this process can make one.
     let cgroup = match (layers.sandbox_limits, cgroup::hierarchy()) {
-        (true, Some(h)) => Some(
+        (true, Some(h)) => Some({
+            check_memory_floor(&policy.limits)?;
             cgroup::SandboxCgroup::create(h, &policy.limits).map_err(|e| {
                 wrap_err(format!(
                     "cannot make the sandbox's cgroup under {h:?}: {e}; nothing was run"
                 ))
                 .with_source(e)
-            })?,
-        ),
+            })?
+        }),
         _ => None,
     };
     let cgroup_join = cgroup

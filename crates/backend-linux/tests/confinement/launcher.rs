@@ -237,3 +237,36 @@ pub(super) fn host_process_of_the_sandbox_uid_cannot_reach_the_init() -> Outcome
         || format!("a host process of uid 65534 reached the init (pid {init}): {result}"),
     )
 }
+
+/// Until its exec the program shares the host's memory, and the kernel
+/// charges its set-up to the sandbox's cgroup: a memory limit too small
+/// for that could have the OOM killer pick the process whose memory is the
+/// host's. Where a cgroup holds memory, such a limit is refused, naming
+/// the floor, and nothing runs; where none does (per-process rlimits, no
+/// shared OOM victim), the floor does not apply.
+pub(super) fn tiny_memory_limit_is_refused_where_a_cgroup_holds_memory() -> Outcome {
+    let marker = existing_scratch();
+    let flag = marker.path().join("ran");
+    chown_to_sandbox(marker.path());
+    let spec = sh(&format!("echo x > {}", flag.display())).limits(Limits {
+        memory_bytes: Some(1 << 20),
+        deadline: Some(Duration::from_secs(30)),
+        ..Limits::default()
+    });
+    let r = run_with(&spawner_with(config()), spec);
+    if super::limits::claims_sandbox_scope("limit_memory")? {
+        let err = match r {
+            Err(e) => e,
+            Ok(ran) => return Err(format!("a 1 MiB memory limit was accepted: {ran}")),
+        };
+        ensure(err.contains("below the 16 MiB"), || {
+            format!("unclear refusal: {err}")
+        })?;
+        ensure(!flag.exists(), || "the program ran".into())
+    } else {
+        ensure(
+            !matches!(&r, Err(e) if e.contains("below the 16 MiB")),
+            || format!("the floor was applied without a cgroup: {:?}", r.err()),
+        )
+    }
+}

@@ -34,7 +34,7 @@ const DISK: u64 = 16 << 20;
 
 /// Whether the full backend claims `key` (`limit_memory`, …) for the
 /// sandbox as a whole on this host.
-fn claims_sandbox_scope(key: &str) -> Result<bool, String> {
+pub(super) fn claims_sandbox_scope(key: &str) -> Result<bool, String> {
     let facts = LinuxBackend::new().host_facts();
     let v = facts
         .get(key)

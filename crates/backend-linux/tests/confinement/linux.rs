@@ -87,6 +87,10 @@ fn scenarios() -> Vec<Scenario> {
         s!(concurrent_launches_leave_the_host_as_it_was, true),
         s!(oom_in_the_sandbox_spares_the_host, true),
         s!(host_process_of_the_sandbox_uid_cannot_reach_the_init, false),
+        s!(
+            tiny_memory_limit_is_refused_where_a_cgroup_holds_memory,
+            true
+        ),
         s!(limit_memory_memfd, true),
         s!(limit_memory_shm, true),
         s!(limit_memory_processes, true),
@@ -110,6 +114,10 @@ fn scenarios() -> Vec<Scenario> {
         s!(child_fails_closed_without_mount, true),
         s!(child_fails_closed_without_mount_setattr, true),
         s!(child_fails_closed_without_landlock_add_rule, true),
+        s!(
+            child_fails_closed_when_the_init_cannot_start_the_program,
+            true
+        ),
     ]
 }
 
@@ -1491,6 +1499,31 @@ fn child_step_fails_closed(
 }
 
 /// A seccomp rule matching `prctl(option, …)`.
+/// A seccomp rule matching only the init's clone of the program:
+/// `CLONE_VM | CLONE_VFORK | SIGCHLD` with no new stack (core's launcher
+/// makes the same flags, but always with a stack of its own).
+fn init_clone_of_the_program() -> Vec<seccompiler::SeccompRule> {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    let flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
+    vec![SeccompRule::new(vec![
+        SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::Eq, flags).unwrap(),
+        SeccompCondition::new(1, SeccompCmpArgLen::Qword, SeccompCmpOp::Eq, 0).unwrap(),
+    ])
+    .unwrap()]
+}
+
+/// The init cannot make the program: the spawn fails with that errno (the
+/// init reports it on the launch's pipe), instead of looking like a
+/// program that exited 1.
+fn child_fails_closed_when_the_init_cannot_start_the_program() -> Outcome {
+    child_step_fails_closed(
+        libc::SYS_clone,
+        init_clone_of_the_program(),
+        libc::EAGAIN,
+        true,
+    )
+}
+
 fn prctl_option(option: i32) -> Vec<seccompiler::SeccompRule> {
     use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
     vec![SeccompRule::new(vec![SeccompCondition::new(

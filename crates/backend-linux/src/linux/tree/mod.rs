@@ -83,6 +83,9 @@ struct Shared {
     host_fd: AtomicI32,
     /// The write end of the pipe the launcher sleeps on.
     exec_w: AtomicI32,
+    /// The launch's report pipe (core's), on which the init reports a
+    /// failure to start the program.
+    report_fd: AtomicI32,
     /// The launcher's saved registers (x86_64): rbx, rbp, r12–r15, rsp,
     /// and where to resume.
     context: [u64; 8],
@@ -221,6 +224,7 @@ pub(crate) unsafe fn split(slot: usize, ctx: &ChildContext) -> std::io::Result<(
         return Err(std::io::Error::last_os_error());
     }
     shared.host_fd.store(host_fd as i32, Ordering::Relaxed);
+    shared.report_fd.store(ctx.report_fd(), Ordering::Relaxed);
     // SAFETY: as promised by the caller.
     unsafe { start(slot, shared, ctx) }
 }
@@ -261,6 +265,28 @@ pub(crate) unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: 
     }
 }
 
+/// The init could not start the program: reports `errno` as the launch's
+/// failure (so the spawn fails instead of looking like the program's exit)
+/// and exits. Raw syscalls only.
+fn init_fail(shared: &Shared, errno: isize) -> ! {
+    let rec = cordon_core::ChildContext::error_record(errno as libc::c_int);
+    let fd = shared.report_fd.load(Ordering::Relaxed);
+    // SAFETY: a write of a local buffer, then the exit.
+    unsafe {
+        if fd >= 0 {
+            raw(
+                libc::SYS_write,
+                fd as usize,
+                rec.as_ptr() as usize,
+                rec.len(),
+                0,
+            );
+        }
+        raw(libc::SYS_exit_group, 1, 0, 0, 0);
+    }
+    unreachable!("exit_group returned")
+}
+
 /// The init before the program exists: parent-death signal, a check that
 /// the host is still alive, and a session of its own. Raw syscalls only.
 ///
@@ -269,15 +295,15 @@ pub(crate) unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: 
 unsafe fn init_prologue(shared: &Shared) {
     // SAFETY: raw syscalls on integers and on this frame's own locals.
     unsafe {
-        if raw(
+        let r = raw(
             libc::SYS_prctl,
             libc::PR_SET_PDEATHSIG as usize,
             libc::SIGKILL as usize,
             0,
             0,
-        ) < 0
-        {
-            raw(libc::SYS_exit_group, 1, 0, 0, 0);
+        );
+        if r < 0 {
+            init_fail(shared, -r);
         }
         // The host may have died before the signal was armed: its pidfd
         // then polls readable.
@@ -300,12 +326,13 @@ unsafe fn init_prologue(shared: &Shared) {
         );
         raw(libc::SYS_close, fd as usize, 0, 0, 0);
         if ready != 0 {
-            raw(libc::SYS_exit_group, 1, 0, 0, 0);
+            init_fail(shared, libc::ESRCH as isize);
         }
         // The runner kills the sandbox by process group: the init leads
         // one (the program and its children join it).
-        if raw(libc::SYS_setsid, 0, 0, 0, 0) < 0 {
-            raw(libc::SYS_exit_group, 1, 0, 0, 0);
+        let r = raw(libc::SYS_setsid, 0, 0, 0, 0);
+        if r < 0 {
+            init_fail(shared, -r);
         }
     }
 }
@@ -420,8 +447,7 @@ unsafe fn start(_slot: usize, shared: &'static Shared, ctx: &ChildContext) -> st
     unsafe { init_prologue(shared) };
     let program = fork(0);
     if program < 0 {
-        // SAFETY: nothing to clean up but ourselves.
-        unsafe { libc::_exit(1) };
+        init_fail(shared, -program);
     }
     if program > 0 {
         // SAFETY: our copy of the pipe's write end.

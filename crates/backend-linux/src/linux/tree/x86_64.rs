@@ -185,9 +185,9 @@ extern "C" fn init_main(shared: *const Shared) -> ! {
             0,
             0,
         );
-        if ret < 0 {
-            raw(libc::SYS_exit_group, 1, 0, 0, 0);
-        }
+    }
+    if ret < 0 {
+        super::init_fail(shared, -ret);
     }
     init_loop(ret as libc::pid_t, shared)
 }
