@@ -66,7 +66,9 @@ pub struct Limits {
     /// the address space with 3 GiB of headroom for the ranges runtimes
     /// reserve without touching (RLIMIT_AS); a memfd is then capped by
     /// [`Limits::file_size_bytes`] and SysV shm is freed with the
-    /// sandbox's IPC namespace.
+    /// sandbox's IPC namespace. Where a cgroup holds it, a limit below
+    /// 16 MiB is refused (the sandbox's set-up is charged to it before the
+    /// program runs, while it still shares the host's memory).
     /// macOS: RLIMIT_AS, which macOS accepts but does not enforce.
     ///
     /// [`ExitOutcome::MemoryExceeded`]: crate::ExitOutcome::MemoryExceeded
