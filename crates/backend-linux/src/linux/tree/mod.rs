@@ -115,7 +115,10 @@ unsafe impl Sync for TreeSlot {}
 #[cfg(target_arch = "x86_64")]
 static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-const SLOT_BYTES: usize = INIT_STACK + 4096;
+/// The slot: a page of [`Shared`] words, a guard page (an overflow of the
+/// stack faults instead of overwriting them), then the stack.
+const SLOT_BYTES: usize = 4096 + GUARD_BYTES + INIT_STACK;
+const GUARD_BYTES: usize = 4096;
 
 impl TreeSlot {
     /// Reserves a slot: a free one from the pool, or a new mapping.
@@ -150,6 +153,20 @@ impl TreeSlot {
         };
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the guard page lies inside the mapping just made.
+        if unsafe {
+            libc::mprotect(
+                base.cast::<u8>().add(4096).cast(),
+                GUARD_BYTES,
+                libc::PROT_NONE,
+            )
+        } != 0
+        {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: our own mapping, not yet used.
+            unsafe { libc::munmap(base, SLOT_BYTES) };
+            return Err(e);
         }
         Ok(TreeSlot { base: base.cast() })
     }
