@@ -118,6 +118,7 @@ fn scenarios() -> Vec<Scenario> {
             child_fails_closed_when_the_init_cannot_start_the_program,
             true
         ),
+        s!(child_fails_closed_without_the_map_writer, false),
     ]
 }
 
@@ -1522,6 +1523,23 @@ fn child_fails_closed_when_the_init_cannot_start_the_program() -> Outcome {
         libc::EAGAIN,
         true,
     )
+}
+
+/// Root host: the helper that writes the maps cannot be made (a rule on
+/// its exact clone flags, `CLONE_VM | SIGCHLD`, which no other process of
+/// the launch uses): the spawn fails with that errno and nothing runs.
+fn child_fails_closed_without_the_map_writer() -> Outcome {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    let flags = (libc::CLONE_VM | libc::SIGCHLD) as u64;
+    let rule = vec![SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::Eq,
+        flags,
+    )
+    .unwrap()])
+    .unwrap()];
+    child_step_fails_closed(libc::SYS_clone, rule, libc::EAGAIN, true)
 }
 
 fn prctl_option(option: i32) -> Vec<seccompiler::SeccompRule> {
