@@ -175,6 +175,13 @@ impl ChildCommand {
         self
     }
 
+    /// Removes one environment variable of the child, if it is set.
+    pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Self {
+        let key = key.as_ref();
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
     /// Adds a hook that runs in the child before `execve`, after the ones
     /// added before it (the spawner's hygiene comes first). An error from a
     /// hook fails the spawn: the program is never executed, and the error

@@ -44,6 +44,7 @@
 mod backend;
 mod child;
 mod command;
+pub mod egress;
 mod error;
 mod launch;
 mod policy;

@@ -12,10 +12,11 @@ use serde::{Deserialize, Serialize};
 
 /// Network access for a sandboxed child.
 ///
-/// Only [`Network::Deny`] exists today. The enum is `#[non_exhaustive]` so an
-/// allowlist variant can be added later without breaking backends, which must
-/// refuse (with a `WrapError`) any variant they do not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// The enum is `#[non_exhaustive]`: a backend must refuse (with a
+/// `WrapError`) any variant it does not enforce, so a policy is never run
+/// with less than it asks for. Which backends enforce
+/// [`Network::Allow`] is in their docs (Linux: yes; macOS: no).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Network {
     /// No socket to anything outside the sandbox: no TCP, UDP, raw, packet
@@ -33,6 +34,20 @@ pub enum Network {
     /// read is not hidden by this setting.
     #[default]
     Deny,
+    /// Outgoing TCP to the listed hosts only, through a proxy the host
+    /// runs (see [`crate::egress`]): the sandbox gets a network of its own
+    /// with no route out, and one way to the host, an HTTP proxy at
+    /// `127.0.0.1:`[`PROXY_PORT`](crate::egress::PROXY_PORT) that the
+    /// program is pointed at with `http_proxy`, `https_proxy` and
+    /// `all_proxy` (upper case too). The proxy checks each `CONNECT` or
+    /// plain-HTTP request's host and port against the list and every
+    /// address the name resolves to against the private-address guard.
+    /// No UDP (so no DNS of its own), no raw socket, no listening socket
+    /// reachable from outside. TLS is not inspected.
+    ///
+    /// An empty list is allowed and means "the proxy, which refuses
+    /// everything".
+    Allow(Vec<crate::egress::HostPattern>),
 }
 
 /// Resource limits. `None` means "no limit from this layer".

@@ -230,7 +230,7 @@ impl Spawner {
                 package_dir,
                 read_only: self.config.read_only.clone(),
                 read_write: self.config.read_write.clone(),
-                network: self.config.network,
+                network: self.config.network.clone(),
                 limits,
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;

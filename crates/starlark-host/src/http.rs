@@ -2,10 +2,11 @@
 //! caps, over reqwest (rustls, no proxy, no automatic redirects).
 
 use std::error::Error as StdError;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cordon_core::egress::is_public_ip;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
@@ -178,56 +179,6 @@ fn parse_entry(raw: &str) -> Option<AllowEntry> {
         port,
         allow_http,
     })
-}
-
-/// True for addresses scripts may reach without naming them literally:
-/// not loopback, private, link-local (incl. cloud metadata), CGNAT,
-/// unspecified, multicast, broadcast, documentation or reserved ranges.
-pub fn is_public_ip(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public_v4(v4);
-            }
-            let seg = v6.segments();
-            // NAT64 well-known prefix 64:ff9b::/96 embeds an IPv4 address.
-            if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
-                let v4 = Ipv4Addr::new(
-                    (seg[6] >> 8) as u8,
-                    seg[6] as u8,
-                    (seg[7] >> 8) as u8,
-                    seg[7] as u8,
-                );
-                return is_public_v4(v4);
-            }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (seg[0] & 0xfe00) == 0xfc00 // unique local (incl. fd00:ec2::254)
-                || (seg[0] & 0xffc0) == 0xfe80 // link-local
-                || (seg[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
-                || (seg[0] == 0x2001 && seg[1] == 0x0db8) // documentation
-                || seg[0] == 0x2002 // 6to4 may embed private v4
-                || seg[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible
-        }
-    }
-}
-
-fn is_public_v4(v4: Ipv4Addr) -> bool {
-    let o = v4.octets();
-    !(v4.is_loopback()
-        || v4.is_private()
-        || v4.is_link_local()
-        || v4.is_unspecified()
-        || v4.is_broadcast()
-        || v4.is_multicast()
-        || v4.is_documentation()
-        || o[0] == 0
-        || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64/10 CGNAT (Alibaba metadata 100.100.100.200)
-        || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0/24 IETF
-        || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18/15 benchmarking
-        || o[0] >= 240) // reserved
 }
 
 /// Error returned by [`GuardedResolver`] when a name resolves to a
@@ -548,30 +499,5 @@ mod tests {
         assert!(!ok("https://example.com/"));
         assert!(Allowlist::parse(&["a/b".to_string()]).is_err());
         assert!(Allowlist::parse(&["*".to_string()]).is_err());
-    }
-
-    #[test]
-    fn private_addresses_are_not_public() {
-        for s in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "0.0.0.0",
-            "100.100.100.200",
-            "::1",
-            "fe80::1",
-            "fd00:ec2::254",
-            "::ffff:127.0.0.1",
-            "64:ff9b::a9fe:a9fe",
-            "224.0.0.1",
-            "255.255.255.255",
-        ] {
-            assert!(!is_public_ip(s.parse().unwrap()), "{s} should be refused");
-        }
-        for s in ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111"] {
-            assert!(is_public_ip(s.parse().unwrap()), "{s} should be allowed");
-        }
     }
 }

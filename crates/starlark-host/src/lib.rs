@@ -149,9 +149,10 @@ pub mod internals {
     pub use crate::bindings::{globals_for, ModuleSet};
     pub use crate::broker::{ensure_runnable, Capabilities, ModuleBroker};
     pub use crate::eval::{compile_package, run_on_eval_thread, CompiledPackage};
-    pub use crate::http::{is_public_ip, Allowlist};
+    pub use crate::http::Allowlist;
     pub use crate::protocol::*;
     pub use crate::protocol::{frame, wire};
     pub use crate::sandbox::{ColdWorker, SessionError, WorkerConnection};
     pub use crate::worker::{run_worker, WORKER_ARG};
+    pub use cordon_core::egress::is_public_ip;
 }

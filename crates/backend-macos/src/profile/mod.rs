@@ -343,9 +343,13 @@ pub fn build_profile(
     policy: &SandboxPolicy,
     canon: &dyn Canonicalize,
 ) -> Result<SeatbeltProfile, ProfileError> {
-    match policy.network {
+    match &policy.network {
         Network::Deny => {}
-        other => return Err(ProfileError::UnsupportedNetwork { network: other }),
+        other => {
+            return Err(ProfileError::UnsupportedNetwork {
+                network: other.clone(),
+            })
+        }
     }
 
     let scratch = required(PathRole::Scratch, &policy.scratch_dir, canon)?;

@@ -1,0 +1,615 @@
+//! The egress proxy: serves the connections a sandbox makes to its one way
+//! out, outside the sandbox, with the allowlist and the address guard.
+//!
+//! Threads, not the async runtime: the proxy must keep serving whatever
+//! the embedder's runtime does (a `current_thread` runtime blocked in a
+//! `block_on`, say), and its load is a few connections per sandbox. One
+//! thread accepts; each connection gets a thread that reads the request
+//! head, decides, connects and then relays both directions with `poll`.
+//! Every wait also watches one `eventfd`, which dropping the
+//! [`EgressProxy`] signals: every thread then ends, and the sandbox's
+//! connections close.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{check_addresses, match_target, HostPattern, Refusal, TargetHost};
+
+/// How much the proxy lets one sandbox do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EgressLimits {
+    /// Connections open at once; more are refused (`503`).
+    pub max_open: usize,
+    /// Connections over the sandbox's life, refused ones included.
+    pub max_connections: u64,
+    /// Bytes relayed, both directions, over the sandbox's life; the
+    /// connection that passes it is closed, and later ones refused.
+    pub max_bytes: u64,
+    /// How long a program may take to send its request head.
+    pub head_timeout: Duration,
+    /// How long the proxy waits for the target to accept.
+    pub connect_timeout: Duration,
+}
+
+impl Default for EgressLimits {
+    /// 32 open, 1024 in all, 1 GiB, 30 s for the head, 10 s to connect.
+    fn default() -> Self {
+        EgressLimits {
+            max_open: 32,
+            max_connections: 1024,
+            max_bytes: 1 << 30,
+            head_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a proxy did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EgressStats {
+    /// Connections that reached their target.
+    pub allowed: u64,
+    /// Connections refused: not on the allowlist, a non-public address, a
+    /// malformed request or a limit.
+    pub refused: u64,
+    /// Allowed connections whose target could not be reached.
+    pub failed: u64,
+    /// Bytes relayed, both directions.
+    pub bytes: u64,
+}
+
+struct Shared {
+    allow: Vec<HostPattern>,
+    limits: EgressLimits,
+    stop: OwnedFd,
+    allowed: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+    bytes: AtomicU64,
+    total: AtomicU64,
+    open: AtomicUsize,
+}
+
+/// A running egress proxy for one sandbox. Dropping it stops it: the
+/// listener and every connection are closed, and a summary line is logged
+/// (`tracing`, info level, target `cordon::egress`).
+#[derive(Debug)]
+pub struct EgressProxy {
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EgressProxy {
+    /// Serves the connections accepted on `listener` (a listening TCP
+    /// socket, typically made inside the sandbox's network by the backend
+    /// and passed out) with the allowlist `allow`.
+    pub fn serve(
+        listener: OwnedFd,
+        allow: Vec<HostPattern>,
+        limits: EgressLimits,
+    ) -> io::Result<EgressProxy> {
+        let listener = TcpListener::from(listener);
+        listener.set_nonblocking(true)?;
+        // SAFETY: eventfd returns a new fd we then own.
+        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if stop < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `stop` is a fresh fd owned by nothing else.
+        let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+        let shared = Arc::new(Shared {
+            allow,
+            limits,
+            stop,
+            allowed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            open: AtomicUsize::new(0),
+        });
+        let s = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("cordon-egress".into())
+            .spawn(move || accept_loop(&s, &listener))?;
+        Ok(EgressProxy {
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// What the proxy did so far.
+    pub fn stats(&self) -> EgressStats {
+        let s = &self.shared;
+        EgressStats {
+            allowed: s.allowed.load(Ordering::Relaxed),
+            refused: s.refused.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+            bytes: s.bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write to our eventfd.
+        unsafe { libc::write(self.shared.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        let s = self.stats();
+        tracing::info!(
+            target: "cordon::egress",
+            "egress: {} connection(s) allowed, {} refused, {} failed, {} bytes relayed",
+            s.allowed,
+            s.refused,
+            s.failed,
+            s.bytes
+        );
+    }
+}
+
+/// Waits for `fd` to be ready for `events`, or the stop signal, or the
+/// deadline. `Ok(true)`: ready; `Ok(false)`: stopped or timed out.
+fn wait(
+    fd: RawFd,
+    events: libc::c_short,
+    stop: RawFd,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
+    loop {
+        let timeout = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                left.as_millis().clamp(1, i32::MAX as u128) as i32
+            }
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll on two pollfds we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[1].revents != 0 {
+            return Ok(false);
+        }
+        if fds[0].revents != 0 {
+            return Ok(true);
+        }
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    let stop = shared.stop.as_raw_fd();
+    while let Ok(true) = wait(listener.as_raw_fd(), libc::POLLIN, stop, None) {
+        let client = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                // Out of fds, say: back off rather than spin.
+                tracing::warn!(target: "cordon::egress", error = %e, "egress: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let total = shared.total.fetch_add(1, Ordering::Relaxed) + 1;
+        let open = shared.open.fetch_add(1, Ordering::Relaxed) + 1;
+        let over = if total > shared.limits.max_connections {
+            Some(format!(
+                "the sandbox made more than {} connections",
+                shared.limits.max_connections
+            ))
+        } else if open > shared.limits.max_open {
+            Some(format!(
+                "the sandbox has more than {} connections open",
+                shared.limits.max_open
+            ))
+        } else if shared.bytes.load(Ordering::Relaxed) >= shared.limits.max_bytes {
+            Some(format!(
+                "the sandbox relayed its {} bytes",
+                shared.limits.max_bytes
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = over {
+            shared.open.fetch_sub(1, Ordering::Relaxed);
+            refuse(shared, client, 503, "Service Unavailable", &Refusal(why));
+            continue;
+        }
+        let s = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("cordon-egress-conn".into())
+            .spawn(move || {
+                serve_connection(&s, client);
+                s.open.fetch_sub(1, Ordering::Relaxed);
+            });
+        if let Err(e) = spawned {
+            shared.open.fetch_sub(1, Ordering::Relaxed);
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "cordon::egress", error = %e, "egress: no thread for a connection");
+        }
+    }
+}
+
+/// Answers `client` with an error status and the reason, and counts it.
+fn refuse(shared: &Shared, mut client: TcpStream, code: u16, reason: &str, why: &Refusal) {
+    shared.refused.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(target: "cordon::egress", code, reason = %why, "egress: refused");
+    let body = format!("cordon egress proxy: {why}\n");
+    let _ = client.set_nonblocking(false);
+    let _ = client.set_write_timeout(Some(Duration::from_secs(2)));
+    let _ = write!(
+        client,
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// The longest request head the proxy reads.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// A parsed proxy request.
+struct Request {
+    connect: bool,
+    host: TargetHost,
+    port: u16,
+    /// For plain HTTP: the head to send to the target (origin form, no
+    /// proxy headers, `Connection: close`).
+    upstream_head: Vec<u8>,
+}
+
+fn serve_connection(shared: &Shared, client: TcpStream) {
+    let stop = shared.stop.as_raw_fd();
+    let (head, rest) = match read_head(&client, stop, shared.limits.head_timeout) {
+        Ok(Some(h)) => h,
+        Ok(None) => return,
+        Err(why) => return refuse(shared, client, 400, "Bad Request", &why),
+    };
+    let req = match parse_request(&head) {
+        Ok(r) => r,
+        Err(why) => return refuse(shared, client, 400, "Bad Request", &why),
+    };
+    let pattern = match match_target(&shared.allow, &req.host, req.port) {
+        Ok(p) => p,
+        Err(why) => return refuse(shared, client, 403, "Forbidden", &why),
+    };
+    let addrs: Vec<SocketAddr> = match &req.host {
+        TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, req.port)],
+        TargetHost::Name(n) => match (n.as_str(), req.port).to_socket_addrs() {
+            Ok(a) => a.collect(),
+            Err(e) => {
+                let why = Refusal(format!("{} does not resolve: {e}", req.host));
+                return refuse(shared, client, 502, "Bad Gateway", &why);
+            }
+        },
+    };
+    if let Err(why) = check_addresses(pattern, &req.host, &addrs) {
+        return refuse(shared, client, 403, "Forbidden", &why);
+    }
+    let Some(upstream) = addrs
+        .iter()
+        .find_map(|a| TcpStream::connect_timeout(a, shared.limits.connect_timeout).ok())
+    else {
+        shared.failed.fetch_add(1, Ordering::Relaxed);
+        let why = Refusal(format!(
+            "{}:{} did not accept a connection",
+            req.host, req.port
+        ));
+        tracing::info!(target: "cordon::egress", reason = %why, "egress: target unreachable");
+        let mut c = client;
+        let _ = c.set_nonblocking(false);
+        let _ = write!(
+            c,
+            "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        );
+        return;
+    };
+    shared.allowed.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(
+        target: "cordon::egress",
+        host = %req.host,
+        port = req.port,
+        connect = req.connect,
+        "egress: allowed"
+    );
+    let mut first_to_client: Vec<u8> = Vec::new();
+    let mut first_to_upstream = req.upstream_head;
+    if req.connect {
+        first_to_client.extend_from_slice(b"HTTP/1.1 200 Connection established\r\n\r\n");
+    }
+    first_to_upstream.extend_from_slice(&rest);
+    relay(shared, client, upstream, first_to_upstream, first_to_client);
+}
+
+/// A request head and the bytes that came after it.
+type HeadAndRest = (Vec<u8>, Vec<u8>);
+
+/// Reads up to the end of the request head; returns it and what followed.
+/// `Ok(None)`: the proxy stopped or the client left.
+fn read_head(
+    client: &TcpStream,
+    stop: RawFd,
+    timeout: Duration,
+) -> Result<Option<HeadAndRest>, Refusal> {
+    let deadline = Instant::now() + timeout;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let mut c = client;
+    loop {
+        match wait(client.as_raw_fd(), libc::POLLIN, stop, Some(deadline)) {
+            Ok(true) => {}
+            Ok(false) if Instant::now() >= deadline => {
+                return Err(Refusal("the request head did not arrive in time".into()))
+            }
+            Ok(false) | Err(_) => return Ok(None),
+        }
+        match c.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return Ok(None),
+        }
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok(Some((buf, rest)));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(Refusal(format!(
+                "the request head is over {MAX_HEAD} bytes"
+            )));
+        }
+    }
+}
+
+/// Hop-by-hop and proxy headers not passed on to the target.
+const DROPPED_HEADERS: [&str; 5] = [
+    "proxy-connection",
+    "proxy-authorization",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+];
+
+fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
+    let text =
+        std::str::from_utf8(head).map_err(|_| Refusal("the request head is not UTF-8".into()))?;
+    let mut lines = text.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Refusal(format!("`{line}` is not an HTTP request line")));
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() {
+        return Err(Refusal(format!("`{line}` is not an HTTP/1.x request line")));
+    }
+    let split_authority =
+        |auth: &str, default: Option<u16>| -> Result<(TargetHost, u16), Refusal> {
+            let bad = || Refusal(format!("`{auth}` is not HOST:PORT"));
+            let (host, port) = match auth.rfind(':') {
+                Some(i) if !auth[i..].contains(']') => {
+                    (&auth[..i], auth[i + 1..].parse::<u16>().map_err(|_| bad())?)
+                }
+                _ => (auth, default.ok_or_else(bad)?),
+            };
+            let host = TargetHost::parse(host).ok_or_else(bad)?;
+            Ok((host, port))
+        };
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = split_authority(target, None)?;
+        return Ok(Request {
+            connect: true,
+            host,
+            port,
+            upstream_head: Vec::new(),
+        });
+    }
+    let lower = target.get(..7).map(str::to_ascii_lowercase);
+    if lower.as_deref() != Some("http://") {
+        return Err(Refusal(format!(
+            "`{target}` is not an absolute http:// URL; a proxy request names its target \
+             (https goes through CONNECT)"
+        )));
+    }
+    let after = &target[7..];
+    let (authority, path) = match after.find(['/', '?']) {
+        Some(i) => (&after[..i], &after[i..]),
+        None => (after, "/"),
+    };
+    if authority.contains('@') {
+        return Err(Refusal("credentials in the URL are not passed on".into()));
+    }
+    let (host, port) = split_authority(authority, Some(80))?;
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_owned()
+    };
+    let mut out = format!("{method} {path} {version}\r\n");
+    for h in lines.filter(|l| !l.is_empty()) {
+        let name = h.split(':').next().unwrap_or_default().trim();
+        if !DROPPED_HEADERS.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            out.push_str(h);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    Ok(Request {
+        connect: false,
+        host,
+        port,
+        upstream_head: out.into_bytes(),
+    })
+}
+
+/// One direction of a relay: bytes read from one socket, not yet written
+/// to the other.
+struct Flow {
+    buf: Vec<u8>,
+    start: usize,
+    eof: bool,
+    shut: bool,
+}
+
+impl Flow {
+    fn new(first: Vec<u8>) -> Flow {
+        Flow {
+            buf: first,
+            start: 0,
+            eof: false,
+            shut: false,
+        }
+    }
+    fn pending(&self) -> bool {
+        self.start < self.buf.len()
+    }
+    fn done(&self) -> bool {
+        self.eof && !self.pending()
+    }
+}
+
+/// Copies both ways between `client` and `upstream` until both sides are
+/// done, the proxy stops, a socket fails or the byte cap is passed.
+fn relay(
+    shared: &Shared,
+    client: TcpStream,
+    upstream: TcpStream,
+    to_up: Vec<u8>,
+    to_client: Vec<u8>,
+) {
+    if client.set_nonblocking(true).is_err() || upstream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
+    // flows[0]: client → upstream; flows[1]: upstream → client.
+    let mut flows = [Flow::new(to_up), Flow::new(to_client)];
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        if flows.iter().all(Flow::done) {
+            return;
+        }
+        let mut events = [0 as libc::c_short; 2];
+        for (i, f) in flows.iter().enumerate() {
+            if f.pending() {
+                events[1 - i] |= libc::POLLOUT;
+            } else if !f.eof {
+                events[i] |= libc::POLLIN;
+            }
+        }
+        let mut pfds = [
+            pollfd(fds[0], events[0]),
+            pollfd(fds[1], events[1]),
+            pollfd(shared.stop.as_raw_fd(), libc::POLLIN),
+        ];
+        // SAFETY: poll on three pollfds we own.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if pfds[2].revents != 0 {
+            return;
+        }
+        for i in 0..2 {
+            let (src, dst) = (fds[i], fds[1 - i]);
+            let f = &mut flows[i];
+            if f.pending() && pfds[1 - i].revents != 0 {
+                // SAFETY: send from our buffer on a socket we own.
+                let w = unsafe {
+                    libc::send(
+                        dst,
+                        f.buf[f.start..].as_ptr().cast(),
+                        f.buf.len() - f.start,
+                        libc::MSG_NOSIGNAL,
+                    )
+                };
+                if w < 0 {
+                    if io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                        return;
+                    }
+                } else {
+                    f.start += w as usize;
+                    if !f.pending() {
+                        f.buf.clear();
+                        f.start = 0;
+                    }
+                }
+            } else if !f.pending() && !f.eof && pfds[i].revents != 0 {
+                // SAFETY: recv into our buffer on a socket we own.
+                let r = unsafe { libc::recv(src, chunk.as_mut_ptr().cast(), chunk.len(), 0) };
+                if r < 0 {
+                    if io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                        return;
+                    }
+                } else if r == 0 {
+                    f.eof = true;
+                } else {
+                    let r = r as usize;
+                    let before = shared.bytes.fetch_add(r as u64, Ordering::Relaxed);
+                    if before + r as u64 > shared.limits.max_bytes {
+                        tracing::info!(
+                            target: "cordon::egress",
+                            max_bytes = shared.limits.max_bytes,
+                            "egress: byte cap reached; connection closed"
+                        );
+                        return;
+                    }
+                    f.buf.extend_from_slice(&chunk[..r]);
+                }
+            }
+            if f.done() && !f.shut {
+                // SAFETY: shutdown on a socket we own.
+                unsafe { libc::shutdown(dst, libc::SHUT_WR) };
+                f.shut = true;
+            }
+        }
+    }
+}
+
+fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    // A socket we want nothing from is left out (fd -1), or its hang-up
+    // would wake every poll while the other side cannot take data.
+    libc::pollfd {
+        fd: if events == 0 { -1 } else { fd },
+        events,
+        revents: 0,
+    }
+}
