@@ -402,6 +402,9 @@ pub(crate) struct LinuxResources {
     pub tree_accounting: bool,
     tree: Option<super::tree::TreeSlot>,
     leader: AtomicU64,
+    /// With an egress allowlist: the proxy, started once the program runs
+    /// and stopped when the sandbox is gone (these resources are dropped).
+    egress: Option<super::net::EgressSession>,
 }
 
 impl LinuxResources {
@@ -409,12 +412,14 @@ impl LinuxResources {
         cgroup: Option<SandboxCgroup>,
         tree_accounting: bool,
         tree: Option<super::tree::TreeSlot>,
+        egress: Option<super::net::EgressSession>,
     ) -> Self {
         LinuxResources {
             cgroup,
             tree_accounting,
             tree,
             leader: AtomicU64::new(0),
+            egress,
         }
     }
 }
@@ -439,6 +444,9 @@ impl SandboxResources for LinuxResources {
 
     fn started(&self, pid: u32) {
         self.leader.store(u64::from(pid), Ordering::Relaxed);
+        if let Some(egress) = &self.egress {
+            egress.start();
+        }
     }
 
     fn exit_status(&self, _leader_status: i32) -> Option<i32> {

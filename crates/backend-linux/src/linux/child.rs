@@ -62,6 +62,9 @@ pub(crate) struct ChildPlan {
     /// On a root host with maps to write: the stack top for the helper that
     /// writes them as root (`maps.rs`).
     pub map_writer_stack: Option<usize>,
+    /// With an egress allowlist: how to open the sandbox's one way out
+    /// (`net.rs`; `unshare_flags` then has `CLONE_NEWNET`).
+    pub egress: Option<super::net::EgressPlan>,
 }
 
 /// `"deny"` for `/proc/self/setgroups` and the one-line maps.
@@ -225,6 +228,11 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         ))?;
         if libc::getppid() != plan.parent_pid {
             return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // In the new network namespace, while this process still has the
+        // user namespace's capabilities: the proxy's listener, sent out.
+        if let Some(egress) = &plan.egress {
+            super::net::open_way_out(egress)?;
         }
     }
     // From here on, with a PID namespace, this is the program (pid 2): the

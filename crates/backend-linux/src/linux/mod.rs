@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use cordon_core::egress::{self, PROXY_PORT};
 use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
 
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
@@ -13,6 +14,7 @@ mod child;
 mod filter;
 mod maps;
 mod mounts;
+mod net;
 mod probe;
 mod rules;
 mod tree;
@@ -161,11 +163,18 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
 /// The seccomp filters, compiled once per process: they depend on nothing
 /// but the architecture and the layer set, and compiling them on every
 /// spawn cost more than the rest of `wrap`.
-fn compiled_filters(allowlist: bool) -> Result<Arc<Vec<filter::Program>>, String> {
+/// `egress`: the variant for an egress allowlist (TCP sockets allowed;
+/// the legacy pair already allows them).
+fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<filter::Program>>, String> {
     type Compiled = Result<Arc<Vec<filter::Program>>, String>;
     static FULL: OnceLock<Compiled> = OnceLock::new();
+    static EGRESS: OnceLock<Compiled> = OnceLock::new();
     static LEGACY: OnceLock<Compiled> = OnceLock::new();
-    if allowlist {
+    if allowlist && egress {
+        EGRESS
+            .get_or_init(|| filter::egress_programs().map(Arc::new))
+            .clone()
+    } else if allowlist {
         FULL.get_or_init(|| filter::programs().map(Arc::new))
             .clone()
     } else {
@@ -342,15 +351,16 @@ fn wrap_inner(
     policy: &SandboxPolicy,
     layers: Layers,
 ) -> Result<cordon_core::WrapResources, WrapError> {
-    match policy.network {
-        Network::Deny => {}
+    let allow_hosts = match &policy.network {
+        Network::Deny => None,
+        Network::Allow(hosts) => Some(hosts.clone()),
         other => {
             return Err(wrap_err(format!(
-                "network policy {other:?} is not supported by the Linux backend (only Deny): \
-                 upgrade cordon-backend-linux or use Network::Deny"
+                "network policy {other:?} is not supported by the Linux backend (only Deny and \
+                 Allow): upgrade cordon-backend-linux or use Network::Deny"
             )))
         }
-    }
+    };
 
     let abi = probe::landlock_abi().map_err(wrap_err)?;
     probe::seccomp().map_err(wrap_err)?;
@@ -422,8 +432,10 @@ fn wrap_inner(
         .collect();
     path_rules.extend(rules::system_rules());
 
-    let ruleset = rules::build(abi, &path_rules).map_err(wrap_err)?;
-    let seccomp = compiled_filters(layers.seccomp_allowlist).map_err(wrap_err)?;
+    let connect_port = allow_hosts.as_ref().map(|_| PROXY_PORT);
+    let ruleset = rules::build(abi, &path_rules, connect_port).map_err(wrap_err)?;
+    let seccomp =
+        compiled_filters(layers.seccomp_allowlist, allow_hosts.is_some()).map_err(wrap_err)?;
     if seccomp.is_empty() {
         return Err(wrap_err(
             "no seccomp filter was built: refusing to run unfiltered",
@@ -525,11 +537,31 @@ fn wrap_inner(
             .with_source(e));
         }
     }
+    // The egress allowlist: a network namespace of its own, whose listener
+    // comes out over this pair (net.rs), and the proxy variables.
+    let (egress_plan, egress_session) = match allow_hosts {
+        Some(hosts) => {
+            let (plan, session) = net::pair(hosts).map_err(|e| {
+                wrap_err(format!("cannot make the egress proxy's socketpair: {e}")).with_source(e)
+            })?;
+            let url = egress::proxy_url();
+            for var in egress::PROXY_ENV {
+                cmd.env(var, &url);
+            }
+            cmd.env_remove("no_proxy").env_remove("NO_PROXY");
+            (Some(plan), Some(session))
+        }
+        None => (None, None),
+    };
+    let mut unshare = unshare_flags(layers);
+    if egress_plan.is_some() {
+        unshare |= libc::CLONE_NEWNET;
+    }
     let plan = ChildPlan {
         cgroup_join,
         drop_to_nobody,
         parent_pid,
-        unshare_flags: unshare_flags(layers),
+        unshare_flags: unshare,
         id_maps,
         mounts,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
@@ -545,6 +577,7 @@ fn wrap_inner(
             .as_ref()
             .filter(|_| map_writer)
             .map(tree::TreeSlot::stack_top),
+        egress: egress_plan,
     };
 
     tracing::debug!(
@@ -563,11 +596,14 @@ fn wrap_inner(
     unsafe {
         cmd.pre_exec(move |ctx| child::confine(&plan, ctx));
     }
-    Ok((layers.sandbox_limits || tree.is_some()).then(|| {
-        Box::new(cgroup::LinuxResources::new(
-            cgroup,
-            layers.sandbox_limits && layers.pid_namespace,
-            tree,
-        )) as Box<dyn cordon_core::SandboxResources>
-    }))
+    Ok(
+        (layers.sandbox_limits || tree.is_some() || egress_session.is_some()).then(|| {
+            Box::new(cgroup::LinuxResources::new(
+                cgroup,
+                layers.sandbox_limits && layers.pid_namespace,
+                tree,
+                egress_session,
+            )) as Box<dyn cordon_core::SandboxResources>
+        }),
+    )
 }

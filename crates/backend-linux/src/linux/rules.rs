@@ -9,8 +9,8 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    make_bitflags, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath,
-    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+    make_bitflags, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort,
+    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI,
 };
 
 /// System directories granted read + execute so that dynamically linked
@@ -262,7 +262,15 @@ fn fd_identity(fd: &PathFd) -> std::io::Result<(u64, u64, bool)> {
 }
 
 /// Builds the ruleset for `abi` and returns its fd (`O_CLOEXEC`).
-pub(crate) fn build(abi_version: i32, rules: &[PathRule]) -> Result<OwnedFd, String> {
+/// `connect_port`: the one TCP port the sandbox may connect to (the
+/// egress proxy's, in the sandbox's own network); `None`: no TCP at all.
+/// Below ABI 4 Landlock has no network rights, and the network namespace
+/// and the seccomp filter hold alone.
+pub(crate) fn build(
+    abi_version: i32,
+    rules: &[PathRule],
+    connect_port: Option<u16>,
+) -> Result<OwnedFd, String> {
     let abi = ABI::from(abi_version);
     if abi == ABI::Unsupported {
         return Err("Landlock is not supported by this kernel".into());
@@ -273,7 +281,8 @@ pub(crate) fn build(abi_version: i32, rules: &[PathRule]) -> Result<OwnedFd, Str
         .handle_access(AccessFs::from_all(abi))
         .map_err(ll)?;
     if abi >= ABI::V4 {
-        // No port rule is ever added: every TCP bind and connect is denied.
+        // Every TCP bind and connect is denied, but a connect to the
+        // egress proxy's port (below).
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(ll)?;
@@ -282,6 +291,11 @@ pub(crate) fn build(abi_version: i32, rules: &[PathRule]) -> Result<OwnedFd, Str
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(ll)?;
     }
     let mut created = ruleset.create().map_err(ll)?;
+    if let (Some(port), true) = (connect_port, abi >= ABI::V4) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(ll)?;
+    }
     let mut seen: Vec<(u64, u64, Grant)> = Vec::new();
     for r in rules {
         let fd = match PathFd::new(&r.path) {

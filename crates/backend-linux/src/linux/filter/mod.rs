@@ -47,7 +47,15 @@ pub(crate) type Program = Vec<libc::sock_filter>;
 /// checks). It is meant for `seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)`;
 /// callers install whatever the `Vec` holds, in order.
 pub(crate) fn programs() -> Result<Vec<Program>, String> {
-    Ok(vec![full_filter()?])
+    Ok(vec![full_filter(false)?])
+}
+
+/// [`programs`] for a sandbox with an egress allowlist (its own network
+/// namespace, whose only way out is the host's proxy): `socket` is allowed
+/// for TCP over IPv4 and IPv6 only ([`egress_socket`]), and `connect` is
+/// allowed. UDP, raw, packet, netlink and UNIX sockets stay refused.
+pub(crate) fn egress_programs() -> Result<Vec<Program>, String> {
+    Ok(vec![full_filter(true)?])
 }
 
 /// The first version's filters, in install order: the deny-list (default
@@ -139,16 +147,26 @@ impl Spec {
 
 /// The filter of a sandbox with every layer: allowed → `ALLOW`, denied →
 /// `EPERM`, checked → `ALLOW` when an allow rule matches, else `EPERM`;
-/// everything else → `ENOSYS`; x32 guard on x86_64.
-fn full_filter() -> Result<Program, String> {
+/// everything else → `ENOSYS`; x32 guard on x86_64. `egress`: TCP
+/// sockets and `connect` too ([`egress_programs`]).
+fn full_filter(egress: bool) -> Result<Program, String> {
     let mut spec = Spec::new("sandbox", RET_ENOSYS, true);
+    let socket = sys![SYS_socket][0];
+    let mut checked = checked();
+    if egress {
+        spec.insert(sys![SYS_connect][0], Verdict::Ret(RET_ALLOW))?;
+        checked.push(egress_socket());
+    }
     for s in allowed() {
         spec.insert(s, Verdict::Ret(RET_ALLOW))?;
     }
     for s in denied() {
+        if egress && s.nr == socket.nr {
+            continue;
+        }
         spec.insert(s, Verdict::Ret(RET_EPERM))?;
     }
-    for c in checked() {
+    for c in checked {
         spec.insert(
             c.sys,
             Verdict::Check {

@@ -235,3 +235,36 @@ pub(crate) fn checked() -> Vec<Checked> {
 
     v
 }
+
+/// `socket` in a sandbox with an egress allowlist: `AF_INET` or `AF_INET6`,
+/// `SOCK_STREAM` (with any of `SOCK_CLOEXEC`/`SOCK_NONBLOCK`), protocol 0
+/// or `IPPROTO_TCP`. Everything else (UDP and so DNS of its own, raw,
+/// packet, netlink, UNIX) is refused with `EPERM`.
+pub(crate) fn egress_socket() -> Checked {
+    let domains = [libc::AF_INET as u64, libc::AF_INET6 as u64];
+    let base = libc::SOCK_STREAM as u64;
+    let types = [
+        base,
+        base | libc::SOCK_CLOEXEC as u64,
+        base | libc::SOCK_NONBLOCK as u64,
+        base | (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64,
+    ];
+    let protocols = [0, libc::IPPROTO_TCP as u64];
+    let mut allow = Vec::new();
+    for d in domains {
+        for t in types {
+            for p in protocols {
+                allow.push(vec![Cond::eq(0, d), Cond::eq(1, t), Cond::eq(2, p)]);
+            }
+        }
+    }
+    Checked {
+        sys: sys![SYS_socket][0],
+        allow,
+        deny: vec![
+            domains.iter().map(|d| Cond::ne(0, *d)).collect(),
+            types.iter().map(|t| Cond::ne(1, *t)).collect(),
+            protocols.iter().map(|p| Cond::ne(2, *p)).collect(),
+        ],
+    }
+}

@@ -1280,3 +1280,89 @@ fn setsid_and_setpgid_are_allowed_now() {
     assert_eq!(verdict(libc::SYS_setsid as i64, [0; 6]), ALLOW);
     assert_eq!(verdict(libc::SYS_setpgid as i64, [0; 6]), ALLOW);
 }
+
+#[test]
+fn the_egress_filter_adds_tcp_sockets_and_connect_and_nothing_else() {
+    let egress = &egress_programs().unwrap()[0];
+    let plain = &programs().unwrap()[0];
+    assert_valid(egress);
+    let socket = libc::SYS_socket as u32;
+    let connect = libc::SYS_connect as u32;
+    let call = |prog: &Program, nr: u32, a: [u64; 3]| {
+        run(prog, &data(ARCH, nr, [a[0], a[1], a[2], 0, 0, 0]))
+    };
+    let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
+    let stream = libc::SOCK_STREAM as u64;
+    let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64;
+    for a in [
+        [inet, stream, 0],
+        [inet6, stream | flags, 0],
+        [
+            inet,
+            stream | libc::SOCK_CLOEXEC as u64,
+            libc::IPPROTO_TCP as u64,
+        ],
+    ] {
+        assert_eq!(call(egress, socket, a), ALLOW, "{a:?}");
+        assert_eq!(call(plain, socket, a), EPERM, "{a:?}: only with egress");
+    }
+    for a in [
+        [inet, libc::SOCK_DGRAM as u64, 0],
+        [inet6, libc::SOCK_DGRAM as u64, libc::IPPROTO_UDP as u64],
+        [inet, libc::SOCK_RAW as u64, libc::IPPROTO_ICMP as u64],
+        [inet, stream, libc::IPPROTO_SCTP as u64],
+        [inet, libc::SOCK_SEQPACKET as u64, 0],
+        [libc::AF_PACKET as u64, libc::SOCK_RAW as u64, 0],
+        [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, 0],
+        [libc::AF_UNIX as u64, stream, 0],
+        [libc::AF_VSOCK as u64, stream, 0],
+    ] {
+        assert_eq!(call(egress, socket, a), EPERM, "{a:?}");
+    }
+    assert_eq!(call(egress, connect, [3, 0, 16]), ALLOW);
+    assert_eq!(call(plain, connect, [3, 0, 16]), ENOSYS);
+    // The deny rules are the exact complement of the allow rules.
+    let rules = egress_socket();
+    let pool = [
+        0,
+        1,
+        2,
+        3,
+        5,
+        6,
+        10,
+        17,
+        132,
+        0x80000,
+        0x800,
+        0x80801,
+        u64::MAX,
+    ];
+    for a0 in pool {
+        for a1 in pool {
+            for a2 in pool {
+                let args = [a0, a1, a2, 0, 0, 0];
+                assert_ne!(
+                    any_holds(&rules.allow, &args),
+                    any_holds(&rules.deny, &args)
+                );
+                let want = if any_holds(&rules.allow, &args) {
+                    ALLOW
+                } else {
+                    EPERM
+                };
+                assert_eq!(run(egress, &data(ARCH, socket, args)), want, "{args:x?}");
+            }
+        }
+    }
+    // Every other number gets the same verdict as without egress.
+    let mut rng = Rng(0x5eed_0e9e);
+    let consts = rule_constants();
+    for nr in (0..1024u32).filter(|n| *n != socket && *n != connect) {
+        for _ in 0..3 {
+            let args: [u64; 6] = std::array::from_fn(|_| random_arg(&mut rng, &consts));
+            let d = data(ARCH, nr, args);
+            assert_eq!(run(egress, &d), run(plain, &d), "nr {nr} {args:x?}");
+        }
+    }
+}

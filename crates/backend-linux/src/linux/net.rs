@@ -1,0 +1,234 @@
+//! The egress allowlist (`Network::Allow`): the sandbox's own network and
+//! its one way out.
+//!
+//! With an allowlist the launcher also unshares a network namespace (owned
+//! by the sandbox's user namespace), so the sandbox has a loopback device
+//! and no route anywhere. In that namespace the launcher brings `lo` up,
+//! makes a TCP listener on `127.0.0.1:`[`PROXY_PORT`] and sends it to the
+//! host over a socketpair made in `wrap` ([`open_way_out`]); it keeps no
+//! copy. The host serves what that listener accepts with core's
+//! [`EgressProxy`], which connects from the host's own network when the
+//! allowlist and the address guard say so ([`EgressSession`]).
+//!
+//! Nothing else in the sandbox can reach the host's network: other
+//! addresses have no route, and the seccomp filter allows only TCP sockets
+//! (no UDP, so no DNS of its own; no raw, packet or netlink sockets), and
+//! Landlock (ABI ≥ 4) allows TCP connects to [`PROXY_PORT`] only and no
+//! bind.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use cordon_core::egress::{EgressLimits, EgressProxy, HostPattern, PROXY_PORT};
+
+/// What the launcher needs to open the way out.
+pub(crate) struct EgressPlan {
+    /// The sandbox's end of the socketpair the listener is sent over.
+    pub send: OwnedFd,
+}
+
+/// The host's side: the other end of the socketpair, and the proxy once
+/// the listener has arrived. Held by the sandbox's resources, so the proxy
+/// lives exactly as long as the sandbox.
+#[derive(Debug)]
+pub(crate) struct EgressSession {
+    receive: OwnedFd,
+    allow: Vec<HostPattern>,
+    proxy: Mutex<Option<EgressProxy>>,
+}
+
+/// Makes the socketpair for one sandbox: the plan for the launcher and the
+/// session for the host.
+pub(crate) fn pair(allow: Vec<HostPattern>) -> io::Result<(EgressPlan, EgressSession)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills two fds we then own.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are new and owned by nothing else.
+    let (send, receive) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((
+        EgressPlan { send },
+        EgressSession {
+            receive,
+            allow,
+            proxy: Mutex::new(None),
+        },
+    ))
+}
+
+impl EgressSession {
+    /// Takes the listener the launcher sent and starts the proxy on it.
+    /// Called once the program runs (the launcher sent it before). Without
+    /// a listener the sandbox simply has no way out: its connects to the
+    /// proxy port are refused.
+    pub(crate) fn start(&self) {
+        let started = receive_listener(&self.receive)
+            .and_then(|l| EgressProxy::serve(l, self.allow.clone(), EgressLimits::default()));
+        match started {
+            Ok(p) => {
+                tracing::debug!(allow = ?self.allow, "egress proxy serving the sandbox");
+                *self.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the sandbox's egress listener did not arrive: it has no way out"
+            ),
+        }
+    }
+}
+
+/// Receives one fd sent with `SCM_RIGHTS` on `sock`, without waiting.
+fn receive_listener(sock: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = ControlBuf([0; CONTROL_LEN]);
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the
+    // call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = CONTROL_LEN as _;
+    // SAFETY: recvmsg into the buffers above.
+    let n = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null()
+            || (*c).cmsg_level != libc::SOL_SOCKET
+            || (*c).cmsg_type != libc::SCM_RIGHTS
+            || (*c).cmsg_len as usize != libc::CMSG_LEN(4) as usize
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the sandbox sent no listener",
+            ));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Room for one `SCM_RIGHTS` message of one fd, aligned for `cmsghdr`.
+const CONTROL_LEN: usize = 64;
+#[repr(C, align(8))]
+struct ControlBuf([u8; CONTROL_LEN]);
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// In the launcher, inside the new user and network namespaces (with the
+/// user namespace's capabilities): brings `lo` up, listens on
+/// `127.0.0.1:PROXY_PORT`, sends the listener to the host and closes its
+/// own copies. Async-signal-safe: raw syscalls on stack buffers.
+///
+/// # Safety
+/// Runs between clone and exec; `plan.send` must be open.
+pub(crate) unsafe fn open_way_out(plan: &EgressPlan) -> io::Result<()> {
+    // SAFETY: raw syscalls on fds this function opens, and on `plan.send`,
+    // which the caller keeps open.
+    unsafe {
+        let probe = check(libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let lo = bring_up_lo(probe);
+        libc::close(probe);
+        lo?;
+        let l = check(libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let sent = listen_and_send(l, plan.send.as_raw_fd());
+        libc::close(l);
+        // The launcher's copy of the sending end goes too: the init (made
+        // later, with a copy of this fd table) and the program need none.
+        libc::close(plan.send.as_raw_fd());
+        sent
+    }
+}
+
+fn bring_up_lo(sock: libc::c_int) -> io::Result<()> {
+    // SAFETY: raw syscalls on the caller's open sockets and on stack
+    // buffers that outlive each call.
+    unsafe {
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        check(libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut ifr))?;
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        check(libc::ioctl(sock, libc::SIOCSIFFLAGS, &mut ifr))?;
+        Ok(())
+    }
+}
+
+fn listen_and_send(l: libc::c_int, send: libc::c_int) -> io::Result<()> {
+    // SAFETY: raw syscalls on the caller's open sockets and on stack
+    // buffers that outlive each call.
+    unsafe {
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: PROXY_PORT.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        check(libc::bind(
+            l,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ))?;
+        check(libc::listen(l, 128))?;
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = ControlBuf([0; CONTROL_LEN]);
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, l);
+        if libc::sendmsg(send, &msg, libc::MSG_NOSIGNAL) != 1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
