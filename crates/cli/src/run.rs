@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use cordon_core::{
-    ChildSpec, ExitOutcome, Limits, RunnerConfig, SandboxRunner, Scratch, StdioMode, TrustTier,
-    TrustedProcessRunner,
+    ChildSpec, ExitOutcome, Limits, Network, RunnerConfig, SandboxRunner, Scratch, StdioMode,
+    TrustTier, TrustedProcessRunner,
 };
 
 use crate::{backends, BackendArg, EXIT_CORDON_FAILED, EXIT_TIMEOUT};
@@ -46,6 +46,12 @@ pub struct RunArgs {
     /// only per file.
     #[arg(long, value_name = "SIZE", value_parser = crate::parse_size)]
     disk: Option<u64>,
+    /// Let the program reach HOST (a name, *.DOMAIN or an IP literal) on
+    /// PORT (default: 443 and 80) through cordon's proxy (repeatable);
+    /// nothing else on the network. Names resolving to loopback or private
+    /// addresses are refused unless listed literally (or `localhost`).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_host: Vec<cordon_core::egress::HostPattern>,
     /// Kill the program and its descendants after SECS (exit status 124).
     #[arg(long, value_name = "SECS", value_parser = crate::parse_secs)]
     timeout: Option<Duration>,
@@ -173,10 +179,23 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         disk_bytes: args.disk.or(defaults.disk_bytes),
         deadline: args.timeout,
     };
+    if args.trusted && !args.allow_host.is_empty() {
+        return Err(
+            "--allow-host needs the sandbox: a --trusted program has the host's whole \
+                    network; drop one of the two"
+                .into(),
+        );
+    }
+    let network = if args.allow_host.is_empty() {
+        Network::Deny
+    } else {
+        Network::Allow(args.allow_host.clone())
+    };
     let config = RunnerConfig {
         ceilings,
         read_only: args.read_only.clone(),
         read_write: args.read_write.clone(),
+        network,
         ..RunnerConfig::default()
     };
     let args_limits = RequestedLimits {
