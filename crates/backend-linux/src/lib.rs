@@ -209,6 +209,14 @@ impl SandboxBackend for LinuxBackend {
         }
     }
 
+    /// With the seccomp allowlist (every layer set has it but
+    /// `Layers::LEGACY`): a network namespace and the host's proxy
+    /// (`linux/net.rs`). The legacy deny-list would let UDP and raw
+    /// sockets be made, so those layers refuse `Network::Allow`.
+    fn claims_egress_allowlist(&self) -> bool {
+        cfg!(target_os = "linux") && self.layers.seccomp_allowlist
+    }
+
     fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
         #[cfg(target_os = "linux")]
         {

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cordon_core::{
-    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, ProbeStatus, RunningChild, Spawner,
+    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, Network, ProbeStatus, RunnerConfig,
+    RunningChild, Spawner,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -218,6 +219,17 @@ impl Ctx {
         args: &[(String, String)],
         limits: Limits,
     ) -> Result<Spawned, cordon_core::SpawnError> {
+        self.spawn_on(&self.spawner, mode, args, limits)
+    }
+
+    /// [`Ctx::spawn`] with `spawner` instead of the context's own.
+    fn spawn_on(
+        &self,
+        spawner: &Spawner,
+        mode: &str,
+        args: &[(String, String)],
+        limits: Limits,
+    ) -> Result<Spawned, cordon_core::SpawnError> {
         let token = random_token();
         let mut spec = ChildSpec::new(&self.exe)
             .arg(PROBE_ARG)
@@ -229,13 +241,40 @@ impl Ctx {
             .limits(limits);
         spec.package_dir = Some(self.pkg_dir.clone());
         spec.label = Some(format!("conformance {mode}"));
-        let child = self.spawner.spawn(&spec)?;
+        let child = spawner.spawn(&spec)?;
         Ok(Spawned { child, token })
     }
 
     /// Spawns the probe child and collects its report; it must not hold.
     pub(crate) async fn run(&self, mode: &str, args: &[(String, String)]) -> ChildRun {
-        self.run_held(mode, args, &mut |h: &Hold<'_>| {
+        self.run_on(&self.spawner, mode, args).await
+    }
+
+    /// Spawns the probe child under the same backend and configuration but
+    /// with `network` (P8's allowlist), and collects its report.
+    pub(crate) async fn run_with_network(
+        &self,
+        mode: &str,
+        args: &[(String, String)],
+        network: Network,
+    ) -> ChildRun {
+        let Some(backend) = self.spawner.backend() else {
+            let mut run = ChildRun::new();
+            run.checks
+                .push(unreachable("spawn", "the suite's spawner has no backend"));
+            run.done = true;
+            return run;
+        };
+        let config = RunnerConfig {
+            network,
+            ..self.spawner.config().clone()
+        };
+        let spawner = Spawner::confined(std::sync::Arc::clone(backend), config);
+        self.run_on(&spawner, mode, args).await
+    }
+
+    async fn run_on(&self, spawner: &Spawner, mode: &str, args: &[(String, String)]) -> ChildRun {
+        self.run_held_on(spawner, mode, args, &mut |h: &Hold<'_>| {
             vec![unreachable(
                 "hold",
                 format!("unexpected HOLD {} from the probe child", h.label),
@@ -252,7 +291,17 @@ impl Ctx {
         args: &[(String, String)],
         on_hold: OnHold<'_>,
     ) -> ChildRun {
-        match self.spawn(mode, args, Limits::default()) {
+        self.run_held_on(&self.spawner, mode, args, on_hold).await
+    }
+
+    async fn run_held_on(
+        &self,
+        spawner: &Spawner,
+        mode: &str,
+        args: &[(String, String)],
+        on_hold: OnHold<'_>,
+    ) -> ChildRun {
+        match self.spawn_on(spawner, mode, args, Limits::default()) {
             Ok(s) => self.collect(s, on_hold).await,
             Err(e) => {
                 let mut run = ChildRun::new();

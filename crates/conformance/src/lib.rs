@@ -208,6 +208,7 @@ fn run_probe_child(args: &[String]) -> i32 {
         "P5" => probes::p5::child(&mut r, &kv),
         "P6" => probes::p6::child(&mut r, &kv),
         "P7" => probes::p7::child(&mut r, &kv),
+        "P8" => probes::p8::child(&mut r, &kv),
         other => {
             eprintln!("cordon probe child: unknown mode {other:?}");
             return 2;

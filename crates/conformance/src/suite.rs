@@ -142,6 +142,7 @@ impl StandardSuite {
             ProbeId::P5 => probes::p5::host(ctx).await,
             ProbeId::P6 => probes::p6::host(ctx).await,
             ProbeId::P7 => probes::p7::host(ctx).await,
+            ProbeId::P8 => probes::p8::host(ctx).await,
         };
         let result = fold(id, checks, started);
         tracing::debug!(probe = %id, status = ?result.status, ms = result.duration_ms, "probe finished");
@@ -158,7 +159,14 @@ impl ConformanceSuite for StandardSuite {
         if !availability.is_available() {
             return ConformanceReport::new(backend.name(), availability, host, Vec::new(), 0.0);
         }
-        let ids = self.only.clone().unwrap_or_else(|| ProbeId::ALL.to_vec());
+        // P8 runs for a backend that claims the egress allowlist.
+        let ids = self.only.clone().unwrap_or_else(|| {
+            let mut ids = ProbeId::ALL.to_vec();
+            if backend.claims_egress_allowlist() {
+                ids.extend(ProbeId::CLAIMED);
+            }
+            ids
+        });
         let name = backend.name().to_string();
         let probes = self.run_probes(backend, &host, &ids).await;
         let report = ConformanceReport::new(

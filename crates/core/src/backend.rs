@@ -169,6 +169,16 @@ pub trait SandboxBackend: Send + Sync {
         let _ = base;
         None
     }
+
+    /// Whether this backend enforces [`Network::Allow`](crate::Network::Allow)
+    /// (the egress allowlist, see [`crate::egress`]). A backend that says
+    /// so is put through probe P8 as well, and conforms only if it passes
+    /// it; a [`SandboxRunner`](crate::SandboxRunner) configured with an
+    /// allowlist is built only on a report in which P8 passed. `false`
+    /// (the default): its `wrap` must refuse `Network::Allow`.
+    fn claims_egress_allowlist(&self) -> bool {
+        false
+    }
 }
 
 impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
@@ -190,5 +200,8 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     }
     fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
         (**self).private_scratch_mountpoint(base)
+    }
+    fn claims_egress_allowlist(&self) -> bool {
+        (**self).claims_egress_allowlist()
     }
 }

@@ -47,7 +47,9 @@ use crate::backend::{Availability, SandboxBackend};
 /// The schema tag written into every report.
 pub const REPORT_SCHEMA: &str = "cordon.conformance/1";
 
-/// The seven conformance probes, in order.
+/// The conformance probes, in order: the seven every backend must pass
+/// ([`ProbeId::ALL`]), then the ones that run only for what a backend
+/// claims ([`ProbeId::CLAIMED`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ProbeId {
     /// Process isolation.
@@ -64,6 +66,10 @@ pub enum ProbeId {
     P6,
     /// No privilege re-escalation.
     P7,
+    /// The egress allowlist holds (`Network::Allow`): run only for a
+    /// backend that claims it
+    /// ([`SandboxBackend::claims_egress_allowlist`]).
+    P8,
 }
 
 impl ProbeId {
@@ -78,6 +84,10 @@ impl ProbeId {
         ProbeId::P7,
     ];
 
+    /// The probes that run only for a backend that claims what they test:
+    /// P8, the egress allowlist.
+    pub const CLAIMED: [ProbeId; 1] = [ProbeId::P8];
+
     /// Short title.
     pub fn title(self) -> &'static str {
         match self {
@@ -88,13 +98,15 @@ impl ProbeId {
             ProbeId::P5 => "Filesystem confinement",
             ProbeId::P6 => "Resource limits",
             ProbeId::P7 => "No privilege re-escalation",
+            ProbeId::P8 => "Egress allowlist holds",
         }
     }
 
-    /// Parses `P1`..`P7` (case-insensitive).
+    /// Parses `P1`..`P8` (case-insensitive).
     pub fn parse(s: &str) -> Option<ProbeId> {
         ProbeId::ALL
             .into_iter()
+            .chain(ProbeId::CLAIMED)
             .find(|p| format!("{p:?}").eq_ignore_ascii_case(s.trim()))
     }
 }
@@ -303,18 +315,38 @@ impl ConformanceReport {
     }
 
     fn compute_conforms(&self) -> bool {
+        let (required, claimed) = self
+            .probes
+            .split_at(self.probes.len().min(ProbeId::ALL.len()));
         self.availability.is_available()
-            && self.probes.len() == ProbeId::ALL.len()
+            && required.len() == ProbeId::ALL.len()
             && ProbeId::ALL
                 .iter()
-                .zip(&self.probes)
+                .zip(required)
                 .all(|(id, p)| p.id == *id && p.status == ProbeStatus::Pass)
+            && claimed.iter().all(|p| p.status == ProbeStatus::Pass)
+            && {
+                // Each claimed probe at most once, in `CLAIMED` order.
+                let mut order = ProbeId::CLAIMED.iter();
+                claimed.iter().all(|p| order.any(|id| *id == p.id))
+            }
     }
 
-    /// True only when the backend is available and each of P1..P7 ran once,
-    /// in order, and passed.
+    /// True only when the backend is available, each of P1..P7 ran once,
+    /// in order, and passed, and each probe of what it claims (P8) that
+    /// ran, after them, passed too: a backend that claims more than it
+    /// holds is refused altogether.
     pub fn conforms(&self) -> bool {
         self.compute_conforms()
+    }
+
+    /// True when the report conforms and P8 ran and passed: the backend
+    /// proved on this host that it enforces
+    /// [`Network::Allow`](crate::Network::Allow). A
+    /// [`SandboxRunner`](crate::SandboxRunner) whose configuration asks
+    /// for an allowlist is built only then.
+    pub fn proves_egress_allowlist(&self) -> bool {
+        self.conforms() && self.probes.iter().any(|p| p.id == ProbeId::P8)
     }
 
     /// A human summary: one line per probe, the reason for anything that is
@@ -392,6 +424,16 @@ impl ConformanceReport {
                 unsandboxed.join(", ")
             );
         }
+        if self.availability.is_available()
+            && self.probes.len() >= ProbeId::ALL.len()
+            && !self.probes.iter().any(|p| p.id == ProbeId::P8)
+        {
+            let _ = writeln!(
+                s,
+                "P8 (egress allowlist) did not run: the backend does not claim it, so \
+                 Network::Allow (cordon run --allow-host) is refused"
+            );
+        }
         if self.availability.is_available() && self.probes.len() < ProbeId::ALL.len() {
             let _ = writeln!(
                 s,
@@ -462,6 +504,50 @@ mod tests {
         let mut s = [ProbeStatus::Pass; 7];
         s[3] = ProbeStatus::Unreachable;
         assert!(!report(&s).conforms());
+    }
+
+    #[test]
+    fn a_claimed_probe_must_pass_once_after_the_seven() {
+        let with = |extra: &[(ProbeId, ProbeStatus)]| {
+            let mut r = report(&[ProbeStatus::Pass; 7]);
+            r.probes.extend(extra.iter().map(|(id, s)| probe(*id, *s)));
+            ConformanceReport::new(
+                "x",
+                Availability::Available,
+                HostFacts::default(),
+                r.probes,
+                1.0,
+            )
+        };
+        let plain = with(&[]);
+        assert!(plain.conforms() && !plain.proves_egress_allowlist());
+        assert!(plain
+            .summary()
+            .contains("P8 (egress allowlist) did not run"));
+        let proven = with(&[(ProbeId::P8, ProbeStatus::Pass)]);
+        assert!(proven.conforms() && proven.proves_egress_allowlist());
+        for bad in [
+            vec![(ProbeId::P8, ProbeStatus::Fail)],
+            vec![(ProbeId::P8, ProbeStatus::Unreachable)],
+            vec![
+                (ProbeId::P8, ProbeStatus::Pass),
+                (ProbeId::P8, ProbeStatus::Pass),
+            ],
+            vec![(ProbeId::P1, ProbeStatus::Pass)],
+        ] {
+            let r = with(&bad);
+            assert!(!r.conforms() && !r.proves_egress_allowlist(), "{bad:?}");
+        }
+        // P8 alone (a partial run) proves nothing.
+        let alone = ConformanceReport::new(
+            "x",
+            Availability::Available,
+            HostFacts::default(),
+            vec![probe(ProbeId::P8, ProbeStatus::Pass)],
+            1.0,
+        );
+        assert!(!alone.proves_egress_allowlist());
+        assert_eq!(ProbeId::parse("p8"), Some(ProbeId::P8));
     }
 
     #[test]

@@ -89,8 +89,11 @@ impl std::fmt::Debug for SandboxRunner {
 
 impl SandboxRunner {
     /// Runs `suite` against `backend` and builds a runner only if the report
-    /// conforms: the backend is available, each of P1..P7 ran and passed,
-    /// and the report names this backend.
+    /// conforms: the backend is available, each of P1..P7 (and P8 if the
+    /// backend claims the egress allowlist) ran and passed, and the report
+    /// names this backend. A `config` with
+    /// [`Network::Allow`](crate::Network::Allow) also needs P8 to have run
+    /// and passed.
     pub async fn new(
         backend: Arc<dyn SandboxBackend>,
         suite: &dyn ConformanceSuite,
@@ -104,6 +107,17 @@ impl SandboxRunner {
             });
         }
         let report = suite.run(Arc::clone(&backend)).await;
+        let needs_egress = matches!(config.network, crate::Network::Allow(_));
+        if needs_egress && report.conforms() && !report.proves_egress_allowlist() {
+            tracing::warn!(
+                backend = backend.name(),
+                "the configuration asks for an egress allowlist, which this backend did not \
+                 prove (probe P8); untrusted children will not run"
+            );
+            return Err(SandboxUnavailable {
+                report: Box::new(report),
+            });
+        }
         if report.backend != backend.name() || !report.conforms() {
             tracing::warn!(
                 backend = backend.name(),

@@ -256,6 +256,62 @@ async fn a_backend_whose_wrap_errors_or_panics_never_spawns() {
 
 struct FixedSuite(ProbeStatus);
 
+/// P1–P7 at the fixed status, then P8 passing.
+struct WithP8(ProbeStatus);
+
+#[async_trait::async_trait]
+impl ConformanceSuite for WithP8 {
+    async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
+        let mut r = FixedSuite(self.0).run(Arc::clone(&backend)).await;
+        r.probes.push(ProbeResult {
+            id: ProbeId::P8,
+            title: ProbeId::P8.title().into(),
+            status: ProbeStatus::Pass,
+            detail: "fixed".into(),
+            checks: vec![],
+            duration_ms: 0.0,
+        });
+        ConformanceReport::new(r.backend, r.availability, r.host, r.probes, 0.0)
+    }
+}
+
+/// A runner configured with an egress allowlist is built only on a report
+/// in which P8 ran and passed; without an allowlist, P1–P7 are enough.
+#[tokio::test]
+async fn an_allowlist_needs_a_backend_that_proved_it() {
+    let allow = RunnerConfig {
+        network: cordon_core::Network::Allow(vec!["example.com:443".parse().unwrap()]),
+        ..RunnerConfig::default()
+    };
+    let backend = || Arc::new(FailingBackend { panic: false }) as Arc<dyn SandboxBackend>;
+    let refused = SandboxRunner::new(backend(), &FixedSuite(ProbeStatus::Pass), allow.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("P8 (egress allowlist) did not run"),
+        "{refused}"
+    );
+    assert!(SandboxRunner::new(
+        backend(),
+        &FixedSuite(ProbeStatus::Pass),
+        RunnerConfig::default()
+    )
+    .await
+    .is_ok());
+    assert!(
+        SandboxRunner::new(backend(), &WithP8(ProbeStatus::Pass), allow.clone())
+            .await
+            .is_ok()
+    );
+    assert!(
+        SandboxRunner::new(backend(), &WithP8(ProbeStatus::Fail), allow)
+            .await
+            .is_err()
+    );
+}
+
 #[async_trait::async_trait]
 impl ConformanceSuite for FixedSuite {
     async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {

@@ -353,6 +353,12 @@ fn wrap_inner(
 ) -> Result<cordon_core::WrapResources, WrapError> {
     let allow_hosts = match &policy.network {
         Network::Deny => None,
+        Network::Allow(_) if !layers.seccomp_allowlist => {
+            return Err(wrap_err(
+                "Network::Allow needs the seccomp allowlist layer (the legacy deny-list lets \
+                 UDP and raw sockets be made): use every layer, or Network::Deny",
+            ))
+        }
         Network::Allow(hosts) => Some(hosts.clone()),
         other => {
             return Err(wrap_err(format!(

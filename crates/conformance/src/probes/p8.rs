@@ -1,0 +1,390 @@
+//! P8 — the egress allowlist holds (`Network::Allow`), for a backend that
+//! claims it (`SandboxBackend::claims_egress_allowlist`).
+//!
+//! The host starts a *listed* target on 127.0.0.1 (an HTTP server that
+//! answers with the child's token), a *bystander* TCP listener on every
+//! IPv4 address of the host and one on `::1`, and a UDP socket, and runs
+//! the child with an allowlist of `localhost:<target>` and `127.1:<bystander>`
+//! (a listed name that resolves to a loopback address). The child, told
+//! only where the proxy is by `http_proxy`:
+//!
+//! - reaches the listed target through the proxy (the positive control;
+//!   the host confirms the request arrived);
+//! - asks the proxy for an unlisted port, for the target's IP literal
+//!   (listed by name only) and for `127.1` — each must be refused (`403`);
+//! - connects to the bystanders directly (127.0.0.1, `::1` and every
+//!   host address) — each must fail;
+//! - creates UDP (so DNS of its own), raw and packet sockets — each must
+//!   be denied (`EPERM`/`EACCES`).
+//!
+//! The host then checks that nothing reached the bystanders: a connect
+//! that "failed" in the child but arrived on the host is a breach.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cordon_core::egress::HostPattern;
+use cordon_core::{CheckResult, Network, ProbeStatus};
+
+use crate::child::{errno, errno_name, Reporter};
+use crate::harness::{fail, pass, random_token, unreachable, Ctx};
+
+/// The host's listed target: answers each request with `token`, and
+/// records the request lines that arrived.
+struct Target {
+    port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Target {
+    fn start(token: String) -> std::io::Result<Target> {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        l.set_nonblocking(true)?;
+        let port = l.local_addr()?.port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen, stopped) = (Arc::clone(&requests), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, _)) => answer(c, &token, &seen),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(Target {
+            port,
+            requests,
+            stop,
+        })
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn answer(mut c: TcpStream, token: &str, seen: &Mutex<Vec<String>>) {
+    let _ = c.set_nonblocking(false);
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        match c.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    let line = String::from_utf8_lossy(&head)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if let Ok(mut s) = seen.lock() {
+        s.push(line);
+    }
+    let _ = write!(
+        c,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{token}",
+        token.len()
+    );
+}
+
+/// The host's non-loopback IPv4 addresses.
+fn host_addresses() -> Vec<std::net::Ipv4Addr> {
+    let mut out = Vec::new();
+    let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list freed below; only AF_INET entries
+    // are read, as sockaddr_in.
+    unsafe {
+        if libc::getifaddrs(&mut ifs) != 0 {
+            return out;
+        }
+        let mut p = ifs;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET {
+                let sin = &*(a as *const libc::sockaddr_in);
+                let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                if !ip.is_loopback() && !out.contains(&ip) {
+                    out.push(ip);
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(ifs);
+    }
+    out
+}
+
+/// Whether `l` (non-blocking) has a connection waiting.
+fn arrived(name: &str, l: std::io::Result<TcpListener>) -> CheckResult {
+    match l {
+        Ok(l) => {
+            let _ = l.set_nonblocking(true);
+            match l.accept() {
+                Ok((_, from)) => fail(name, format!("a connection from {from} arrived")),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    pass(name, "no connection arrived")
+                }
+                Err(e) => unreachable(name, e.to_string()),
+            }
+        }
+        Err(e) => unreachable(name, format!("the host cannot listen: {e}")),
+    }
+}
+
+pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
+    let mut checks = Vec::new();
+    let token = random_token();
+    let target = match Target::start(token.clone()) {
+        Ok(t) => t,
+        Err(e) => return vec![unreachable("host-target", format!("cannot listen: {e}"))],
+    };
+    let bystander = TcpListener::bind("0.0.0.0:0");
+    let bystander6 = TcpListener::bind("[::1]:0");
+    let udp = UdpSocket::bind("127.0.0.1:0");
+    let port = |l: &std::io::Result<TcpListener>| {
+        l.as_ref()
+            .ok()
+            .and_then(|l| l.local_addr().ok())
+            .map_or(0, |a| a.port())
+    };
+    let by_port = port(&bystander);
+    let addrs: Vec<String> = host_addresses().iter().map(|a| a.to_string()).collect();
+    let args = vec![
+        ("target".to_string(), target.port.to_string()),
+        ("token".to_string(), token.clone()),
+        ("bystander".to_string(), by_port.to_string()),
+        ("bystander6".to_string(), port(&bystander6).to_string()),
+        (
+            "udp".to_string(),
+            udp.as_ref()
+                .ok()
+                .and_then(|u| u.local_addr().ok())
+                .map_or(0, |a| a.port())
+                .to_string(),
+        ),
+        ("addrs".to_string(), addrs.join(",")),
+    ];
+    let allow: Result<Vec<HostPattern>, _> = [
+        format!("localhost:{}", target.port),
+        format!("127.1:{by_port}"),
+    ]
+    .iter()
+    .map(|p| p.parse())
+    .collect();
+    let allow = match allow {
+        Ok(a) => a,
+        Err(e) => return vec![unreachable("setup", e.to_string())],
+    };
+    let run = ctx
+        .run_with_network("P8", &args, Network::Allow(allow))
+        .await;
+    let requests = target
+        .requests
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    let want = format!("GET /{token} HTTP/1.1");
+    checks.push(if requests == [want.clone()] {
+        pass(
+            "host-listed-target-reached",
+            "the listed target got the one request sent through the proxy",
+        )
+    } else if requests.is_empty() {
+        unreachable(
+            "host-listed-target-reached",
+            "nothing reached the listed target: the allowlist lets nothing through",
+        )
+    } else {
+        fail(
+            "host-listed-target-reached",
+            format!("the listed target got {requests:?}, not just {want:?}"),
+        )
+    });
+    checks.push(arrived("host-bystander-tcp", bystander));
+    checks.push(arrived("host-bystander-tcp6", bystander6));
+    checks.push(match udp {
+        Ok(u) => {
+            let _ = u.set_nonblocking(true);
+            let mut buf = [0u8; 16];
+            match u.recv_from(&mut buf) {
+                Ok((_, from)) => fail("host-udp-socket", format!("a datagram from {from} arrived")),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    pass("host-udp-socket", "no datagram arrived")
+                }
+                Err(e) => unreachable("host-udp-socket", e.to_string()),
+            }
+        }
+        Err(e) => unreachable("host-udp-socket", format!("the host cannot bind: {e}")),
+    });
+    checks.extend(run.into_checks());
+    checks
+}
+
+const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
+
+/// The proxy's address from `http_proxy` (`http://HOST:PORT`).
+fn proxy_addr() -> Option<SocketAddr> {
+    let v = std::env::var("http_proxy").ok()?;
+    v.strip_prefix("http://")?
+        .trim_end_matches('/')
+        .parse()
+        .ok()
+}
+
+/// Sends a `CONNECT` for `target` through the proxy (then `then`), and
+/// returns the status line and everything that came back.
+fn through_proxy(proxy: SocketAddr, target: &str, then: &str) -> Result<(String, String), String> {
+    let mut s = TcpStream::connect_timeout(&proxy, Duration::from_secs(5))
+        .map_err(|e| format!("cannot reach the proxy at {proxy}: {e}"))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    write!(s, "CONNECT {target} HTTP/1.1\r\n\r\n{then}").map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let status = out.lines().next().unwrap_or_default().to_owned();
+    Ok((status, out))
+}
+
+/// A direct TCP connect that must fail: `Ok` names what connected.
+fn direct(addr: SocketAddr) -> Result<String, i32> {
+    match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+        Ok(_) => Ok(format!("connected to {addr}")),
+        Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+    }
+}
+
+fn socket(domain: i32, ty: i32, proto: i32) -> Result<String, i32> {
+    // SAFETY: socket() with integer arguments; closed at once.
+    let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
+    if fd >= 0 {
+        crate::child::close(fd);
+        Ok("created".into())
+    } else {
+        Err(errno())
+    }
+}
+
+fn udp_send(to: SocketAddr) -> Result<String, i32> {
+    let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    s.send_to(b"x", to)
+        .map(|_| format!("sent a datagram to {to}"))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// The first nameserver of /etc/resolv.conf (else 127.0.0.53), port 53.
+fn resolver() -> SocketAddr {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .ok()
+        .and_then(|c| {
+            c.lines().find_map(|l| {
+                let ip = l.strip_prefix("nameserver")?.trim().parse().ok()?;
+                Some(SocketAddr::new(ip, 53))
+            })
+        })
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 53], 53)))
+}
+
+pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
+    let port = |k: &str| args.get(k).and_then(|p| p.parse::<u16>().ok()).unwrap_or(0);
+    let (target, bystander) = (port("target"), port("bystander"));
+    let token = args.get("token").cloned().unwrap_or_default();
+    match proxy_addr() {
+        None => r.check(
+            "control-proxy",
+            ProbeStatus::Unreachable,
+            "no http_proxy=http://HOST:PORT in the environment",
+        ),
+        Some(proxy) => {
+            let get = format!("GET /{token} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+            match through_proxy(proxy, &format!("localhost:{target}"), &get) {
+                Ok((status, body)) if status.contains(" 200 ") && body.ends_with(&token) => r
+                    .check(
+                        "control-proxy",
+                        ProbeStatus::Pass,
+                        "the listed target answered",
+                    ),
+                Ok((status, _)) => r.check("control-proxy", ProbeStatus::Unreachable, status),
+                Err(e) => r.check("control-proxy", ProbeStatus::Unreachable, e),
+            }
+            for (name, what) in [
+                ("proxy-unlisted-port", format!("localhost:{bystander}")),
+                ("proxy-ip-literal", format!("127.0.0.1:{target}")),
+                ("proxy-private-name", format!("127.1:{bystander}")),
+            ] {
+                match through_proxy(proxy, &what, "") {
+                    Ok((status, _)) if status.contains(" 403 ") => {
+                        r.check(name, ProbeStatus::Pass, format!("{what}: {status}"))
+                    }
+                    Ok((status, _)) if status.contains(" 200 ") => {
+                        r.check(name, ProbeStatus::Fail, format!("{what}: {status}"))
+                    }
+                    Ok((status, _)) => r.check(name, ProbeStatus::Unreachable, status),
+                    Err(e) => r.check(name, ProbeStatus::Unreachable, e),
+                }
+            }
+        }
+    }
+    // Direct connects: any failure is what the child can see; the host's
+    // bystanders say whether anything arrived.
+    let mut direct_targets = vec![
+        (
+            "direct-tcp4".to_string(),
+            SocketAddr::from(([127, 0, 0, 1], bystander)),
+        ),
+        (
+            "direct-tcp6".to_string(),
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port("bystander6"))),
+        ),
+    ];
+    for a in args
+        .get("addrs")
+        .map(String::as_str)
+        .unwrap_or("")
+        .split(',')
+    {
+        if let Ok(ip) = a.parse::<std::net::Ipv4Addr>() {
+            direct_targets.push((format!("direct-{ip}"), SocketAddr::from((ip, bystander))));
+        }
+    }
+    for (name, addr) in direct_targets {
+        match direct(addr) {
+            Ok(what) => r.check(&name, ProbeStatus::Fail, format!("succeeded: {what}")),
+            Err(e) => r.check(
+                &name,
+                ProbeStatus::Pass,
+                format!("{addr}: {}", errno_name(e)),
+            ),
+        }
+    }
+    r.forbidden(
+        "udp-send",
+        udp_send(SocketAddr::from(([127, 0, 0, 1], port("udp")))),
+        &DENIED,
+    );
+    r.forbidden("dns-udp", udp_send(resolver()), &DENIED);
+    r.forbidden(
+        "raw-socket",
+        socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+        &DENIED,
+    );
+    r.forbidden(
+        "packet-socket",
+        socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
+        &DENIED,
+    );
+    r.forbidden(
+        "netlink-socket",
+        socket(libc::AF_NETLINK, libc::SOCK_RAW, 0),
+        &DENIED,
+    );
+}
