@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use cordon_backend_linux::LinuxBackend;
 use cordon_core::{
     Availability, ChildSpec, ConformanceReport, ConformanceSuite, ExitOutcome, HostFacts, Limits,
-    ProbeId, ProbeResult, ProbeStatus, RunnerConfig, SandboxBackend, SandboxRunner, Scratch,
-    SpawnError, Spawner,
+    Network, ProbeId, ProbeResult, ProbeStatus, RunnerConfig, SandboxBackend, SandboxRunner,
+    Scratch, SpawnError, Spawner,
 };
 use tokio::io::AsyncReadExt;
 
@@ -106,6 +106,8 @@ fn scenarios() -> Vec<Scenario> {
         s!(fail_closed_without_pid_namespace, true),
         s!(child_fails_closed_without_restrict_self, true),
         s!(child_fails_closed_without_seccomp, true),
+        s!(egress_fails_closed_without_the_listener, true),
+        s!(egress_fails_closed_without_loopback, true),
         s!(child_fails_closed_without_userns, true),
         s!(child_fails_closed_without_setresuid, false),
         s!(child_fails_closed_without_capset, true),
@@ -1477,6 +1479,17 @@ fn child_step_fails_closed(
     errno: i32,
     private_scratch: bool,
 ) -> Outcome {
+    child_step_fails_closed_with(nr, conds, errno, private_scratch, Network::Deny)
+}
+
+/// [`child_step_fails_closed`] for a policy with `network`.
+fn child_step_fails_closed_with(
+    nr: i64,
+    conds: Vec<seccompiler::SeccompRule>,
+    errno: i32,
+    private_scratch: bool,
+    network: Network,
+) -> Outcome {
     let scratch = existing_scratch();
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let marker = scratch.path().join("ran");
@@ -1484,6 +1497,7 @@ fn child_step_fails_closed(
     cmd.args(["-c", &format!("echo pwned > {}", marker.display())]);
     let mut policy = cordon_core::SandboxPolicy::new(scratch.path(), Limits::probe());
     policy.scratch_persists = !private_scratch;
+    policy.network = network;
     // What wrap holds for the child (its cgroups, the init's memory) must
     // outlive the spawn.
     let _resources = LinuxBackend::new()
@@ -1523,6 +1537,33 @@ fn child_fails_closed_when_the_init_cannot_start_the_program() -> Outcome {
         libc::EAGAIN,
         true,
     )
+}
+
+/// A policy with an egress allowlist, for the scenarios below.
+fn allow_example() -> Network {
+    Network::Allow(vec!["example.com:443".parse().unwrap()])
+}
+
+/// The egress allowlist: the launcher cannot listen in the sandbox's
+/// network (`listen`, which nothing else of the launch calls, fails):
+/// the spawn fails and nothing runs.
+fn egress_fails_closed_without_the_listener() -> Outcome {
+    child_step_fails_closed_with(libc::SYS_listen, vec![], libc::EPERM, true, allow_example())
+}
+
+/// The egress allowlist: `lo` cannot be brought up (`SIOCSIFFLAGS`
+/// fails): the spawn fails and nothing runs.
+fn egress_fails_closed_without_loopback() -> Outcome {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    let rule = vec![SeccompRule::new(vec![SeccompCondition::new(
+        1,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::SIOCSIFFLAGS,
+    )
+    .unwrap()])
+    .unwrap()];
+    child_step_fails_closed_with(libc::SYS_ioctl, rule, libc::EPERM, true, allow_example())
 }
 
 /// Root host: the helper that writes the maps cannot be made (a rule on

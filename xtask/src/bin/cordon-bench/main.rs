@@ -109,7 +109,11 @@ async fn run(plan: Plan, json: bool) -> i32 {
         return 0;
     }
     let mut rows = Vec::new();
-    rows.extend(spawn::bench(&plan, sandbox.as_ref().ok()).await);
+    let egress = match &sandbox {
+        Ok(r) => spawn::egress_runner(backend.clone(), r).await,
+        Err(_) => None,
+    };
+    rows.extend(spawn::bench(&plan, sandbox.as_ref().ok(), egress.as_ref()).await);
     if cfg!(target_os = "linux") {
         rows.extend(spawn::layers(&plan).await);
     }

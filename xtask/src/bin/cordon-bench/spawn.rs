@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use cordon_conformance::StandardSuite;
 use cordon_core::{
-    ChildSpec, ConformanceSuite, Runner, SandboxBackend, SandboxRunner, TrustTier,
-    TrustedProcessRunner,
+    ChildSpec, ConformanceReport, ConformanceSuite, Runner, SandboxBackend, SandboxRunner,
+    TrustTier, TrustedProcessRunner,
 };
 
 use crate::stats::{not_built, row, Row};
@@ -55,7 +55,40 @@ fn time_cli(cli: &std::path::Path, cache: &std::path::Path) -> Duration {
     t.elapsed()
 }
 
-pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
+/// A suite that answers with a report already made: a second runner for
+/// the same backend (with an egress allowlist) without a second probe run.
+pub struct Replay(pub ConformanceReport);
+
+#[async_trait::async_trait]
+impl ConformanceSuite for Replay {
+    async fn run(&self, _: Arc<dyn SandboxBackend>) -> ConformanceReport {
+        self.0.clone()
+    }
+}
+
+/// `sandbox` with an egress allowlist (`Network::Allow`): its own network
+/// namespace and the host's proxy, where the backend proved it (P8).
+pub async fn egress_runner(
+    backend: Arc<dyn SandboxBackend>,
+    sandbox: &SandboxRunner,
+) -> Option<SandboxRunner> {
+    if !sandbox.report().proves_egress_allowlist() {
+        return None;
+    }
+    let config = cordon_core::RunnerConfig {
+        network: cordon_core::Network::Allow(vec!["localhost:8080".parse().expect("pattern")]),
+        ..sandbox.config().clone()
+    };
+    SandboxRunner::new(backend, &Replay(sandbox.report().clone()), config)
+        .await
+        .ok()
+}
+
+pub async fn bench(
+    plan: &Plan,
+    sandbox: Option<&SandboxRunner>,
+    egress: Option<&SandboxRunner>,
+) -> Vec<Row> {
     let trusted = TrustedProcessRunner::default();
     let bwrap = bwrap();
     let cli = cordon_cli();
@@ -65,6 +98,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         time_cli(cli, cache.path());
     }
     let (mut plain, mut tr, mut sb, mut bw, mut cl) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut eg = vec![];
     // Interleaved, so that drift on a shared machine hits every row alike.
     for i in 0..plan.spawn_iters + 10 {
         let t = Instant::now();
@@ -73,6 +107,10 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         let p = t.elapsed();
         let t2 = time_runner(&trusted, TrustTier::Trusted).await;
         let s2 = match sandbox {
+            Some(r) => Some(time_runner(r, TrustTier::Untrusted).await),
+            None => None,
+        };
+        let e2 = match egress {
             Some(r) => Some(time_runner(r, TrustTier::Untrusted).await),
             None => None,
         };
@@ -103,6 +141,9 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
             if let Some(s) = s2 {
                 sb.push(s);
             }
+            if let Some(e) = e2 {
+                eg.push(e);
+            }
             if let Some(b) = b {
                 bw.push(b);
             }
@@ -125,7 +166,26 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         r.note = format!("{:.2}x the trusted runner", r.median / trusted_row.median);
         r.extra
             .push(("spawn.sandbox_to_trusted", r.median / trusted_row.median));
+        let deny = r.median;
         rows.push(r);
+        if eg.is_empty() {
+            rows.push(not_built(
+                SECTION,
+                "SandboxRunner with an egress allowlist",
+                "the backend did not prove the allowlist (P8)",
+            ));
+        } else {
+            let mut e = row(
+                SECTION,
+                "SandboxRunner with an egress allowlist (netns + proxy)",
+                std::mem::take(&mut eg),
+            )
+            .keyed("spawn.sandbox_egress");
+            e.ratio = Some(e.median / base.median);
+            e.note = format!("{:.2}x the sandbox without network", e.median / deny);
+            e.extra.push(("spawn.egress_to_sandbox", e.median / deny));
+            rows.push(e);
+        }
     }
     if bw.is_empty() {
         rows.push(not_built(
