@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use cordon_core::egress::{self, PROXY_PORT};
-use cordon_core::{Availability, Limits, Network, SandboxPolicy, WrapError};
+use cordon_core::egress::PROXY_PORT;
+use cordon_core::{Availability, Limits, SandboxPolicy, WrapError};
 
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
@@ -351,22 +351,7 @@ fn wrap_inner(
     policy: &SandboxPolicy,
     layers: Layers,
 ) -> Result<cordon_core::WrapResources, WrapError> {
-    let allow_hosts = match &policy.network {
-        Network::Deny => None,
-        Network::Allow(_) if !layers.seccomp_allowlist => {
-            return Err(wrap_err(
-                "Network::Allow needs the seccomp allowlist layer (the legacy deny-list lets \
-                 UDP and raw sockets be made): use every layer, or Network::Deny",
-            ))
-        }
-        Network::Allow(hosts) => Some(hosts.clone()),
-        other => {
-            return Err(wrap_err(format!(
-                "network policy {other:?} is not supported by the Linux backend (only Deny and \
-                 Allow): upgrade cordon-backend-linux or use Network::Deny"
-            )))
-        }
-    };
+    let allow_hosts = net::allowlist(&policy.network, layers).map_err(wrap_err)?;
 
     let abi = probe::landlock_abi().map_err(wrap_err)?;
     probe::seccomp().map_err(wrap_err)?;
@@ -544,17 +529,12 @@ fn wrap_inner(
         }
     }
     // The egress allowlist: a network namespace of its own, whose listener
-    // comes out over this pair (net.rs), and the proxy variables.
+    // comes out over a socketpair (net.rs), and the proxy variables.
     let (egress_plan, egress_session) = match allow_hosts {
         Some(hosts) => {
-            let (plan, session) = net::pair(hosts).map_err(|e| {
+            let (plan, session) = net::prepare(cmd, hosts).map_err(|e| {
                 wrap_err(format!("cannot make the egress proxy's socketpair: {e}")).with_source(e)
             })?;
-            let url = egress::proxy_url();
-            for var in egress::PROXY_ENV {
-                cmd.env(var, &url);
-            }
-            cmd.env_remove("no_proxy").env_remove("NO_PROXY");
             (Some(plan), Some(session))
         }
         None => (None, None),

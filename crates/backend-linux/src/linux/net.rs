@@ -20,7 +20,12 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
-use cordon_core::egress::{EgressLimits, EgressProxy, HostPattern, PROXY_PORT};
+use cordon_core::egress::{
+    proxy_url, EgressLimits, EgressProxy, HostPattern, PROXY_ENV, PROXY_PORT,
+};
+use cordon_core::{ChildCommand, Network};
+
+use crate::Layers;
 
 /// What the launcher needs to open the way out.
 pub(crate) struct EgressPlan {
@@ -38,9 +43,38 @@ pub(crate) struct EgressSession {
     proxy: Mutex<Option<EgressProxy>>,
 }
 
-/// Makes the socketpair for one sandbox: the plan for the launcher and the
-/// session for the host.
-pub(crate) fn pair(allow: Vec<HostPattern>) -> io::Result<(EgressPlan, EgressSession)> {
+/// The allowlist of `network`, `None` for `Network::Deny`, or why this
+/// backend cannot enforce it with `layers`.
+pub(crate) fn allowlist(
+    network: &Network,
+    layers: Layers,
+) -> Result<Option<Vec<HostPattern>>, String> {
+    match network {
+        Network::Deny => Ok(None),
+        Network::Allow(_) if !layers.seccomp_allowlist => Err(
+            "Network::Allow needs the seccomp allowlist layer (the legacy deny-list lets UDP \
+             and raw sockets be made): use every layer, or Network::Deny"
+                .into(),
+        ),
+        Network::Allow(hosts) => Ok(Some(hosts.clone())),
+        other => Err(format!(
+            "network policy {other:?} is not supported by the Linux backend (only Deny and \
+             Allow): upgrade cordon-backend-linux or use Network::Deny"
+        )),
+    }
+}
+
+/// Prepares one sandbox's way out: the socketpair (the plan for the
+/// launcher, the session for the host), and `cmd`'s proxy variables.
+pub(crate) fn prepare(
+    cmd: &mut ChildCommand,
+    allow: Vec<HostPattern>,
+) -> io::Result<(EgressPlan, EgressSession)> {
+    let url = proxy_url();
+    for var in PROXY_ENV {
+        cmd.env(var, &url);
+    }
+    cmd.env_remove("no_proxy").env_remove("NO_PROXY");
     let mut fds = [0; 2];
     // SAFETY: socketpair fills two fds we then own.
     let r = unsafe {

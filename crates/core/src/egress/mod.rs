@@ -46,6 +46,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 mod proxy;
+mod request;
 
 pub use proxy::{EgressLimits, EgressProxy, EgressStats};
 

@@ -6,18 +6,19 @@
 //! `block_on`, say), and its load is a few connections per sandbox. One
 //! thread accepts; each connection gets a thread that reads the request
 //! head, decides, connects and then relays both directions with `poll`.
-//! Every wait also watches one `eventfd`, which dropping the
+//! Every wait also watches one socket, which dropping the
 //! [`EgressProxy`] signals: every thread then ends, and the sandbox's
 //! connections close.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::request::{parse_request, read_head};
 use super::{check_addresses, match_target, HostPattern, Refusal, TargetHost};
 
 /// How much the proxy lets one sandbox do.
@@ -66,7 +67,9 @@ pub struct EgressStats {
 struct Shared {
     allow: Vec<HostPattern>,
     limits: EgressLimits,
+    /// Readable once the proxy is dropped (see `stop_tx`).
     stop: OwnedFd,
+    stop_tx: OwnedFd,
     allowed: AtomicU64,
     refused: AtomicU64,
     failed: AtomicU64,
@@ -103,17 +106,14 @@ impl EgressProxy {
     ) -> io::Result<EgressProxy> {
         let listener = TcpListener::from(listener);
         listener.set_nonblocking(true)?;
-        // SAFETY: eventfd returns a new fd we then own.
-        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if stop < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `stop` is a fresh fd owned by nothing else.
-        let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+        // Dropping the proxy writes one byte to `stop_tx`; nobody reads it,
+        // so `stop` stays readable and every wait sees it.
+        let (stop, stop_tx) = std::os::unix::net::UnixStream::pair()?;
         let shared = Arc::new(Shared {
             allow,
             limits,
-            stop,
+            stop: OwnedFd::from(stop),
+            stop_tx: OwnedFd::from(stop_tx),
             allowed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -145,9 +145,8 @@ impl EgressProxy {
 
 impl Drop for EgressProxy {
     fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write to our eventfd.
-        unsafe { libc::write(self.shared.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // SAFETY: a one-byte write to our own socket.
+        unsafe { libc::write(self.shared.stop_tx.as_raw_fd(), b"x".as_ptr().cast(), 1) };
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
@@ -165,7 +164,7 @@ impl Drop for EgressProxy {
 
 /// Waits for `fd` to be ready for `events`, or the stop signal, or the
 /// deadline. `Ok(true)`: ready; `Ok(false)`: stopped or timed out.
-fn wait(
+pub(super) fn wait(
     fd: RawFd,
     events: libc::c_short,
     stop: RawFd,
@@ -280,19 +279,6 @@ fn refuse(shared: &Shared, mut client: TcpStream, code: u16, reason: &str, why: 
     );
 }
 
-/// The longest request head the proxy reads.
-const MAX_HEAD: usize = 16 * 1024;
-
-/// A parsed proxy request.
-struct Request {
-    connect: bool,
-    host: TargetHost,
-    port: u16,
-    /// For plain HTTP: the head to send to the target (origin form, no
-    /// proxy headers, `Connection: close`).
-    upstream_head: Vec<u8>,
-}
-
 fn serve_connection(shared: &Shared, client: TcpStream) {
     let stop = shared.stop.as_raw_fd();
     let (head, rest) = match read_head(&client, stop, shared.limits.head_timeout) {
@@ -354,128 +340,6 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
     }
     first_to_upstream.extend_from_slice(&rest);
     relay(shared, client, upstream, first_to_upstream, first_to_client);
-}
-
-/// A request head and the bytes that came after it.
-type HeadAndRest = (Vec<u8>, Vec<u8>);
-
-/// Reads up to the end of the request head; returns it and what followed.
-/// `Ok(None)`: the proxy stopped or the client left.
-fn read_head(
-    client: &TcpStream,
-    stop: RawFd,
-    timeout: Duration,
-) -> Result<Option<HeadAndRest>, Refusal> {
-    let deadline = Instant::now() + timeout;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    let mut c = client;
-    loop {
-        match wait(client.as_raw_fd(), libc::POLLIN, stop, Some(deadline)) {
-            Ok(true) => {}
-            Ok(false) if Instant::now() >= deadline => {
-                return Err(Refusal("the request head did not arrive in time".into()))
-            }
-            Ok(false) | Err(_) => return Ok(None),
-        }
-        match c.read(&mut chunk) {
-            Ok(0) => return Ok(None),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(_) => return Ok(None),
-        }
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            return Ok(Some((buf, rest)));
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(Refusal(format!(
-                "the request head is over {MAX_HEAD} bytes"
-            )));
-        }
-    }
-}
-
-/// Hop-by-hop and proxy headers not passed on to the target.
-const DROPPED_HEADERS: [&str; 5] = [
-    "proxy-connection",
-    "proxy-authorization",
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-];
-
-fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
-    let text =
-        std::str::from_utf8(head).map_err(|_| Refusal("the request head is not UTF-8".into()))?;
-    let mut lines = text.split("\r\n");
-    let line = lines.next().unwrap_or_default();
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Refusal(format!("`{line}` is not an HTTP request line")));
-    };
-    if !version.starts_with("HTTP/1.") || method.is_empty() {
-        return Err(Refusal(format!("`{line}` is not an HTTP/1.x request line")));
-    }
-    let split_authority =
-        |auth: &str, default: Option<u16>| -> Result<(TargetHost, u16), Refusal> {
-            let bad = || Refusal(format!("`{auth}` is not HOST:PORT"));
-            let (host, port) = match auth.rfind(':') {
-                Some(i) if !auth[i..].contains(']') => {
-                    (&auth[..i], auth[i + 1..].parse::<u16>().map_err(|_| bad())?)
-                }
-                _ => (auth, default.ok_or_else(bad)?),
-            };
-            let host = TargetHost::parse(host).ok_or_else(bad)?;
-            Ok((host, port))
-        };
-    if method.eq_ignore_ascii_case("CONNECT") {
-        let (host, port) = split_authority(target, None)?;
-        return Ok(Request {
-            connect: true,
-            host,
-            port,
-            upstream_head: Vec::new(),
-        });
-    }
-    let lower = target.get(..7).map(str::to_ascii_lowercase);
-    if lower.as_deref() != Some("http://") {
-        return Err(Refusal(format!(
-            "`{target}` is not an absolute http:// URL; a proxy request names its target \
-             (https goes through CONNECT)"
-        )));
-    }
-    let after = &target[7..];
-    let (authority, path) = match after.find(['/', '?']) {
-        Some(i) => (&after[..i], &after[i..]),
-        None => (after, "/"),
-    };
-    if authority.contains('@') {
-        return Err(Refusal("credentials in the URL are not passed on".into()));
-    }
-    let (host, port) = split_authority(authority, Some(80))?;
-    let path = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_owned()
-    };
-    let mut out = format!("{method} {path} {version}\r\n");
-    for h in lines.filter(|l| !l.is_empty()) {
-        let name = h.split(':').next().unwrap_or_default().trim();
-        if !DROPPED_HEADERS.iter().any(|d| name.eq_ignore_ascii_case(d)) {
-            out.push_str(h);
-            out.push_str("\r\n");
-        }
-    }
-    out.push_str("Connection: close\r\n\r\n");
-    Ok(Request {
-        connect: false,
-        host,
-        port,
-        upstream_head: out.into_bytes(),
-    })
 }
 
 /// One direction of a relay: bytes read from one socket, not yet written
@@ -558,7 +422,7 @@ fn relay(
                         dst,
                         f.buf[f.start..].as_ptr().cast(),
                         f.buf.len() - f.start,
-                        libc::MSG_NOSIGNAL,
+                        SEND_FLAGS,
                     )
                 };
                 if w < 0 {
@@ -603,6 +467,13 @@ fn relay(
         }
     }
 }
+
+/// No `SIGPIPE` for a write to a closed peer (Linux; elsewhere the
+/// embedding binary's disposition holds, which Rust sets to ignore).
+#[cfg(target_os = "linux")]
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(target_os = "linux"))]
+const SEND_FLAGS: libc::c_int = 0;
 
 fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     // A socket we want nothing from is left out (fd -1), or its hang-up
