@@ -217,6 +217,7 @@ for ip in host_ips:
     # The proxy's port is the one Landlock lets through: only the missing
     # route stops this one.
     attempt("no_route_" + ip, lambda: direct((ip, 3128)))
+attempt("fast_open", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).sendto(b"GET / HTTP/1.0\r\n\r\n", socket.MSG_FASTOPEN, ("127.0.0.1", bystander)))
 attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", udp_port)))
 attempt("dns_udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"\0" * 12, ("8.8.8.8", 53)))
 attempt("dns_lookup", lambda: socket.getaddrinfo("example.com", 80))
@@ -286,6 +287,20 @@ fn the_listed_host_is_reachable_and_every_bypass_fails() {
                 "{who}: the proxy must refuse {k}: {outcomes}"
             );
         }
+        // Fast Open connects where Landlock does not look: seccomp refuses it.
+        assert!(
+            get("fast_open").contains("PermissionError(1,"),
+            "{who}: {outcomes}"
+        );
+        // The proxy's port is the one Landlock lets through: only the
+        // missing route stops a connect to it on a host address.
+        for ip in &ips {
+            let o = get(&format!("no_route_{ip}"));
+            assert!(
+                o.contains("101"),
+                "{who}: {ip}:3128 must have no route (ENETUNREACH): {o}"
+            );
+        }
         // What reached the host: the two allowed requests, nothing else.
         assert_eq!(
             server.requests()[before..],
@@ -307,12 +322,19 @@ fn the_listed_host_is_reachable_and_every_bypass_fails() {
         .arg(&alias)
         .args(&ips));
     let outcomes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for k in ["direct_loopback", "udp", "unix"] {
+    for k in ["direct_loopback", "udp", "unix", "fast_open"] {
         let o = outcomes[k].as_str().unwrap();
         assert!(o.starts_with("ok"), "unconfined, {k} should work: {o}");
     }
     assert_eq!(by.udp_received(), 1);
-    assert_eq!(by.tcp_accepted.load(Ordering::SeqCst), ips.len());
+    // One connection per host address, and the Fast Open one.
+    for _ in 0..100 {
+        if by.tcp_accepted.load(Ordering::SeqCst) == ips.len() + 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(by.tcp_accepted.load(Ordering::SeqCst), ips.len() + 1);
 }
 
 /// A bare repository served over git's dumb HTTP protocol from `root`.

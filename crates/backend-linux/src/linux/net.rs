@@ -11,10 +11,12 @@
 //! allowlist and the address guard say so ([`EgressSession`]).
 //!
 //! Nothing else in the sandbox can reach the host's network: other
-//! addresses have no route, and the seccomp filter allows only TCP sockets
-//! (no UDP, so no DNS of its own; no raw, packet or netlink sockets), and
-//! Landlock (ABI ≥ 4) allows TCP connects to [`PROXY_PORT`] only and no
-//! bind.
+//! addresses have no route (the namespace is what holds: Landlock's port
+//! rule would let [`PROXY_PORT`] through on any address and does not see a
+//! TCP Fast Open connect), the seccomp filter allows only TCP sockets (no
+//! UDP, so no DNS of its own; no raw, packet or netlink sockets; no Fast
+//! Open sends), and Landlock (ABI ≥ 4) allows TCP connects to
+//! [`PROXY_PORT`] only and no bind.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

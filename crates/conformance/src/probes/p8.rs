@@ -14,8 +14,9 @@
 //!   (listed by name only) and for `127.1` — each must be refused (`403`);
 //! - connects to the bystanders directly (127.0.0.1, `::1` and every
 //!   host address) — each must fail;
-//! - creates UDP (so DNS of its own), raw and packet sockets — each must
-//!   be denied (`EPERM`/`EACCES`).
+//! - creates UDP (so DNS of its own), raw and packet sockets, and tries a
+//!   TCP Fast Open `sendto` (a connect Landlock's port rule does not see)
+//!   — each must be denied (`EPERM`/`EACCES`).
 //!
 //! The host then checks that nothing reached the bystanders: a connect
 //! that "failed" in the child but arrived on the host is a breach.
@@ -274,6 +275,42 @@ fn socket(domain: i32, ty: i32, proto: i32) -> Result<String, i32> {
     }
 }
 
+/// A `sendto(MSG_FASTOPEN)` on a fresh TCP socket: a connect and a send
+/// in one call.
+fn fast_open(to: SocketAddr) -> Result<String, i32> {
+    let SocketAddr::V4(v4) = to else {
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: sockaddr_in is plain data.
+    let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    a.sin_family = libc::AF_INET as libc::sa_family_t;
+    a.sin_port = v4.port().to_be();
+    a.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+    // SAFETY: socket/sendto/close with a valid sockaddr and buffer.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(errno());
+        }
+        let msg = b"GET /fast-open HTTP/1.0\r\n\r\n";
+        let n = libc::sendto(
+            fd,
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_FASTOPEN,
+            (&a as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let e = errno();
+        crate::child::close(fd);
+        if n >= 0 {
+            Ok(format!("sent {n} bytes to {to} with MSG_FASTOPEN"))
+        } else {
+            Err(e)
+        }
+    }
+}
+
 fn udp_send(to: SocketAddr) -> Result<String, i32> {
     let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
     s.send_to(b"x", to)
@@ -366,6 +403,47 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             ),
         }
     }
+    // The proxy's port on the host's own addresses: a port rule that lets
+    // the proxy through lets these through too, so only a denial or a
+    // missing route counts; `ECONNREFUSED` means the host's stack answered.
+    for a in args
+        .get("addrs")
+        .map(String::as_str)
+        .unwrap_or("")
+        .split(',')
+    {
+        let Ok(ip) = a.parse::<std::net::Ipv4Addr>() else {
+            continue;
+        };
+        let name = format!("proxy-port-{ip}");
+        match proxy_addr() {
+            Some(p) => {
+                let unreachable = [
+                    libc::ENETUNREACH,
+                    libc::EHOSTUNREACH,
+                    libc::EPERM,
+                    libc::EACCES,
+                ];
+                r.forbidden(
+                    &name,
+                    direct(SocketAddr::from((ip, p.port()))),
+                    &unreachable,
+                )
+            }
+            None => r.check(
+                &name,
+                ProbeStatus::Unreachable,
+                "no http_proxy to take the port from",
+            ),
+        }
+    }
+    // TCP Fast Open connects inside `sendto`, where Landlock's
+    // connect-port rule does not look (landlock-lsm/linux#41).
+    r.forbidden(
+        "tcp-fast-open",
+        fast_open(SocketAddr::from(([127, 0, 0, 1], bystander))),
+        &DENIED,
+    );
     r.forbidden(
         "udp-send",
         udp_send(SocketAddr::from(([127, 0, 0, 1], port("udp")))),

@@ -329,6 +329,11 @@ pub fn is_public_ip(ip: IpAddr) -> bool {
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
+                || (seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1) // local NAT64 64:ff9b:1::/48
+                || (seg[..4] == [0, 0, 0, 0] && seg[4] == 0xffff && seg[5] == 0) // SIIT ::ffff:0:0:0/96
+                || (seg[0] == 0x2001 && seg[1] == 0) // Teredo 2001::/32 embeds a v4 address
+                || (seg[0] == 0x2001 && seg[1] == 2 && seg[2] == 0) // benchmarking 2001:2::/48
+                || (seg[0] == 0x100 && seg[1..4] == [0, 0, 0]) // discard 100::/64
                 || (seg[0] & 0xfe00) == 0xfc00 // unique local (incl. fd00:ec2::254)
                 || (seg[0] & 0xffc0) == 0xfe80 // link-local
                 || (seg[0] & 0xffc0) == 0xfec0 // site-local (deprecated)

@@ -226,12 +226,18 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         };
         let total = shared.total.fetch_add(1, Ordering::Relaxed) + 1;
         let open = shared.open.fetch_add(1, Ordering::Relaxed) + 1;
-        let over = if total > shared.limits.max_connections {
-            Some(format!(
-                "the sandbox made more than {} connections",
+        if total > shared.limits.max_connections {
+            // The last one answered: the listener closes, and the
+            // sandbox's later connects are refused by its own kernel.
+            shared.open.fetch_sub(1, Ordering::Relaxed);
+            let why = format!(
+                "the sandbox made more than {} connections; no more are accepted",
                 shared.limits.max_connections
-            ))
-        } else if open > shared.limits.max_open {
+            );
+            refuse(shared, client, 503, "Service Unavailable", &Refusal(why));
+            return;
+        }
+        let over = if open > shared.limits.max_open {
             Some(format!(
                 "the sandbox has more than {} connections open",
                 shared.limits.max_open
@@ -279,6 +285,38 @@ fn refuse(shared: &Shared, mut client: TcpStream, code: u16, reason: &str, why: 
     );
 }
 
+/// How many of a name's addresses the proxy tries.
+const MAX_ADDRESSES: usize = 8;
+
+/// Connects to the first of `addrs` (at most [`MAX_ADDRESSES`]) that
+/// accepts, within the connect timeout for all of them together, and not
+/// after the proxy is stopped: a name with many silent addresses must not
+/// keep a thread (and the sandbox's socket) past the sandbox's life.
+fn connect_any(shared: &Shared, addrs: &[SocketAddr]) -> Option<TcpStream> {
+    let deadline = Instant::now() + shared.limits.connect_timeout;
+    for a in addrs.iter().take(MAX_ADDRESSES) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop_signalled(shared) {
+            return None;
+        }
+        if let Ok(s) = TcpStream::connect_timeout(a, left) {
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// Whether the proxy was dropped (its stop socket is readable).
+fn stop_signalled(shared: &Shared) -> bool {
+    let mut p = libc::pollfd {
+        fd: shared.stop.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd we own, without waiting.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
 fn serve_connection(shared: &Shared, client: TcpStream) {
     let stop = shared.stop.as_raw_fd();
     let (head, rest) = match read_head(&client, stop, shared.limits.head_timeout) {
@@ -307,10 +345,7 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
     if let Err(why) = check_addresses(pattern, &req.host, &addrs) {
         return refuse(shared, client, 403, "Forbidden", &why);
     }
-    let Some(upstream) = addrs
-        .iter()
-        .find_map(|a| TcpStream::connect_timeout(a, shared.limits.connect_timeout).ok())
-    else {
+    let Some(upstream) = connect_any(shared, &addrs) else {
         shared.failed.fetch_add(1, Ordering::Relaxed);
         let why = Refusal(format!(
             "{}:{} did not accept a connection",

@@ -47,14 +47,17 @@ pub(super) fn read_head(
             }
             Ok(false) | Err(_) => return Ok(None),
         }
+        // Only the new bytes (and the 3 before them) can complete the
+        // blank line: a byte-at-a-time sender costs linear time, not square.
+        let from = buf.len().saturating_sub(3);
         match c.read(&mut chunk) {
             Ok(0) => return Ok(None),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(_) => return Ok(None),
         }
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
+        if let Some(end) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(from + end + 4);
             return Ok(Some((buf, rest)));
         }
         if buf.len() > MAX_HEAD {
@@ -133,13 +136,31 @@ pub(super) fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
     } else {
         path.to_owned()
     };
-    let mut out = format!("{method} {path} {version}\r\n");
+    // The target named in the URL is the one reached: its `Host` replaces
+    // the program's (RFC 9112, 3.2.2), so no other site on that address is
+    // asked for by name.
+    let mut out = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
     for h in lines.filter(|l| !l.is_empty()) {
-        let name = h.split(':').next().unwrap_or_default().trim();
-        if !DROPPED_HEADERS.iter().any(|d| name.eq_ignore_ascii_case(d)) {
-            out.push_str(h);
-            out.push_str("\r\n");
+        let Some((name, _)) = h.split_once(':') else {
+            return Err(Refusal(format!("`{h}` is not a header line")));
+        };
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty()
+            || !name.bytes().all(token)
+            || h.bytes().any(|b| b == b'\r' || b == b'\n')
+        {
+            return Err(Refusal(format!(
+                "`{}` is not a header line",
+                h.escape_debug()
+            )));
         }
+        if name.eq_ignore_ascii_case("host")
+            || DROPPED_HEADERS.iter().any(|d| name.eq_ignore_ascii_case(d))
+        {
+            continue;
+        }
+        out.push_str(h);
+        out.push_str("\r\n");
     }
     out.push_str("Connection: close\r\n\r\n");
     Ok(Request {

@@ -133,6 +133,11 @@ fn private_addresses_are_not_public() {
         "64:ff9b::a9fe:a9fe",
         "224.0.0.1",
         "255.255.255.255",
+        "64:ff9b:1::a9fe:a9fe",
+        "::ffff:0:a9fe:a9fe",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+        "2001:2::1",
+        "100::1",
     ] {
         assert!(!is_public_ip(s.parse().unwrap()), "{s} should be refused");
     }
@@ -196,12 +201,15 @@ fn the_proxy_relays_listed_targets_and_refuses_the_rest() {
     let got = ask(
         port,
         &format!(
-            "GET http://localhost:{up}/x?y=1 HTTP/1.1\r\nHost: localhost:{up}\r\n\
+            "GET http://localhost:{up}/x?y=1 HTTP/1.1\r\nHost: metadata.internal\r\n\
              Proxy-Authorization: secret\r\nConnection: keep-alive\r\n\r\n"
         ),
     );
     assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
     assert!(got.contains("GET /x?y=1 HTTP/1.1\r\n"), "{got}");
+    // The target's Host replaces the program's.
+    assert!(got.contains(&format!("Host: localhost:{up}\r\n")), "{got}");
+    assert!(!got.contains("metadata"), "{got}");
     assert!(
         !got.contains("secret") && !got.contains("keep-alive"),
         "{got}"
@@ -236,6 +244,8 @@ fn the_proxy_relays_listed_targets_and_refuses_the_rest() {
         "GET http://u:p@localhost/ HTTP/1.1\r\n\r\n",
         "CONNECT localhost HTTP/1.1\r\n\r\n",
         "GET http://localhost/a\nHost:x HTTP/1.1\r\n\r\n",
+        "GET http://localhost/ HTTP/1.1\r\nX-A: b\nHost: evil\r\n\r\n",
+        "GET http://localhost/ HTTP/1.1\r\nno colon\r\n\r\n",
     ] {
         let got = ask(port, bad);
         assert!(
@@ -246,7 +256,7 @@ fn the_proxy_relays_listed_targets_and_refuses_the_rest() {
     // Only the two allowed requests reached the upstream.
     assert_eq!(seen.lock().unwrap().len(), 2, "{:?}", seen.lock().unwrap());
     let s = p.stats();
-    assert_eq!((s.allowed, s.refused), (2, 10), "{s:?}");
+    assert_eq!((s.allowed, s.refused), (2, 12), "{s:?}");
     assert!(s.bytes > 0);
 }
 
@@ -297,6 +307,16 @@ fn limits_refuse_connections_past_the_cap_and_stop_ends_everything() {
     assert!(ask(port, &req).starts_with("HTTP/1.1 200"));
     let got = ask(port, &req);
     assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    // Past the cap the listener is closed: connects are refused outright.
+    let mut closed = false;
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", port)).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(closed, "the listener still accepts past the cap");
     // An open tunnel is closed when the proxy is dropped.
     let (p2, port2) = proxy(&[&format!("localhost:{up}")], EgressLimits::default());
     let mut c = TcpStream::connect(("127.0.0.1", port2)).unwrap();

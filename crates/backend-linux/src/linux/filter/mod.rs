@@ -53,7 +53,9 @@ pub(crate) fn programs() -> Result<Vec<Program>, String> {
 /// [`programs`] for a sandbox with an egress allowlist (its own network
 /// namespace, whose only way out is the host's proxy): `socket` is allowed
 /// for TCP over IPv4 and IPv6 only ([`egress_socket`]), and `connect` is
-/// allowed. UDP, raw, packet, netlink and UNIX sockets stay refused.
+/// allowed; `sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` (a connect
+/// Landlock does not see) are refused ([`egress_send`]). UDP, raw,
+/// packet, netlink and UNIX sockets stay refused.
 pub(crate) fn egress_programs() -> Result<Vec<Program>, String> {
     Ok(vec![full_filter(true)?])
 }
@@ -156,8 +158,14 @@ fn full_filter(egress: bool) -> Result<Program, String> {
     if egress {
         spec.insert(sys![SYS_connect][0], Verdict::Ret(RET_ALLOW))?;
         checked.push(egress_socket());
+        checked.extend(egress_send());
     }
+    let checked_nrs: Vec<i64> = checked.iter().map(|c| c.sys.nr).collect();
     for s in allowed() {
+        // With egress, the sends are argument-checked instead (below).
+        if egress && checked_nrs.contains(&s.nr) {
+            continue;
+        }
         spec.insert(s, Verdict::Ret(RET_ALLOW))?;
     }
     for s in denied() {

@@ -268,3 +268,26 @@ pub(crate) fn egress_socket() -> Checked {
         ],
     }
 }
+
+/// `MSG_FASTOPEN`: a `sendto`/`sendmsg` on an unconnected TCP socket that
+/// connects first. Landlock's connect-port rule is not consulted on that
+/// path (landlock-lsm/linux#41), so with an egress allowlist (the only
+/// mode with TCP sockets) it is refused.
+pub(crate) const MSG_FASTOPEN: u64 = 0x2000_0000;
+
+/// `sendto`, `sendmsg` and `sendmmsg` in a sandbox with an egress
+/// allowlist: allowed unless their flags have [`MSG_FASTOPEN`].
+pub(crate) fn egress_send() -> Vec<Checked> {
+    [
+        (sys![SYS_sendto][0], 3),
+        (sys![SYS_sendmsg][0], 2),
+        (sys![SYS_sendmmsg][0], 3),
+    ]
+    .into_iter()
+    .map(|(sys, arg)| Checked {
+        sys,
+        allow: vec![vec![Cond::masked_eq(arg, MSG_FASTOPEN, 0)]],
+        deny: vec![vec![Cond::masked_eq(arg, MSG_FASTOPEN, MSG_FASTOPEN)]],
+    })
+    .collect()
+}

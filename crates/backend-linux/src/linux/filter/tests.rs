@@ -1282,7 +1282,7 @@ fn setsid_and_setpgid_are_allowed_now() {
 }
 
 #[test]
-fn the_egress_filter_adds_tcp_sockets_and_connect_and_nothing_else() {
+fn the_egress_filter_adds_tcp_sockets_and_connect_and_refuses_fast_open() {
     let egress = &egress_programs().unwrap()[0];
     let plain = &programs().unwrap()[0];
     assert_valid(egress);
@@ -1321,6 +1321,29 @@ fn the_egress_filter_adds_tcp_sockets_and_connect_and_nothing_else() {
     }
     assert_eq!(call(egress, connect, [3, 0, 16]), ALLOW);
     assert_eq!(call(plain, connect, [3, 0, 16]), ENOSYS);
+    // Fast Open (a connect inside a send) is refused; other sends run.
+    let (sendto, sendmsg, sendmmsg) = (
+        libc::SYS_sendto as u32,
+        libc::SYS_sendmsg as u32,
+        libc::SYS_sendmmsg as u32,
+    );
+    let fo = MSG_FASTOPEN;
+    let nosig = libc::MSG_NOSIGNAL as u64;
+    let run6 = |nr: u32, args: [u64; 6]| run(egress, &data(ARCH, nr, args));
+    assert_eq!(run6(sendto, [3, 0, 1, fo, 0, 0]), EPERM);
+    assert_eq!(run6(sendto, [3, 0, 1, fo | nosig, 0, 0]), EPERM);
+    assert_eq!(run6(sendto, [3, 0, 1, nosig, 0, 0]), ALLOW);
+    assert_eq!(run6(sendmsg, [3, 0, fo, 0, 0, 0]), EPERM);
+    assert_eq!(run6(sendmsg, [3, 0, 0, 0, 0, 0]), ALLOW);
+    assert_eq!(run6(sendmmsg, [3, 0, 1, fo, 0, 0]), EPERM);
+    assert_eq!(run6(sendmmsg, [3, 0, 1, 0, 0, 0]), ALLOW);
+    for c in egress_send() {
+        for flags in [0, fo, nosig, fo | nosig, u64::MAX, 1 << 32 | fo] {
+            let mut args = [3u64, 0, 0, 0, 0, 0];
+            args[c.allow[0][0].arg as usize] = flags;
+            assert_ne!(any_holds(&c.allow, &args), any_holds(&c.deny, &args));
+        }
+    }
     // The deny rules are the exact complement of the allow rules.
     let rules = egress_socket();
     let pool = [
@@ -1358,7 +1381,8 @@ fn the_egress_filter_adds_tcp_sockets_and_connect_and_nothing_else() {
     // Every other number gets the same verdict as without egress.
     let mut rng = Rng(0x5eed_0e9e);
     let consts = rule_constants();
-    for nr in (0..1024u32).filter(|n| *n != socket && *n != connect) {
+    let changed = [socket, connect, sendto, sendmsg, sendmmsg];
+    for nr in (0..1024u32).filter(|n| !changed.contains(n)) {
         for _ in 0..3 {
             let args: [u64; 6] = std::array::from_fn(|_| random_arg(&mut rng, &consts));
             let d = data(ARCH, nr, args);
