@@ -102,6 +102,116 @@ fn sigkill_of_cordon_leaves_nothing_behind() {
     }
 }
 
+/// Processes of this host whose argv has an argument starting with
+/// `prefix`, with their parent pid and whether they are in this PID
+/// namespace.
+fn processes_under(prefix: &str) -> Vec<(i32, i32, bool, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.iter().any(|a| a.starts_with(prefix)) {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_owned()))
+                .unwrap_or_default()
+        };
+        if field("State:").starts_with('Z') {
+            continue;
+        }
+        let ppid = field("PPid:").parse().unwrap_or(0);
+        let host_ns = field("NSpid:").split_whitespace().count() == 1;
+        out.push((pid, ppid, host_ns, args.join(" ")));
+    }
+    out
+}
+
+/// The conformance gate runs every probe a second time with no sandbox (the
+/// baseline). Its hostile code forks and starts sessions on purpose; if
+/// cordon is SIGKILLed meanwhile, those unconfined processes must not live
+/// on: the suite's watchdog kills them.
+#[test]
+fn sigkill_of_cordon_during_the_gate_leaves_no_control_process() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prefix = base.path().to_str().unwrap().to_owned();
+    let mut leftovers = Vec::new();
+    // A few tries: the kill must land while a control run has descendants.
+    for _ in 0..5 {
+        let mut child = common::spawn(
+            cordon(cache.path())
+                .env("TMPDIR", base.path())
+                .args(["conformance"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        );
+        let cordon_pid = child.id() as i32;
+        // Wait for an unconfined control process that is not cordon's own
+        // child (a fork or a session of a probe): what used to be left.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = false;
+        while std::time::Instant::now() < deadline && !seen {
+            seen = processes_under(&prefix)
+                .iter()
+                .any(|(_, ppid, host_ns, args)| {
+                    *host_ns && *ppid != cordon_pid && !args.contains("watchdog")
+                });
+            if !seen {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if !seen {
+            continue;
+        }
+        // Everything under the suite's dir is gone within a few seconds.
+        for _ in 0..250 {
+            leftovers = processes_under(&prefix);
+            if leftovers.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // Clean up after a failure (forks may appear while we kill).
+        for _ in 0..200 {
+            let left = processes_under(&prefix);
+            if left.is_empty() {
+                break;
+            }
+            for (pid, ..) in &left {
+                // SAFETY: a process whose argv points into this test's
+                // own temp dir: one this test started.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            leftovers.is_empty(),
+            "processes outlived cordon: {leftovers:#?}"
+        );
+        return;
+    }
+    panic!("no control run with descendants was ever seen in 5 gate runs");
+}
+
 #[test]
 fn bad_flags_are_usage_errors() {
     let cache = tempfile::tempdir().unwrap();

@@ -59,6 +59,11 @@ pub(crate) struct Ctx {
     pub scopes: LimitScopes,
     /// True for the unconfined baseline's context (see `baseline.rs`).
     pub baseline: bool,
+    /// The watchdog that kills what bears the suite's tokens if the host
+    /// dies mid-run (`watchdog.rs`): the baseline's unconfined probe
+    /// processes above all. Nothing bearing a token is started before the
+    /// token is registered there ([`Ctx::guard`]).
+    pub watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -207,8 +212,21 @@ impl Ctx {
             kernel,
             scopes,
             baseline: false,
+            watchdog: None,
             root,
         })
+    }
+
+    /// Registers `token` with the suite's watchdog (if it has one) before
+    /// anything bearing it starts: if this process dies, the watchdog
+    /// kills every process bearing it.
+    pub(crate) fn guard(&self, token: &str) -> Result<(), String> {
+        match &self.watchdog {
+            Some(w) => w
+                .guard(token)
+                .map_err(|e| format!("cannot register {token} with the suite's watchdog: {e}")),
+            None => Ok(()),
+        }
     }
 
     /// Spawns the probe child for `mode` with `key=value` arguments and a
@@ -231,6 +249,12 @@ impl Ctx {
         limits: Limits,
     ) -> Result<Spawned, cordon_core::SpawnError> {
         let token = random_token();
+        self.guard(&token).map_err(|e| {
+            cordon_core::SpawnError::Wrap(cordon_core::WrapError::new(
+                "conformance-suite",
+                format!("{e}; the probe child is not started"),
+            ))
+        })?;
         let mut spec = ChildSpec::new(&self.exe)
             .arg(PROBE_ARG)
             .arg(mode)

@@ -118,6 +118,8 @@ mod probes;
 #[cfg(target_os = "linux")]
 mod scope;
 mod suite;
+#[cfg(target_os = "linux")]
+mod watchdog;
 // Outside Linux only the fold and `unreachable` are used.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod verdict;
@@ -161,6 +163,7 @@ fn run_probe_child(args: &[String]) -> i32 {
     let package_file = kv.get("package_file").cloned().unwrap_or_default();
     match mode {
         "noop" => return 0,
+        watchdog::MODE => return watchdog::run(&kv),
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_secs(60));
             return 0;

@@ -219,7 +219,7 @@ impl StandardSuite {
         let scopes = LimitScopes::from_facts(&host.backend_facts);
         let contexts = self.probe_exe().and_then(|exe| {
             let kernel = KernelFacts::learn(&exe);
-            let real = Ctx::new(
+            let mut real = Ctx::new(
                 self.spawner(backend),
                 &exe,
                 self.timeout,
@@ -236,6 +236,12 @@ impl StandardSuite {
                 scopes,
             )?;
             base.baseline = true;
+            // The unconfined control runs must die with this process.
+            // The unconfined control runs, and the host-side targets of
+            // both sides, must die with this process.
+            let watchdog = Arc::new(crate::watchdog::Watchdog::start(&exe, sandbox)?);
+            real.watchdog = Some(Arc::clone(&watchdog));
+            base.watchdog = Some(watchdog);
             Ok((real, base))
         });
         match contexts {

@@ -19,7 +19,7 @@
 //! it, the sacrificial is alive, the listeners received nothing, the IPC
 //! objects and the pty are unchanged and nothing the child made outlived it.
 
-mod ipc;
+pub(crate) mod ipc;
 mod tty;
 
 use std::collections::BTreeMap;
@@ -85,6 +85,9 @@ fn other_affinity(list: &str) -> Option<u32> {
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
     let mut checks = Vec::new();
     let sac_token = random_token();
+    if let Err(e) = ctx.guard(&sac_token) {
+        return vec![unreachable("sacrificial", e)];
+    }
     let mut sacrificial = tokio::process::Command::new(&ctx.exe);
     sacrificial
         .arg(child::PROBE_ARG)

@@ -46,13 +46,18 @@ pub(crate) fn own_key(token: &str) -> libc::key_t {
 }
 
 /// In the sacrificial process (running as the sandbox uid): creates the
-/// four targets and returns the line that tells the host their ids.
+/// four targets and returns the line that tells the host their ids. The
+/// SysV objects are made under the sacrificial token's key, so the suite's
+/// watchdog can find them should the host die before removing them
+/// ([`remove_for_token`]); the child is only ever told their ids.
 pub(crate) fn create_targets(token: &str) -> String {
+    let key = own_key(token);
+    let flags = libc::IPC_CREAT | libc::IPC_EXCL | 0o600;
     // SAFETY: SysV and mqueue calls on integers, a local buffer and valid
     // C strings; the segment is detached before returning.
     unsafe {
-        let msg = libc::msgget(libc::IPC_PRIVATE, libc::IPC_CREAT | 0o600);
-        let shm = libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600);
+        let msg = libc::msgget(key, flags);
+        let shm = libc::shmget(key, 4096, flags);
         if shm >= 0 {
             let p = libc::shmat(shm, std::ptr::null(), 0);
             if p as isize != -1 {
@@ -64,7 +69,7 @@ pub(crate) fn create_targets(token: &str) -> String {
                 libc::shmdt(p);
             }
         }
-        let sem = libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600);
+        let sem = libc::semget(key, 1, flags);
         let name = child::cstr(&host_mq_name(token));
         let mq = libc::mq_open(
             name.as_ptr(),
@@ -255,6 +260,16 @@ fn mq_messages(name: &str) -> std::io::Result<i64> {
         }
         Ok(attr.mq_curmsgs)
     }
+}
+
+/// For the suite's watchdog, once the host is gone: removes every IPC
+/// object under `token` — those a child made of its own and the targets a
+/// sacrificial made (SysV objects under its key, of the sandbox's or the
+/// host's uid; both queue names).
+pub(crate) fn remove_for_token(token: &str, sandbox: Ids, host_uid: u32) {
+    let _ = left_behind(token, sandbox, host_uid);
+    // SAFETY: unlinking a queue name derived from the token.
+    unsafe { libc::mq_unlink(child::cstr(&host_mq_name(token)).as_ptr()) };
 }
 
 /// After the child is gone: no object the child made of its own (found by

@@ -1,0 +1,125 @@
+//! The baseline's watchdog: the unconfined control runs die with the host.
+//!
+//! The baseline runs the probes' hostile code with no sandbox (fork loops,
+//! `setsid` trees, processes that outlive their parent on purpose). The
+//! harness kills what a probe leaves behind by its token once the probe
+//! ends; if the host itself dies first (SIGKILL, a crash, the user's
+//! Ctrl-C), nothing would, and only the probe child itself has a
+//! parent-death signal. So each suite run starts a watchdog: the probe
+//! binary in `watchdog` mode, in a process group of its own (a terminal's
+//! Ctrl-C does not reach it), reading the baseline's tokens from a pipe
+//! the host holds. When the pipe ends without the host's `done` line, the
+//! host is gone: the watchdog SIGKILLs every process that bears one of
+//! those tokens, pass after pass until none is left, removes the IPC
+//! objects under those tokens (P1's sacrificial targets and what its
+//! control run leaves on purpose), and exits.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::child::PROBE_ARG;
+use crate::harness::Ids;
+
+/// The mode argument that starts the watchdog.
+pub(crate) const MODE: &str = "watchdog";
+
+/// The line that tells the watchdog the host ended normally.
+const DONE: &str = "done";
+
+/// The host's handle: tokens go to the watchdog before their probe child
+/// starts. Dropping it sends `done` and reaps the watchdog.
+pub(crate) struct Watchdog {
+    child: Mutex<(Child, Option<ChildStdin>)>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog from the probe executable `exe` (a host-side
+    /// helper, not a probe child: spawned directly).
+    pub(crate) fn start(exe: &Path, sandbox: Ids) -> std::io::Result<Watchdog> {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new(exe)
+            .args([PROBE_ARG, MODE])
+            .arg(format!("sandbox_uid={}", sandbox.uid))
+            .arg(format!("sandbox_gid={}", sandbox.gid))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let stdin = child.stdin.take();
+        Ok(Watchdog {
+            child: Mutex::new((child, stdin)),
+        })
+    }
+
+    /// Registers `token` before the probe child bearing it starts.
+    pub(crate) fn guard(&self, token: &str) -> std::io::Result<()> {
+        let mut g = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match g.1.as_mut() {
+            Some(w) => writeln!(w, "{token}").and_then(|()| w.flush()),
+            None => Err(std::io::Error::other("the watchdog is stopped")),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let mut g = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut w) = g.1.take() {
+            let _ = writeln!(w, "{DONE}");
+        }
+        let _ = g.0.wait();
+    }
+}
+
+/// The watchdog process: collects tokens until its stdin ends; without the
+/// `done` line, kills every process bearing one of them.
+pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
+    let mut tokens = Vec::new();
+    let mut done = false;
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        if line == DONE {
+            done = true;
+            break;
+        }
+        tokens.push(line);
+    }
+    if done {
+        return 0;
+    }
+    // Forks may appear while we kill: repeat until a pass finds nothing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut clean = false;
+    while Instant::now() < deadline && !clean {
+        let mut found = 0;
+        for t in &tokens {
+            found += crate::harness::kill_token_survivors(t);
+        }
+        clean = found == 0;
+        if !clean {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // The IPC objects under those tokens (P1's sacrificial targets, what
+    // its control run leaves on purpose): the host would have removed
+    // them after the probe.
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let id = |k: &str| args.get(k).and_then(|v| v.parse().ok()).unwrap_or(me);
+    let sandbox = Ids {
+        uid: id("sandbox_uid"),
+        gid: id("sandbox_gid"),
+    };
+    for t in &tokens {
+        crate::probes::p1::ipc::remove_for_token(t, sandbox, me);
+    }
+    if clean {
+        0
+    } else {
+        1
+    }
+}
