@@ -1,7 +1,8 @@
 //! # cordon-conformance
 //!
 //! The gate: a sandbox backend may run untrusted code only after it passes
-//! the seven probes on the host where it runs.
+//! the seven probes on the host where it runs — eight for a backend that
+//! claims the egress allowlist (`SandboxBackend::claims_egress_allowlist`).
 //!
 //! | probe | checks (host-verified ones marked ⌂) |
 //! |---|---|
@@ -12,6 +13,7 @@
 //! | P5 | no read/write/create/rename/link outside the grants (⌂ nothing created, ⌂ canary intact with one link); no `chmod`/`fchmodat`/`utimensat`/`setxattr`/`chown` of a same-uid host file (⌂ metadata unchanged); ⌂ setuid/setgid bits planted in scratch not honoured (nosuid mount; as root, run as another uid) |
 //! | P6 | ⌂ fd, process, CPU and file-size limits in force; memory limit (`ENOMEM` or the OOM killer's `SIGKILL`, after the controls); ⌂ the deadline kills the whole tree; ⌂ SIGKILL of the spawned process leaves nothing behind; for each limit the backend claims `sandbox` scope for (its `limit_*` host facts): ⌂ workers holding twice the memory limit in anonymous memory, memfds and SysV shm are held to it together, ⌂ chains of auto-reaped processes (invisible to a sum over the live process tree), each under RLIMIT_CPU, are stopped at the CPU limit together, ⌂ files each under RLIMIT_FSIZE fill a discarded scratch only to `disk_bytes` |
 //! | P7 | ⌂ NoNewPrivs, ⌂ seccomp filter, ⌂ no capabilities, ⌂ no uid 0 after `setuid(0)`, ⌂ no new user namespace; no bpf/perf/userfaultfd/keyctl/kexec/modules/mount |
+//! | P8 | only for a backend that claims the egress allowlist, run with `Network::Allow`: ⌂ the listed target on the host's loopback gets the one request sent through the proxy; the proxy refuses an unlisted port, the target's IP literal and a listed name resolving to loopback (`127.1`); no direct connect to 127.0.0.1, ::1 or a host address (⌂ bystander listeners on every address received nothing), the proxy's port on a host address unreachable; no UDP (⌂), DNS, raw, packet or netlink socket, no TCP Fast Open send |
 //!
 //! Every probe also runs positive controls first (write in scratch, read
 //! the package dir, fork, pipe, `socketpair`), so a backend that breaks
@@ -50,7 +52,9 @@
 //! A check that passes there too is marked `passes_without_sandbox`: the
 //! kernel, file modes or hygiene refuse it on this host, so its passing is
 //! no evidence of confinement, and the summary lists it. The baseline runs
-//! hostile code unconfined, so every target is one the suite created.
+//! hostile code unconfined, so every target is one the suite created, and
+//! a watchdog process kills what bears the suite's tokens if the host dies
+//! mid-run.
 //!
 //! ## Using it in an application
 //! The probe child is the application's own executable re-invoked in probe
