@@ -207,6 +207,24 @@ fn sigkill_of_cordon_during_the_gate_leaves_no_control_process() {
             leftovers.is_empty(),
             "processes outlived cordon: {leftovers:#?}"
         );
+        // And the suite's dirs (each with a copy of the probe binary).
+        let suite_dirs = || -> Vec<String> {
+            std::fs::read_dir(base.path())
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("cordon-conformance-"))
+                .collect()
+        };
+        let mut dirs = suite_dirs();
+        for _ in 0..250 {
+            if dirs.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            dirs = suite_dirs();
+        }
+        assert!(dirs.is_empty(), "suite dirs outlived cordon: {dirs:?}");
         return;
     }
     panic!("no control run with descendants was ever seen in 5 gate runs");

@@ -219,6 +219,7 @@ impl StandardSuite {
         let scopes = LimitScopes::from_facts(&host.backend_facts);
         let contexts = self.probe_exe().and_then(|exe| {
             let kernel = KernelFacts::learn(&exe);
+            let watchdog = Arc::new(crate::watchdog::Watchdog::start(&exe, sandbox)?);
             let mut real = Ctx::new(
                 self.spawner(backend),
                 &exe,
@@ -236,10 +237,10 @@ impl StandardSuite {
                 scopes,
             )?;
             base.baseline = true;
-            // The unconfined control runs must die with this process.
-            // The unconfined control runs, and the host-side targets of
-            // both sides, must die with this process.
-            let watchdog = Arc::new(crate::watchdog::Watchdog::start(&exe, sandbox)?);
+            // The unconfined control runs, the host-side targets of both
+            // sides and the suite dirs must not outlive this process.
+            watchdog.guard_dir(real.root.path())?;
+            watchdog.guard_dir(base.root.path())?;
             real.watchdog = Some(Arc::clone(&watchdog));
             base.watchdog = Some(watchdog);
             Ok((real, base))

@@ -12,7 +12,7 @@
 //! host is gone: the watchdog SIGKILLs every process that bears one of
 //! those tokens, pass after pass until none is left, removes the IPC
 //! objects under those tokens (P1's sacrificial targets and what its
-//! control run leaves on purpose), and exits.
+//! control run leaves on purpose) and the suite's temp dirs, and exits.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -57,12 +57,42 @@ impl Watchdog {
 
     /// Registers `token` before the probe child bearing it starts.
     pub(crate) fn guard(&self, token: &str) -> std::io::Result<()> {
+        self.send(&format!("{TOKEN} {token}"))
+    }
+
+    /// Registers a suite dir (a `cordon-conformance-*` temp dir, with its
+    /// copy of the probe executable) to remove if the host dies.
+    pub(crate) fn guard_dir(&self, dir: &Path) -> std::io::Result<()> {
+        let dir = dir.to_str().filter(|d| !d.contains('\n')).ok_or_else(|| {
+            std::io::Error::other("the suite dir's path is not one line of UTF-8")
+        })?;
+        self.send(&format!("{DIR} {dir}"))
+    }
+
+    fn send(&self, line: &str) -> std::io::Result<()> {
         let mut g = self.child.lock().unwrap_or_else(|e| e.into_inner());
         match g.1.as_mut() {
-            Some(w) => writeln!(w, "{token}").and_then(|()| w.flush()),
+            Some(w) => writeln!(w, "{line}").and_then(|()| w.flush()),
             None => Err(std::io::Error::other("the watchdog is stopped")),
         }
     }
+}
+
+/// The line prefix of a token to guard.
+const TOKEN: &str = "token";
+/// The line prefix of a suite dir to remove.
+const DIR: &str = "dir";
+
+/// Whether `dir` is a suite dir the watchdog may remove: an absolute path
+/// with no `..`, named `cordon-conformance-*` (`Ctx::new` makes them).
+fn is_suite_dir(dir: &Path) -> bool {
+    use std::path::Component;
+    dir.is_absolute()
+        && dir.components().all(|c| !matches!(c, Component::ParentDir))
+        && dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("cordon-conformance-"))
 }
 
 impl Drop for Watchdog {
@@ -78,15 +108,19 @@ impl Drop for Watchdog {
 /// The watchdog process: collects tokens until its stdin ends; without the
 /// `done` line, kills every process bearing one of them.
 pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
-    let mut tokens = Vec::new();
+    let (mut tokens, mut dirs) = (Vec::new(), Vec::new());
     let mut done = false;
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
-        if line == DONE {
-            done = true;
-            break;
+        match line.split_once(' ') {
+            _ if line == DONE => {
+                done = true;
+                break;
+            }
+            Some((TOKEN, t)) => tokens.push(t.to_owned()),
+            Some((DIR, d)) if is_suite_dir(Path::new(d)) => dirs.push(d.to_owned()),
+            _ => {}
         }
-        tokens.push(line);
     }
     if done {
         return 0;
@@ -117,9 +151,35 @@ pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
     for t in &tokens {
         crate::probes::p1::ipc::remove_for_token(t, sandbox, me);
     }
+    // The suite dirs (each holds a copy of the probe executable).
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
     if clean {
         0
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_suite_dir;
+    use std::path::Path;
+
+    #[test]
+    fn only_suite_dirs_are_removed() {
+        assert!(is_suite_dir(Path::new("/tmp/cordon-conformance-abc123")));
+        for not in [
+            "/",
+            "/tmp",
+            "tmp/cordon-conformance-x",
+            "/tmp/cordon-conformance-x/..",
+            "/tmp/../cordon-conformance-x",
+            "/home/user",
+            "/tmp/other",
+        ] {
+            assert!(!is_suite_dir(Path::new(not)), "{not}");
+        }
     }
 }
