@@ -4,13 +4,49 @@
 //! Two causes look alike from inside ("Permission denied") and need
 //! different fixes: the sandbox's own rules (Landlock: only granted paths
 //! are visible; fixed with `--ro`/`--rw`) and plain file permissions for the
-//! uid the sandbox runs as (65534 when cordon runs as root; no flag helps,
-//! the file must be readable by that uid). The notes tell them apart by
-//! checking the permission bits for that uid on the host.
+//! uid the sandbox runs as (a uid of its own when cordon runs as root,
+//! with no group but its own; no flag helps, the file must be readable by
+//! that uid). The notes tell them apart by checking the permission bits
+//! for that uid on the host.
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// Who the sandbox runs as on the host, from the admitted backend's
+/// report.
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxUser {
+    /// The uid (for a root host, one of the sandbox uids: none has an
+    /// account or a group, so any stands for all).
+    pub uid: u32,
+    /// Each sandbox has a uid of its own (a root host).
+    pub own: bool,
+}
+
+impl SandboxUser {
+    /// From the `sandbox_uid` / `sandbox_uids` host facts.
+    pub fn from_facts(facts: &std::collections::BTreeMap<String, String>) -> Option<Self> {
+        if let Some(uid) = facts.get("sandbox_uid").and_then(|u| u.parse().ok()) {
+            return Some(SandboxUser { uid, own: false });
+        }
+        let first = facts.get("sandbox_uids")?.split(['-', ' ']).next()?;
+        Some(SandboxUser {
+            uid: first.parse().ok()?,
+            own: true,
+        })
+    }
+}
+
+impl std::fmt::Display for SandboxUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.own {
+            write!(f, "a uid of its own (such as {})", self.uid)
+        } else {
+            write!(f, "uid {}", self.uid)
+        }
+    }
+}
 
 /// How many denied paths one run's notes name at most.
 const MAX_PATHS: usize = 3;
@@ -18,19 +54,26 @@ const MAX_PATHS: usize = 3;
 /// Notes for a program that could not be started: what `program` resolved
 /// to (and its interpreter, for a script or shim), and the first file or
 /// directory on the way that `sandbox_uid` cannot reach.
-pub fn unstartable(program: &Path, sandbox_uid: Option<u32>) -> Vec<String> {
-    let files = program_files(program);
+pub fn unstartable(
+    program: &Path,
+    sandbox: Option<SandboxUser>,
+    exec_dirs: &[PathBuf],
+) -> Vec<String> {
+    let load = program_files(program, exec_dirs);
+    let files = load.files;
     if files.is_empty() {
         return Vec::new();
     }
     let mut notes: Vec<String> = resolution(program, &files).into_iter().collect();
-    if let Some(uid) = sandbox_uid {
+    notes.extend(load.notes);
+    if let Some(user) = sandbox {
         for f in &files {
-            if let Some(why) = unreachable_for(f, uid, true) {
+            if let Some(why) = unreachable_for(f, user.uid, true) {
                 notes.push(format!(
-                    "the sandbox runs as uid {uid}, which cannot reach {}: {why}. No flag grants \
-                     that: put the program where uid {uid} can read it (for a shim or wrapper, run \
-                     the interpreter it wraps directly), or use --trusted only for code you trust",
+                    "the sandbox runs as {user}, which cannot reach {}: {why}. No flag grants \
+                     that: put the program where any user can read it (for a shim or wrapper, \
+                     run the interpreter it wraps directly), or use --trusted only for code you \
+                     trust",
                     f.display()
                 ));
                 break;
@@ -79,20 +122,25 @@ fn resolution(program: &Path, files: &[PathBuf]) -> Option<String> {
 /// `program` resolved as the child's spawn resolves it (on cordon's own
 /// `PATH`, which the child inherits), with its interpreters and loader;
 /// empty when it does not resolve.
-fn program_files(program: &Path) -> Vec<PathBuf> {
+fn program_files(program: &Path, exec_dirs: &[PathBuf]) -> cordon_core::LoadRequirements {
     let env = [(
         OsString::from("PATH"),
         std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
     )];
-    cordon_core::resolve_program(program, &env).unwrap_or_default()
+    cordon_core::resolve_program(program, &env, exec_dirs).unwrap_or_default()
 }
 
 /// Notes for `program`, which ended in failure after printing `stderr`:
 /// each absolute path on a line that says permission was denied (other
 /// than the program's own files, which prefix many messages), with the
 /// flag that would grant it, or why no flag would.
-pub fn denied_paths(stderr: &[u8], program: &Path, sandbox_uid: Option<u32>) -> Vec<String> {
-    let own = program_files(program);
+pub fn denied_paths(
+    stderr: &[u8],
+    program: &Path,
+    sandbox: Option<SandboxUser>,
+    exec_dirs: &[PathBuf],
+) -> Vec<String> {
+    let own = program_files(program, exec_dirs).files;
     let is_own = |p: &Path| {
         own.iter()
             .any(|o| o == p || p.canonicalize().is_ok_and(|c| &c == o))
@@ -120,11 +168,12 @@ pub fn denied_paths(stderr: &[u8], program: &Path, sandbox_uid: Option<u32>) -> 
     let head = resolution(program, &own).filter(|_| script);
     head.into_iter()
         .chain(seen.iter().map(|p| {
-            let dac = sandbox_uid.and_then(|uid| unreachable_for(p, uid, false).map(|w| (uid, w)));
+            let dac =
+                sandbox.and_then(|user| unreachable_for(p, user.uid, false).map(|w| (user, w)));
             match dac {
-                Some((uid, why)) => format!(
-                    "the program was denied {}: the sandbox's uid {uid} cannot read it ({why}); \
-                     no flag grants that",
+                Some((user, why)) => format!(
+                    "the program was denied {}: the sandbox, which runs as {user}, cannot read it \
+                     ({why}); no flag grants that",
                     p.display()
                 ),
                 None => format!(
@@ -250,7 +299,7 @@ mod tests {
         let f = dir.path().join("secret");
         std::fs::write(&f, "x").unwrap();
         let line = format!("cat: {}: Permission denied\n", f.display());
-        let notes = denied_paths(line.as_bytes(), Path::new("/bin/cat"), None);
+        let notes = denied_paths(line.as_bytes(), Path::new("/bin/cat"), None, &[]);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes[0].contains(&format!("--ro {}", f.display())),
@@ -259,10 +308,18 @@ mod tests {
         // As root, for a uid the temp dir (0700) shuts out: no flag helps.
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
-            let notes = denied_paths(line.as_bytes(), Path::new("/bin/cat"), Some(65534));
+            let notes = denied_paths(
+                line.as_bytes(),
+                Path::new("/bin/cat"),
+                Some(SandboxUser {
+                    uid: 65534,
+                    own: false,
+                }),
+                &[],
+            );
             assert!(notes[0].contains("no flag grants that"), "{notes:?}");
             assert!(notes[0].contains("mode 0700"), "{notes:?}");
         }
-        assert!(denied_paths(b"all fine\n", Path::new("/bin/cat"), None).is_empty());
+        assert!(denied_paths(b"all fine\n", Path::new("/bin/cat"), None, &[]).is_empty());
     }
 }

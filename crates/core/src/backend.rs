@@ -179,6 +179,16 @@ pub trait SandboxBackend: Send + Sync {
     fn claims_egress_allowlist(&self) -> bool {
         false
     }
+
+    /// The directories every sandbox of this backend may read and execute
+    /// from, whatever the policy (its minimal system set, e.g. `/usr`).
+    /// The spawner follows a script's `#!/usr/bin/env NAME` only to a NAME
+    /// inside these or the policy's read-only grants; it never grants NAME
+    /// itself (see [`resolve_program`](crate::resolve_program)). Empty by
+    /// default: then only the policy's grants count.
+    fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
@@ -203,5 +213,8 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     }
     fn claims_egress_allowlist(&self) -> bool {
         (**self).claims_egress_allowlist()
+    }
+    fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
+        (**self).exec_dirs()
     }
 }
