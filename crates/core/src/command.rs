@@ -130,7 +130,7 @@ impl ChildCommand {
             .enable_all()
             .build()?;
         rt.block_on(async move {
-            let mut launched = crate::launch::launch(self)?;
+            let mut launched = crate::launch::launch(self, crate::spawn::DEFAULT_SETUP_TIMEOUT)?;
             drop(launched.stdin.take());
             let mut out = launched.stdout.take();
             let mut err = launched.stderr.take();
@@ -225,6 +225,7 @@ const fn record(kind: u32, value: i32) -> [u8; 8] {
 /// A record's kinds.
 pub(crate) const REPORT_ERROR: u32 = 1;
 pub(crate) const REPORT_HANDED_OVER: u32 = 2;
+pub(crate) const REPORT_STARTED: u32 = 3;
 
 impl ChildContext {
     /// Whether [`hand_over`](Self::hand_over) is available (Linux).
@@ -270,6 +271,17 @@ impl ChildContext {
     /// [`report_fd`](Self::report_fd)).
     pub const fn error_record(errno: libc::c_int) -> [u8; 8] {
         record(REPORT_ERROR, errno)
+    }
+
+    /// The bytes that announce `pid` (its pid in the host's PID namespace)
+    /// as a process of the launch: a process a hook makes with
+    /// `CLONE_PARENT` (the host's child), which may share the host's
+    /// memory, announces itself first thing. Should the launch not finish
+    /// within the set-up timeout, the spawning thread kills the launcher
+    /// and every announced process, and waits for all of them to be gone
+    /// before it releases the launch's memory (see `launch.rs`).
+    pub const fn started_record(pid: libc::pid_t) -> [u8; 8] {
+        record(REPORT_STARTED, pid)
     }
 
     fn report(&self, kind: u32, value: i32) {

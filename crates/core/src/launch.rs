@@ -1,12 +1,21 @@
 //! Starting a [`ChildCommand`]: the only place a child process is created.
 //!
-//! **Linux** (the launcher that the probes test): `clone(CLONE_VM |
-//! CLONE_VFORK)` onto a stack of its own, the way `posix_spawn` works. The
-//! child runs in the host's memory while the spawning thread is suspended,
-//! until it executes the program (or exits). Nothing of the host is copied:
-//! a `fork` copies the host's page tables (its cost grows with the host's
+//! **Linux** (the launcher that the probes test): `clone(CLONE_VM)` onto a
+//! stack of its own, the way `posix_spawn` works. The child runs in the
+//! host's memory while the spawning thread waits for its report, until it
+//! executes the program (or exits). Nothing of the host is copied: a
+//! `fork` copies the host's page tables (its cost grows with the host's
 //! size) and makes every page the host writes while the copy lives a
 //! copy-on-write fault; std forks whenever a command has a `pre_exec` hook.
+//!
+//! The spawning thread waits as `vfork` would — every signal blocked, raw
+//! syscalls only, since the child shares its thread-local storage
+//! (`errno`) — but for a bounded time (the set-up timeout): a launch that
+//! does not end in an exec or a failure by then (a process of it stopped,
+//! or stuck in the kernel) is killed, every process it announced with it
+//! (the [`ChildContext::announce`] records, such as a backend's init), and
+//! the spawn fails. Its memory is released only once every one of them is
+//! gone; should one never go, that memory is leaked rather than reused.
 //!
 //! In the child: every signal handler is reset (they are the host's, in
 //! the host's memory) and the mask cleared, stdio is put on 0, 1, 2, the
@@ -46,7 +55,10 @@ pub(crate) enum Leader {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn launch(cmd: ChildCommand) -> std::io::Result<Launched> {
+pub(crate) fn launch(
+    cmd: ChildCommand,
+    _setup_timeout: std::time::Duration,
+) -> std::io::Result<Launched> {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let ChildCommand {
@@ -104,7 +116,8 @@ mod linux {
     use std::ffi::{CString, OsString};
 
     use super::*;
-    use crate::command::{Hook, REPORT_ERROR, REPORT_HANDED_OVER};
+    use crate::command::{Hook, REPORT_ERROR, REPORT_HANDED_OVER, REPORT_STARTED};
+    use crate::sys::raw;
 
     fn cstring(what: &str, s: impl Into<Vec<u8>>) -> std::io::Result<CString> {
         CString::new(s).map_err(|_| {
@@ -115,16 +128,19 @@ mod linux {
         })
     }
 
-    /// Everything the child reads, prepared by the parent. Lives on the
-    /// parent's stack for the whole launch (the parent is suspended while
-    /// the child uses it).
-    struct ChildState<'a> {
-        path: *const libc::c_char,
-        argv: *const *const libc::c_char,
-        envp: *const *const libc::c_char,
-        cwd: *const libc::c_char,
+    /// Everything the child reads, prepared by the parent, on the heap for
+    /// the whole launch (leaked, never freed, if the launch's processes
+    /// cannot be made to end).
+    struct ChildState {
+        path: CString,
+        /// What `argv` and `envp` point into.
+        _argv_c: Vec<CString>,
+        _envp_c: Vec<CString>,
+        cwd: CString,
+        argv: Vec<*const libc::c_char>,
+        envp: Vec<*const libc::c_char>,
         stdio: [libc::c_int; 3],
-        hooks: &'a mut [Hook],
+        hooks: Vec<Hook>,
         ctx: ChildContext,
     }
 
@@ -209,7 +225,10 @@ mod linux {
         Ok(unsafe { OwnedFd::from_raw_fd(new) })
     }
 
-    pub(crate) fn launch(cmd: ChildCommand) -> std::io::Result<Launched> {
+    pub(crate) fn launch(
+        cmd: ChildCommand,
+        setup_timeout: std::time::Duration,
+    ) -> std::io::Result<Launched> {
         let ChildCommand {
             program,
             arg0,
@@ -217,7 +236,7 @@ mod linux {
             env,
             cwd,
             stdio,
-            mut hooks,
+            hooks,
         } = cmd;
         // Every byte the child needs, made here: it must not allocate.
         let path = cstring("program path", program.as_bytes())?;
@@ -269,57 +288,61 @@ mod linux {
         // them, which the child's stdio then replaces: its errors would be
         // lost. Keep it above.
         let report_w = above_stdio(report_w)?;
-        let mut state = ChildState {
-            path: path.as_ptr(),
-            argv: argv.as_ptr(),
-            envp: envp.as_ptr(),
-            cwd: cwd.as_ptr(),
+        let mut state = Box::new(ChildState {
+            path,
+            _argv_c: argv_c,
+            _envp_c: envp_c,
+            cwd,
+            argv,
+            envp,
             stdio: child_fds,
-            hooks: &mut hooks,
+            hooks,
             ctx: ChildContext {
                 report_fd: report_w.as_raw_fd(),
             },
-        };
-
+        });
         let stack = Stack::take()?;
+        let deadline = std::time::Instant::now() + setup_timeout;
+
         let all: u64 = !0;
         let mut old: u64 = 0;
         // SAFETY: every signal is blocked around the clone, so none is
         // handled in the child (by a host handler, on the host's memory)
         // before it has reset the handlers; the raw syscall blocks glibc's
-        // internal signals too. The child runs `child_main` on `stack` with
-        // `state`, both of which outlive it: this thread is suspended until
-        // it has executed the program or exited (CLONE_VFORK).
+        // internal signals too. They stay blocked on this thread until the
+        // launch has ended (`wait_launch`), as with vfork: the child shares
+        // this thread's thread-local storage, which a handler here could
+        // change under it. The child runs `child_main` on `stack` with
+        // `state`, both of which outlive it (released only after the
+        // report's EOF, or leaked).
         let pid = unsafe {
-            libc::syscall(
+            raw(
                 libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                &all as *const u64,
-                &mut old as *mut u64,
-                8usize,
+                libc::SIG_SETMASK as usize,
+                &all as *const u64 as usize,
+                &mut old as *mut u64 as usize,
+                8,
             );
             let pid = libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                &mut state as *mut ChildState as *mut libc::c_void,
-            );
-            let err = std::io::Error::last_os_error();
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                &old as *const u64,
-                std::ptr::null_mut::<u64>(),
-                8usize,
+                libc::CLONE_VM | libc::SIGCHLD,
+                &mut *state as *mut ChildState as *mut libc::c_void,
             );
             if pid < 0 {
+                let err = std::io::Error::last_os_error();
+                raw(
+                    libc::SYS_rt_sigprocmask,
+                    libc::SIG_SETMASK as usize,
+                    &old as *const u64 as usize,
+                    0,
+                    8,
+                );
                 Err(err)
             } else {
                 Ok(pid)
             }
         };
-        drop(report_w);
-        drop(child_ends);
         let pid = match pid {
             Ok(pid) => pid,
             Err(e) => {
@@ -327,18 +350,62 @@ mod linux {
                 return Err(e);
             }
         };
+        // Our copy of the report's write end goes now (or EOF never
+        // comes); a raw close, as everything until the launch has ended.
+        // SAFETY: closing our own fd, handed out of its OwnedFd.
+        unsafe {
+            raw(
+                libc::SYS_close,
+                std::os::fd::IntoRawFd::into_raw_fd(report_w) as usize,
+                0,
+                0,
+                0,
+            )
+        };
         // EOF comes only once every process that could still run on the
         // stack has executed or exited (a backend's program may resume on
         // the launcher's frames, and the launcher may have been killed
         // before it): only then can another launch have the stack.
-        let (leader, error) = read_report(report_r, pid);
+        let waited = wait_launch(report_r.as_raw_fd(), pid, deadline);
+        // SAFETY: restoring this thread's signal mask.
+        unsafe {
+            raw(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK as usize,
+                &old as *const u64 as usize,
+                0,
+                8,
+            )
+        };
+        drop(child_ends);
+        let report = match waited {
+            Waited::Ended(report) => report,
+            Waited::Killed(report) => {
+                stack.give_back();
+                drop(state);
+                for p in std::iter::once(pid).chain(report.announced()) {
+                    reap_now(p);
+                }
+                return Err(setup_timed_out(setup_timeout));
+            }
+            Waited::Stuck => {
+                // A process of the launch may still run on this memory:
+                // never reuse or free it (a `Stack` is not given back, so
+                // its mapping stays, unused).
+                let _ = stack;
+                Box::leak(state);
+                return Err(setup_timed_out(setup_timeout));
+            }
+        };
         stack.give_back();
-        if let Some(errno) = error {
+        drop(state);
+        let leader = report.leader.unwrap_or(pid);
+        if let Some(errno) = report.error {
             // Nothing ran. Reap what was started (an init handed over to
             // ends as soon as its program has).
             reap_now(pid);
-            if leader != pid {
-                reap_now(leader);
+            for p in report.announced().filter(|&p| p != pid) {
+                kill_and_reap(p);
             }
             return Err(std::io::Error::from_raw_os_error(errno));
         }
@@ -384,44 +451,214 @@ mod linux {
         })
     }
 
-    /// Reads the child's report until EOF: the leader (the cloned child,
-    /// or the process it handed over to) and the first error, if any.
-    fn read_report(report: OwnedFd, pid: libc::pid_t) -> (libc::pid_t, Option<libc::c_int>) {
-        let mut bytes = Vec::with_capacity(16);
-        let mut buf = [0u8; 64];
-        loop {
-            // SAFETY: a read into a local buffer.
-            let n = unsafe { libc::read(report.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                break;
+    fn setup_timed_out(timeout: std::time::Duration) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the child's set-up did not finish within {} s (a process of it was stopped or \
+                 is stuck in the kernel); every process of it was killed and nothing ran",
+                timeout.as_secs_f64()
+            ),
+        )
+    }
+
+    /// How many processes a launch may announce (the launcher, a
+    /// backend's init and helpers).
+    const MAX_ANNOUNCED: usize = 4;
+
+    /// The child's report, as read so far. Fixed-size: it is read while
+    /// the child shares this thread's memory (no allocation then).
+    struct Report {
+        bytes: [u8; 8],
+        len: usize,
+        /// The process handed over to, if any.
+        leader: Option<libc::pid_t>,
+        error: Option<libc::c_int>,
+        announced: [libc::pid_t; MAX_ANNOUNCED],
+        n_announced: usize,
+    }
+
+    impl Report {
+        fn new() -> Report {
+            Report {
+                bytes: [0; 8],
+                len: 0,
+                leader: None,
+                error: None,
+                announced: [0; MAX_ANNOUNCED],
+                n_announced: 0,
             }
-            if n == 0 {
-                break;
-            }
-            bytes.extend_from_slice(&buf[..n as usize]);
         }
-        let mut leader = pid;
-        let mut error = None;
-        for rec in bytes.chunks_exact(8) {
-            let kind = u32::from_ne_bytes(rec[..4].try_into().expect("4 bytes"));
-            let value = i32::from_ne_bytes(rec[4..].try_into().expect("4 bytes"));
+
+        fn feed(&mut self, data: &[u8]) {
+            for &b in data {
+                self.bytes[self.len] = b;
+                self.len += 1;
+                if self.len == 8 {
+                    self.len = 0;
+                    let kind = u32::from_ne_bytes([
+                        self.bytes[0],
+                        self.bytes[1],
+                        self.bytes[2],
+                        self.bytes[3],
+                    ]);
+                    let value = i32::from_ne_bytes([
+                        self.bytes[4],
+                        self.bytes[5],
+                        self.bytes[6],
+                        self.bytes[7],
+                    ]);
+                    self.record(kind, value);
+                }
+            }
+        }
+
+        fn record(&mut self, kind: u32, value: i32) {
             match kind {
                 REPORT_ERROR => {
-                    error.get_or_insert(if value > 0 { value } else { libc::EIO });
+                    self.error
+                        .get_or_insert(if value > 0 { value } else { libc::EIO });
                 }
-                REPORT_HANDED_OVER if value > 0 => leader = value,
+                REPORT_HANDED_OVER if value > 0 => {
+                    self.leader = Some(value);
+                    self.announce(value);
+                }
+                REPORT_STARTED if value > 0 => self.announce(value),
                 _ => {
-                    error.get_or_insert(libc::EPROTO);
+                    self.error.get_or_insert(libc::EPROTO);
                 }
             }
         }
-        if bytes.len() % 8 != 0 {
-            error.get_or_insert(libc::EPROTO);
+
+        fn announce(&mut self, pid: libc::pid_t) {
+            if self.announced[..self.n_announced].contains(&pid) {
+                return;
+            }
+            if self.n_announced == MAX_ANNOUNCED {
+                self.error.get_or_insert(libc::EPROTO);
+                return;
+            }
+            self.announced[self.n_announced] = pid;
+            self.n_announced += 1;
         }
-        (leader, error)
+
+        fn announced(&self) -> impl Iterator<Item = libc::pid_t> + '_ {
+            self.announced[..self.n_announced].iter().copied()
+        }
+
+        fn finish(mut self) -> Report {
+            if self.len != 0 {
+                self.error.get_or_insert(libc::EPROTO);
+            }
+            self
+        }
+    }
+
+    /// How a launch's wait ended.
+    enum Waited {
+        /// The report reached EOF: every process of the launch has
+        /// executed the program or exited.
+        Ended(Report),
+        /// The set-up timed out; every process of the launch was killed and
+        /// is gone (the report reached EOF), to be reaped.
+        Killed(Report),
+        /// The set-up timed out and a process of the launch did not end
+        /// even after SIGKILL: its memory must never be reused.
+        Stuck,
+    }
+
+    /// How long killed processes of a timed-out launch get to end.
+    const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// Reads the report on `fd` until EOF or `deadline`; on the deadline,
+    /// kills the launcher `pid` and everything announced, and reads on
+    /// until EOF (killing what is announced late) for [`KILL_GRACE`].
+    /// Raw syscalls only, no allocation: the child shares this thread's
+    /// memory and thread-local storage.
+    fn wait_launch(fd: libc::c_int, pid: libc::pid_t, deadline: std::time::Instant) -> Waited {
+        let mut report = Report::new();
+        if read_until(fd, &mut report, deadline, None) {
+            return Waited::Ended(report.finish());
+        }
+        // SAFETY: SIGKILL to our own unreaped child.
+        unsafe { raw(libc::SYS_kill, pid as usize, libc::SIGKILL as usize, 0, 0) };
+        let grace = std::time::Instant::now() + KILL_GRACE;
+        if read_until(fd, &mut report, grace, Some(pid)) {
+            Waited::Killed(report.finish())
+        } else {
+            Waited::Stuck
+        }
+    }
+
+    /// Feeds `report` from `fd` until EOF (`true`) or `deadline`
+    /// (`false`). With `kill`, every announced process is sent SIGKILL as
+    /// soon as it is known (and `kill` itself was already).
+    fn read_until(
+        fd: libc::c_int,
+        report: &mut Report,
+        deadline: std::time::Instant,
+        kill: Option<libc::pid_t>,
+    ) -> bool {
+        let mut killed = 0;
+        let mut buf = [0u8; 64];
+        loop {
+            if kill.is_some() {
+                while killed < report.n_announced {
+                    let p = report.announced[killed];
+                    // SAFETY: SIGKILL to a process of this launch, unreaped
+                    // (the host's child), so its pid names it.
+                    unsafe { raw(libc::SYS_kill, p as usize, libc::SIGKILL as usize, 0, 0) };
+                    killed += 1;
+                }
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let ts = libc::timespec {
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            };
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: ppoll on one pollfd and a timespec on this frame; the
+            // signal mask argument is null (every signal stays blocked).
+            let ready = unsafe {
+                raw(
+                    libc::SYS_ppoll,
+                    &mut pfd as *mut libc::pollfd as usize,
+                    1,
+                    &ts as *const libc::timespec as usize,
+                    0,
+                )
+            };
+            if ready == -(libc::EINTR as isize) || ready == 0 {
+                continue;
+            }
+            if ready < 0 {
+                // Cannot watch the pipe: treat as a set-up that cannot end.
+                return false;
+            }
+            // SAFETY: a read into a local buffer from our fd.
+            let n = unsafe {
+                raw(
+                    libc::SYS_read,
+                    fd as usize,
+                    buf.as_mut_ptr() as usize,
+                    buf.len(),
+                    0,
+                )
+            };
+            match n {
+                0 => return true,
+                n if n > 0 => report.feed(&buf[..n as usize]),
+                n if n == -(libc::EINTR as isize) || n == -(libc::EAGAIN as isize) => {}
+                _ => return false,
+            }
+        }
     }
 
     fn pidfd_open(pid: libc::pid_t) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
@@ -490,7 +727,7 @@ mod linux {
     }
 
     /// The child, on its own stack in the host's memory, the spawning
-    /// thread suspended. Only async-signal-safe calls.
+    /// thread waiting. Only async-signal-safe calls.
     extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the parent's `ChildState`, alive and unused by
         // anyone else until this process has executed or exited.
@@ -547,7 +784,7 @@ mod linux {
                     fail(&st.ctx, errno());
                 }
             }
-            if libc::chdir(st.cwd) != 0 {
+            if libc::chdir(st.cwd.as_ptr()) != 0 {
                 fail(&st.ctx, errno());
             }
         }
@@ -559,7 +796,7 @@ mod linux {
         }
         // SAFETY: NUL-terminated strings and NULL-terminated arrays made
         // by the parent.
-        unsafe { libc::execve(st.path, st.argv, st.envp) };
+        unsafe { libc::execve(st.path.as_ptr(), st.argv.as_ptr(), st.envp.as_ptr()) };
         fail(ctx, errno())
     }
 }

@@ -54,13 +54,15 @@ mod report;
 mod runner;
 mod spawn;
 mod spec;
+#[cfg(target_os = "linux")]
+pub mod sys;
 
 pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, WrapResources};
 pub use child::{ExitOutcome, RunningChild};
 pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};
-pub use program::resolve_program;
+pub use program::{resolve_program, LoadRequirements};
 pub use report::{
     kernel_release, CheckResult, ConformanceReport, ConformanceSuite, Evidence, HostFacts, ProbeId,
     ProbeResult, ProbeStatus, REPORT_SCHEMA,
@@ -68,7 +70,7 @@ pub use report::{
 pub use runner::{select_runner, NoRunner, Runner, SandboxRunner, TrustedProcessRunner};
 #[cfg(feature = "test-hooks")]
 pub use spawn::HygieneOverrides;
-pub use spawn::{RunnerConfig, Spawner, DEFAULT_ENV_ALLOWLIST};
+pub use spawn::{RunnerConfig, Spawner, DEFAULT_ENV_ALLOWLIST, DEFAULT_SETUP_TIMEOUT};
 pub use spec::{ChildSpec, Scratch, Sha256Pin, StdioMode, TrustTier};
 
 /// Counts live (non-zombie) processes in a process group. Used by tests and

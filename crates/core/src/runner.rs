@@ -148,6 +148,13 @@ impl SandboxRunner {
     pub fn config(&self) -> &RunnerConfig {
         self.spawner.config()
     }
+
+    /// The admitted backend.
+    pub fn backend(&self) -> &Arc<dyn SandboxBackend> {
+        self.spawner
+            .backend()
+            .expect("a sandbox runner's spawner is confined")
+    }
 }
 
 #[async_trait::async_trait]

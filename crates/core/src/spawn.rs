@@ -63,7 +63,19 @@ pub struct RunnerConfig {
     /// How many bytes of stderr a child keeps (the newest ones); see
     /// [`RunningChild::stderr_tail`].
     pub stderr_ring_bytes: usize,
+    /// How long a child's set-up (from the launch to the program's exec:
+    /// hygiene and the backend's confinement) may take, at most; a
+    /// spec's [`Limits::deadline`] shortens it. Past it every process of
+    /// the launch is killed and the spawn fails ([`SpawnError::Spawn`]
+    /// with an `io::ErrorKind::TimedOut` source): a process that stops or
+    /// hangs in its set-up cannot keep the spawning thread waiting.
+    /// Default [`DEFAULT_SETUP_TIMEOUT`].
+    pub setup_timeout: std::time::Duration,
 }
+
+/// The default [`RunnerConfig::setup_timeout`]: 10 s (a set-up takes a
+/// few milliseconds; this leaves room for a host under heavy load).
+pub const DEFAULT_SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for RunnerConfig {
     fn default() -> Self {
@@ -75,6 +87,7 @@ impl Default for RunnerConfig {
             read_write: Vec::new(),
             network: Network::Deny,
             stderr_ring_bytes: 64 * 1024,
+            setup_timeout: DEFAULT_SETUP_TIMEOUT,
         }
     }
 }
@@ -220,8 +233,15 @@ impl Spawner {
             // inside a sandbox the only writable place is scratch.
             cmd.env("HOME", scratch.path())
                 .env("TMPDIR", scratch.path());
+            let mut exec_dirs = backend.exec_dirs();
+            exec_dirs.extend(self.config.read_only.iter().cloned());
+            exec_dirs.extend(package_dir.iter().cloned());
+            let load = program::load_requirements(&program, &env, &exec_dirs);
+            for note in &load.notes {
+                tracing::info!(program = %program.display(), "{note}");
+            }
             let mut program_files = vec![program.clone()];
-            program_files.extend(program::load_requirements(&program, &env));
+            program_files.extend(load.files);
             let policy = SandboxPolicy {
                 scratch_dir: scratch.path().to_path_buf(),
                 scratch_is_fresh: scratch.is_fresh(),
@@ -238,10 +258,15 @@ impl Spawner {
 
         // The launcher drops its copies of the child's pipe ends (which
         // would keep the relay from ever seeing EOF) once the child runs.
-        let child = crate::launch::launch(cmd).map_err(|source| SpawnError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
+        let setup_timeout = match limits.deadline {
+            Some(d) => d.min(self.config.setup_timeout),
+            None => self.config.setup_timeout,
+        };
+        let child =
+            crate::launch::launch(cmd, setup_timeout).map_err(|source| SpawnError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
         // The child has exec'd (or failed, reported above): the parent's
         // copy of the verified program fd is no longer needed.
         drop(program_file);

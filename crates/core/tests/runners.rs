@@ -512,3 +512,80 @@ async fn missing_program_is_a_clear_error() {
         .unwrap_err();
     assert!(err.to_string().contains("not found"), "{err}");
 }
+
+/// What the hook of [`StopsItself`] recorded: the launcher's pid (it
+/// shares this process's memory).
+static STOPPED_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// A backend whose child stops itself (SIGSTOP) before it executes: a
+/// launch frozen in its set-up, as a stray signal could leave one.
+struct StopsItself;
+
+impl SandboxBackend for StopsItself {
+    fn name(&self) -> &str {
+        "stops-itself"
+    }
+    fn availability(&self) -> Availability {
+        Availability::Available
+    }
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        _: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
+        // SAFETY: getpid, an atomic store and raise are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|_| {
+                STOPPED_PID.store(libc::getpid(), std::sync::atomic::Ordering::SeqCst);
+                libc::raise(libc::SIGSTOP);
+                Ok(())
+            });
+        }
+        Ok(None)
+    }
+}
+
+#[test]
+fn a_launch_stopped_in_its_set_up_is_killed_and_the_spawn_fails() {
+    let config = RunnerConfig {
+        setup_timeout: Duration::from_millis(500),
+        ..RunnerConfig::default()
+    };
+    let spawner = Spawner::confined(Arc::new(StopsItself), config);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(async { spawner.spawn(&trusted("/bin/sh", "exit 0")).map(|_| ()) });
+        let _ = tx.send(r);
+    });
+    let r = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(r) => r,
+        Err(_) => {
+            // Unfreeze it so the test process can end, then fail.
+            let pid = STOPPED_PID.load(std::sync::atomic::Ordering::SeqCst);
+            if pid > 0 {
+                // SAFETY: our own stopped child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            panic!("the spawn was still waiting for a stopped launch after 30 s");
+        }
+    };
+    let err = r.expect_err("a stopped launch was reported as started");
+    match &err {
+        SpawnError::Spawn { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::TimedOut, "{err}")
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+    assert!(err.to_string().contains("set-up did not finish"), "{err}");
+    let pid = STOPPED_PID.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(pid > 0, "the hook never ran");
+    // Killed and reaped: the pid names nothing (not even a zombie).
+    // SAFETY: kill with signal 0 only checks.
+    let gone = unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    assert!(gone, "the stopped launcher {pid} is still there");
+}
