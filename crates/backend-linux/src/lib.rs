@@ -83,7 +83,14 @@ mod linux;
 #[doc = include_str!("../README.md")]
 pub mod docs {}
 
-/// The uid and gid a root host drops the child to (`nobody`/`nogroup`).
+#[cfg(target_os = "linux")]
+pub use linux::uid::{UidPool, UID_RANGE_ENV};
+
+/// The uid and gid the program has *inside* its user namespace on a root
+/// host (`nobody`/`nogroup`, so tools find a user database entry for
+/// themselves); on the host it is a uid of its own ([`UidPool`]). Only
+/// [`Layers`] without `own_uid` also use it on the host, shared by every
+/// sandbox, which the conformance probes fail.
 pub const SANDBOX_UID: u32 = 65534;
 /// See [`SANDBOX_UID`].
 pub const SANDBOX_GID: u32 = 65534;
@@ -119,6 +126,20 @@ pub struct Layers {
     /// ones `EPERM`, argument checks where a call is needed but dangerous)
     /// instead of the first version's deny-list.
     pub seccomp_allowlist: bool,
+    /// On a root host, a uid and gid of its own for every sandbox, from a
+    /// [`UidPool`], instead of 65534 shared with every other sandbox and
+    /// every `nobody` process of the host. (An unprivileged host's
+    /// sandboxes always run as its own uid.)
+    pub own_uid: bool,
+    /// A UTS namespace whose hostname is `cordon`: the host's name is not
+    /// shown to the program.
+    pub uts_namespace: bool,
+    /// The quotas the kernel keeps per user namespace, set low in the
+    /// sandbox's own one (inotify, fanotify, every kind of namespace),
+    /// and small `RLIMIT_SIGPENDING`, `RLIMIT_MSGQUEUE` and
+    /// `RLIMIT_MEMLOCK`, so one sandbox cannot take what others or the
+    /// host need (see the README's quota table).
+    pub kernel_quotas: bool,
 }
 
 impl Layers {
@@ -129,6 +150,9 @@ impl Layers {
         mount_namespace: true,
         sandbox_limits: true,
         seccomp_allowlist: true,
+        own_uid: true,
+        uts_namespace: true,
+        kernel_quotas: true,
     };
 
     /// Only the layers of the first version (user namespace, rlimits,
@@ -140,6 +164,9 @@ impl Layers {
         mount_namespace: false,
         sandbox_limits: false,
         seccomp_allowlist: false,
+        own_uid: false,
+        uts_namespace: false,
+        kernel_quotas: false,
     };
 }
 
@@ -152,30 +179,59 @@ impl Default for Layers {
 /// The Linux sandbox backend (Landlock + seccomp + user, PID, IPC and mount
 /// namespaces + rlimits + capability drop). See the crate docs.
 ///
-/// It holds no state but its [`Layers`]: every call re-checks the host, so
-/// a backend created before the host lost a feature still reports it.
-#[derive(Debug, Clone, Copy, Default)]
+/// It holds no state but its [`Layers`] and, for a root host, the
+/// [`UidPool`] its sandboxes' uids come from: every call re-checks the
+/// host, so a backend created before the host lost a feature still
+/// reports it.
+#[derive(Debug, Clone, Default)]
 pub struct LinuxBackend {
     layers: Layers,
+    #[cfg(target_os = "linux")]
+    uid_pool: Option<std::sync::Arc<UidPool>>,
 }
 
 impl LinuxBackend {
     /// The backend with every layer. Cheap: nothing is probed until asked.
+    /// On a root host its sandboxes' uids come from the range in
+    /// [`UID_RANGE_ENV`] (`CORDON_UID_RANGE`) if that is set, else from
+    /// [`UidPool::default`]; [`LinuxBackend::with_uid_pool`] overrides
+    /// both.
     pub fn new() -> Self {
-        LinuxBackend {
-            layers: Layers::ALL,
-        }
+        LinuxBackend::with_layers(Layers::ALL)
     }
 
     /// A backend with only some layers; see [`Layers`] for why this exists.
     /// Never admitted by the gate unless it has them all.
     pub fn with_layers(layers: Layers) -> Self {
-        LinuxBackend { layers }
+        LinuxBackend {
+            layers,
+            #[cfg(target_os = "linux")]
+            uid_pool: None,
+        }
+    }
+
+    /// The same backend, giving a root host's sandboxes their uids from
+    /// `pool` (checked against the host's accounts and subordinate ids at
+    /// the first spawn; see [`UidPool`]).
+    #[cfg(target_os = "linux")]
+    pub fn with_uid_pool(mut self, pool: UidPool) -> Self {
+        self.uid_pool = Some(std::sync::Arc::new(pool));
+        self
     }
 
     /// The layers this backend applies.
     pub fn layers(&self) -> Layers {
         self.layers
+    }
+
+    /// The pool a root host's sandbox uids come from (an error when
+    /// [`UID_RANGE_ENV`] names no valid range).
+    #[cfg(target_os = "linux")]
+    fn pool(&self) -> Result<&UidPool, &str> {
+        match &self.uid_pool {
+            Some(p) => Ok(p),
+            None => linux::uid::env_pool().as_ref().map_err(String::as_str),
+        }
     }
 }
 
@@ -187,7 +243,7 @@ impl SandboxBackend for LinuxBackend {
     fn availability(&self) -> Availability {
         #[cfg(target_os = "linux")]
         {
-            linux::availability(self.layers)
+            linux::availability(self.layers, self.pool())
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -201,7 +257,7 @@ impl SandboxBackend for LinuxBackend {
     fn host_facts(&self) -> BTreeMap<String, String> {
         #[cfg(target_os = "linux")]
         {
-            linux::host_facts(self.layers)
+            linux::host_facts(self.layers, self.pool())
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -215,6 +271,17 @@ impl SandboxBackend for LinuxBackend {
     /// sockets be made, so those layers refuse `Network::Allow`.
     fn claims_egress_allowlist(&self) -> bool {
         cfg!(target_os = "linux") && self.layers.seccomp_allowlist
+    }
+
+    fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::exec_dirs()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Vec::new()
+        }
     }
 
     fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
@@ -235,7 +302,7 @@ impl SandboxBackend for LinuxBackend {
     ) -> Result<cordon_core::WrapResources, WrapError> {
         #[cfg(target_os = "linux")]
         {
-            linux::wrap(cmd, policy, self.layers)
+            linux::wrap(cmd, policy, self.layers, self.pool())
         }
         #[cfg(not(target_os = "linux"))]
         {

@@ -11,6 +11,7 @@ use cordon_core::{
     TrustTier, TrustedProcessRunner,
 };
 
+use crate::diagnose::SandboxUser;
 use crate::{backends, BackendArg, EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
 #[derive(Args)]
@@ -83,23 +84,24 @@ fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
 }
 
 /// As root, a backend may run the child as another uid (the Linux
-/// backend's `sandbox_uid` fact: 65534). A `--scratch` dir root owns is
-/// mounted idmapped for it (root's files appear as its own, and what it
-/// creates is stored as root's), but a dir another user owns is handed
-/// over as it is: the sandbox uid must be able to write it, or the program
-/// fails on its first write.
-fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox_uid: Option<u32>) {
+/// backend: a uid of its own per sandbox). A `--scratch` or `--rw` dir
+/// root owns is mounted idmapped for it (root's files appear as its own,
+/// and what it creates is stored as root's), but a dir another user owns
+/// is handed over as it is: the sandbox must be able to write it, or the
+/// program fails on its first write.
+fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox: Option<SandboxUser>) {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid cannot fail.
     let caller = unsafe { libc::geteuid() };
-    let Some(uid) = sandbox_uid.filter(|&u| caller == 0 && u != caller) else {
+    let Some(user) = sandbox.filter(|u| caller == 0 && u.uid != caller) else {
         return;
     };
     if let Ok(m) = std::fs::metadata(dir) {
-        if m.uid() != 0 && m.uid() != uid && m.mode() & 0o002 == 0 {
+        if m.uid() != 0 && m.uid() != user.uid && m.mode() & 0o002 == 0 {
             eprintln!(
-                "cordon: note: as root the sandbox runs as uid {uid}, which cannot write {} \
-                 (owned by uid {}); chown it to root or {uid}, or make it world-writable",
+                "cordon: note: as root the sandbox runs as {user}, which cannot write {} \
+                 (owned by uid {}); chown it to root (whose files the sandbox may write), or \
+                 make it world-writable",
                 dir.display(),
                 m.uid()
             );
@@ -226,7 +228,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     }
 
     let program_named = spec.program.clone();
-    let mut sandbox_uid: Option<u32> = None;
+    let mut sandbox_uid: Option<SandboxUser> = None;
+    let mut exec_dirs: Vec<PathBuf> = args.read_only.clone();
     let tier = if args.trusted {
         eprintln!("cordon: --trusted: running WITHOUT an OS sandbox (hygiene only)");
         TrustTier::Trusted
@@ -256,8 +259,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     };
     if let Some(Ok(r)) = &admitted {
         let facts = &r.report().host.backend_facts;
-        sandbox_uid = facts.get("sandbox_uid").and_then(|u| u.parse().ok());
-        if let Some(dir) = &args.scratch {
+        sandbox_uid = SandboxUser::from_facts(facts);
+        exec_dirs.extend(r.backend().exec_dirs());
+        for dir in args.scratch.iter().chain(&args.read_write) {
             warn_if_sandbox_cannot_write(dir, sandbox_uid);
         }
         let weaker = per_process_limits(facts, &args_limits);
@@ -294,7 +298,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
                 cordon_core::SpawnError::Spawn { .. } | cordon_core::SpawnError::ProgramOpen { .. }
             );
             if unstartable {
-                for note in crate::diagnose::unstartable(&program_named, sandbox_uid) {
+                for note in crate::diagnose::unstartable(&program_named, sandbox_uid, &exec_dirs) {
                     eprintln!("cordon: note: {note}");
                 }
             }
@@ -326,8 +330,12 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         }
     };
     if !outcome.success() && !args.trusted {
-        for note in crate::diagnose::denied_paths(&child.stderr_tail(), &program_named, sandbox_uid)
-        {
+        for note in crate::diagnose::denied_paths(
+            &child.stderr_tail(),
+            &program_named,
+            sandbox_uid,
+            &exec_dirs,
+        ) {
             eprintln!("cordon: note: {note}");
         }
     }

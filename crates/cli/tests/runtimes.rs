@@ -292,7 +292,8 @@ fn a_shim_the_sandbox_uid_cannot_reach_is_explained() {
     );
     let want = if root {
         format!(
-            "the program was denied {}: the sandbox's uid 65534 cannot read it",
+            "the program was denied {}: the sandbox, which runs as a uid of its own (such as \
+             2000000000), cannot read it",
             target.display()
         )
     } else {

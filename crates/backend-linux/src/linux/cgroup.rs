@@ -405,6 +405,9 @@ pub(crate) struct LinuxResources {
     /// With an egress allowlist: the proxy, started once the program runs
     /// and stopped when the sandbox is gone (these resources are dropped).
     egress: Option<super::net::EgressSession>,
+    /// The sandbox's own uid (a root host): released last, once every
+    /// process of the sandbox is gone and its cgroup is empty.
+    _uid: Option<super::uid::UidLease>,
 }
 
 impl LinuxResources {
@@ -413,6 +416,7 @@ impl LinuxResources {
         tree_accounting: bool,
         tree: Option<super::tree::TreeSlot>,
         egress: Option<super::net::EgressSession>,
+        uid: Option<super::uid::UidLease>,
     ) -> Self {
         LinuxResources {
             cgroup,
@@ -420,6 +424,7 @@ impl LinuxResources {
             tree,
             leader: AtomicU64::new(0),
             egress,
+            _uid: uid,
         }
     }
 }

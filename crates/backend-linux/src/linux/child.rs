@@ -24,7 +24,7 @@ use cordon_core::ChildContext;
 
 use super::filter;
 use super::mounts::MountPlan;
-use crate::{SANDBOX_GID, SANDBOX_UID};
+use super::quotas::QuotaPlan;
 
 /// Everything the child needs, computed in the parent. Moved into the
 /// pre-exec hook, so it lives exactly as long as the `ChildCommand`.
@@ -34,7 +34,10 @@ pub(crate) struct ChildPlan {
     /// PID namespace, the program), a single thread, writes `0` to each to
     /// join them.
     pub cgroup_join: Vec<libc::c_int>,
-    pub drop_to_nobody: bool,
+    /// On a root host: the uid and gid (on the host) the launcher becomes
+    /// before it creates the user namespace, so that they own it: the
+    /// sandbox's own (`uid.rs`).
+    pub drop_to: Option<(u32, u32)>,
     pub parent_pid: libc::pid_t,
     /// `CLONE_NEWUSER` plus the namespaces of the enabled layers.
     pub unshare_flags: libc::c_int,
@@ -42,12 +45,16 @@ pub(crate) struct ChildPlan {
     /// mounts); `None` leaves it unmapped as the legacy layers did.
     pub id_maps: Option<IdMaps>,
     pub mounts: Option<MountPlan>,
+    /// The sandbox's quotas in its user namespace (`quotas.rs`).
+    pub quotas: Option<QuotaPlan>,
+    /// With a UTS namespace: set its hostname.
+    pub hostname: bool,
     /// Landlock rights of the scratch dir, for the rule the child adds on a
     /// private tmpfs scratch: Landlock ignores rules on a mount point that
     /// is hidden under a mount, so the rule must name the tmpfs root, which
     /// exists only in the child.
     pub scratch_rights: u64,
-    pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); 7],
+    pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); 10],
     pub last_cap: libc::c_ulong,
     pub ruleset: OwnedFd,
     /// seccomp filters, installed in this order (compiled once per
@@ -83,13 +90,14 @@ impl IdMaps {
         write_file(c"/proc/self/gid_map", &self.gid_map)
     }
 
-    /// Maps `uid`/`gid` to themselves: inside, the sandbox keeps the id it
-    /// has outside (65534 when the host is root), and files it creates are
-    /// owned by that id on the host.
-    pub(crate) fn identity(uid: u32, gid: u32) -> IdMaps {
+    /// Maps `inside` (the ids the program sees) to `outside` (its ids on
+    /// the host). On an unprivileged host they are the same, the caller's;
+    /// on a root host the program is `nobody` inside and has a uid of its
+    /// own outside.
+    pub(crate) fn new(inside: (u32, u32), outside: (u32, u32)) -> IdMaps {
         IdMaps {
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            uid_map: format!("{} {} 1\n", inside.0, outside.0).into_bytes(),
+            gid_map: format!("{} {} 1\n", inside.1, outside.1).into_bytes(),
         }
     }
 }
@@ -178,27 +186,18 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
             )?),
             _ => None,
         };
-        // Root host: become nobody, with no supplementary groups. Raw
-        // syscalls: this process shares the host's memory, and glibc's
-        // wrappers would change the credentials of every host thread.
-        if plan.drop_to_nobody {
+        // Root host: become the sandbox's uid, with no supplementary
+        // groups. Raw syscalls: this process shares the host's memory, and
+        // glibc's wrappers would change the credentials of every host
+        // thread.
+        if let Some((uid, gid)) = plan.drop_to {
             check_long(libc::syscall(
                 libc::SYS_setgroups,
                 0usize,
                 std::ptr::null::<libc::gid_t>(),
             ))?;
-            check_long(libc::syscall(
-                libc::SYS_setresgid,
-                SANDBOX_GID,
-                SANDBOX_GID,
-                SANDBOX_GID,
-            ))?;
-            check_long(libc::syscall(
-                libc::SYS_setresuid,
-                SANDBOX_UID,
-                SANDBOX_UID,
-                SANDBOX_UID,
-            ))?;
+            check_long(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
+            check_long(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
         }
         // A user namespace of our own (RLIMIT_NPROC then counts only the
         // sandbox's processes) and, created inside it, the other namespaces.
@@ -217,6 +216,14 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
                 turn.end()?;
             }
             (None, None) => {}
+        }
+        // While this process holds the new user namespace's capabilities:
+        // its quotas and its UTS namespace's name.
+        if let Some(quotas) = &plan.quotas {
+            quotas.apply()?;
+        }
+        if plan.hostname {
+            super::quotas::set_hostname()?;
         }
         // Credential changes cleared the parent-death signal.
         check(libc::prctl(

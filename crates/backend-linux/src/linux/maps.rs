@@ -18,7 +18,7 @@
 //! beside the launcher, in the same memory and thread-local storage.
 
 use super::child::IdMaps;
-use super::tree::raw;
+use super::sys::raw;
 
 /// What the writer reads, on the launcher's stack (alive until the writer
 /// is reaped).

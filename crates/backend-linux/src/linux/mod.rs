@@ -16,8 +16,11 @@ mod maps;
 mod mounts;
 mod net;
 mod probe;
+mod quotas;
 mod rules;
+mod sys;
 mod tree;
+pub(crate) mod uid;
 
 use child::{ChildPlan, IdMaps};
 pub(crate) use mounts::shared_mountpoint;
@@ -31,8 +34,14 @@ fn wrap_err(message: impl Into<String>) -> WrapError {
 }
 
 /// Why the backend cannot run here, one reason per missing mechanism.
-fn missing(layers: Layers) -> Vec<String> {
+fn missing(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Vec<String> {
     let mut reasons = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if layers.own_uid && unsafe { libc::geteuid() } == 0 {
+        if let Err(r) = pool.map_err(str::to_string).and_then(uid::UidPool::usable) {
+            reasons.push(r);
+        }
+    }
     if let Err(r) = probe::landlock_abi() {
         reasons.push(r);
     }
@@ -48,8 +57,8 @@ fn missing(layers: Layers) -> Vec<String> {
     reasons
 }
 
-pub(crate) fn availability(layers: Layers) -> Availability {
-    let reasons = missing(layers);
+pub(crate) fn availability(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Availability {
+    let reasons = missing(layers, pool);
     if reasons.is_empty() {
         if let Ok(abi) = probe::landlock_abi() {
             if abi < probe::SCOPING_ABI {
@@ -68,7 +77,10 @@ pub(crate) fn availability(layers: Layers) -> Availability {
     }
 }
 
-pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
+pub(crate) fn host_facts(
+    layers: Layers,
+    pool: Result<&uid::UidPool, &str>,
+) -> BTreeMap<String, String> {
     let mut f = BTreeMap::new();
     match probe::landlock_abi() {
         Ok(abi) => {
@@ -143,21 +155,38 @@ pub(crate) fn host_facts(layers: Layers) -> BTreeMap<String, String> {
     for (k, v) in limit_scopes(layers) {
         f.insert(k.into(), v);
     }
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     f.insert("uid".into(), uid.to_string());
-    f.insert(
-        "sandbox_uid".into(),
-        if uid == 0 { SANDBOX_UID } else { uid }.to_string(),
-    );
-    // SAFETY: getegid has no preconditions.
-    let gid = unsafe { libc::getegid() };
-    f.insert(
-        "sandbox_gid".into(),
-        if uid == 0 { SANDBOX_GID } else { gid }.to_string(),
-    );
+    if uid == 0 && layers.own_uid {
+        f.insert(
+            "sandbox_uids".into(),
+            match pool {
+                Ok(p) => uid::describe(p),
+                Err(e) => format!("unavailable: {e}"),
+            },
+        );
+        f.insert(
+            "sandbox_uid_inside".into(),
+            format!("{SANDBOX_UID} (nobody), gid {SANDBOX_GID}"),
+        );
+    } else {
+        f.insert(
+            "sandbox_uid".into(),
+            if uid == 0 { SANDBOX_UID } else { uid }.to_string(),
+        );
+        f.insert(
+            "sandbox_gid".into(),
+            if uid == 0 { SANDBOX_GID } else { gid }.to_string(),
+        );
+    }
     f.insert("arch".into(), std::env::consts::ARCH.into());
     f
+}
+
+/// The system directories every sandbox may read and execute from.
+pub(crate) fn exec_dirs() -> Vec<PathBuf> {
+    rules::SYSTEM_EXEC_DIRS.iter().map(PathBuf::from).collect()
 }
 
 /// The seccomp filters, compiled once per process: they depend on nothing
@@ -233,10 +262,65 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Who a sandbox is: its ids in its own user namespace and on the host,
+/// and on a root host the lease that keeps its uid its own.
+struct SandboxIds {
+    /// The host runs as root (the launcher changes its uid).
+    root_host: bool,
+    /// The program's uid and gid inside its user namespace.
+    inside: (u32, u32),
+    /// The same ids as the host sees them.
+    host: (u32, u32),
+    /// The uid's lease (`Layers::own_uid` on a root host), held by the
+    /// sandbox's resources until every process of it is gone.
+    lease: Option<uid::UidLease>,
+}
+
+impl SandboxIds {
+    /// An unprivileged host's sandbox is the caller (no other uid can be
+    /// had); a root host's gets a uid of its own from `pool`, and is
+    /// `nobody` inside its user namespace, where tools find a user
+    /// database entry for it.
+    fn choose(
+        caller: (u32, u32),
+        layers: Layers,
+        pool: Result<&uid::UidPool, &str>,
+    ) -> Result<SandboxIds, String> {
+        if caller.0 != 0 {
+            return Ok(SandboxIds {
+                root_host: false,
+                inside: caller,
+                host: caller,
+                lease: None,
+            });
+        }
+        let nobody = (SANDBOX_UID, SANDBOX_GID);
+        if !layers.own_uid {
+            return Ok(SandboxIds {
+                root_host: true,
+                inside: nobody,
+                host: nobody,
+                lease: None,
+            });
+        }
+        let lease = uid::UidLease::acquire(pool?)?;
+        let own = (lease.uid(), lease.uid());
+        Ok(SandboxIds {
+            root_host: true,
+            inside: nobody,
+            host: own,
+            lease: Some(lease),
+        })
+    }
+}
+
 /// `CLONE_NEWUSER` plus the namespaces of the enabled layers (the user
 /// namespace is created first, so the others belong to it).
 pub(crate) fn unshare_flags(layers: Layers) -> libc::c_int {
     let mut flags = libc::CLONE_NEWUSER;
+    if layers.uts_namespace {
+        flags |= libc::CLONE_NEWUTS;
+    }
     if layers.mount_namespace {
         flags |= libc::CLONE_NEWNS;
     }
@@ -252,6 +336,9 @@ pub(crate) fn unshare_flags(layers: Layers) -> libc::c_int {
 /// The namespaces a sandbox gets with `layers`, for facts and messages.
 pub(crate) fn namespace_names(layers: Layers) -> Vec<&'static str> {
     let mut names = vec!["user"];
+    if layers.uts_namespace {
+        names.push("uts");
+    }
     if layers.pid_namespace {
         names.push("pid");
     }
@@ -304,12 +391,13 @@ fn check_memory_floor(limits: &Limits) -> Result<(), WrapError> {
 
 /// The rlimits of the sandbox. `cgroup_memory`: a cgroup holds memory for
 /// the sandbox as a whole, so no per-process memory rlimit is set (it
-/// would only stop the runtimes that reserve large ranges).
+/// would only stop the runtimes that reserve large ranges). With
+/// `Layers::kernel_quotas`, the quotas' rlimits too (`quotas.rs`).
 fn rlimits(
     l: &Limits,
     layers: Layers,
     cgroup_memory: bool,
-) -> [(libc::__rlimit_resource_t, Option<u64>); 7] {
+) -> [(libc::__rlimit_resource_t, Option<u64>); 10] {
     let helpers = if layers.pid_namespace {
         HELPER_PROCESSES
     } else {
@@ -333,15 +421,24 @@ fn rlimits(
         (libc::RLIMIT_CPU, l.cpu_seconds),
         (libc::RLIMIT_FSIZE, l.file_size_bytes),
         (libc::RLIMIT_CORE, Some(0)),
+        quota_rlimit(0, layers),
+        quota_rlimit(1, layers),
+        quota_rlimit(2, layers),
     ]
+}
+
+fn quota_rlimit(i: usize, layers: Layers) -> (libc::__rlimit_resource_t, Option<u64>) {
+    let (resource, _, value) = quotas::RLIMITS[i];
+    (resource, layers.kernel_quotas.then_some(value))
 }
 
 pub(crate) fn wrap(
     cmd: &mut cordon_core::ChildCommand,
     policy: &SandboxPolicy,
     layers: Layers,
+    pool: Result<&uid::UidPool, &str>,
 ) -> Result<cordon_core::WrapResources, WrapError> {
-    wrap_inner(cmd, policy, layers).inspect_err(|e| {
+    wrap_inner(cmd, policy, layers, pool).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
 }
@@ -350,6 +447,7 @@ fn wrap_inner(
     cmd: &mut cordon_core::ChildCommand,
     policy: &SandboxPolicy,
     layers: Layers,
+    pool: Result<&uid::UidPool, &str>,
 ) -> Result<cordon_core::WrapResources, WrapError> {
     let allow_hosts = net::allowlist(&policy.network, layers).map_err(wrap_err)?;
 
@@ -435,38 +533,22 @@ fn wrap_inner(
 
     // SAFETY: geteuid/getegid/getpid have no preconditions.
     let (euid, egid, parent_pid) = unsafe { (libc::geteuid(), libc::getegid(), libc::getpid()) };
-    let drop_to_nobody = euid == 0;
-    let (uid, gid) = if drop_to_nobody {
-        (SANDBOX_UID, SANDBOX_GID)
-    } else {
-        (euid, egid)
-    };
-    // Only a scratch dir the runner made for this child is handed to the
-    // sandbox uid (below). A caller's own dir is, as root, mounted
-    // idmapped: the caller's files appear as the sandbox's, and what it
-    // creates is stored as the caller's; where the filesystem cannot, it is
-    // bound as it is (and must already be writable by that uid). A private
-    // tmpfs over it makes this moot.
-    let scratch_tree = if layers.mount_namespace
-        && drop_to_nobody
-        && policy.scratch_persists
-        && !policy.scratch_is_fresh
-    {
-        mounts::idmapped_tree(&scratch, (euid, egid), (uid, gid))
-            .inspect_err(|e| {
-                tracing::warn!(
-                    scratch = %scratch.display(),
-                    error = %e,
-                    "cannot idmap the caller's scratch dir; binding it as it is"
-                );
-            })
-            .ok()
+    let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;
+    // Every host directory the sandbox may write is, on a root host,
+    // mounted idmapped from the caller's ids to the sandbox's (mounts.rs):
+    // what it creates there is the caller's.
+    let persistent_writable = policy.scratch_persists || !read_write.is_empty();
+    let idmap = if ids.root_host && layers.mount_namespace && persistent_writable {
+        Some(mounts::Idmap::new((euid, egid), ids.host).map_err(wrap_err)?)
     } else {
         None
     };
     let mounts = if layers.mount_namespace {
         let rw: Vec<&std::path::Path> = read_write.iter().map(PathBuf::as_path).collect();
-        Some(MountPlan::prepare(policy, &scratch, &rw, uid, gid, scratch_tree).map_err(wrap_err)?)
+        Some(
+            MountPlan::prepare(policy, &scratch, &rw, ids.inside, idmap.as_ref())
+                .map_err(wrap_err)?,
+        )
     } else {
         None
     };
@@ -474,11 +556,14 @@ fn wrap_inner(
         scratch_is_private,
         mounts.as_ref().is_some_and(MountPlan::scratch_is_private)
     );
-    if drop_to_nobody && policy.scratch_is_fresh && !scratch_is_private {
-        std::os::unix::fs::chown(&scratch, Some(SANDBOX_UID), Some(SANDBOX_GID)).map_err(|e| {
+    // Without a mount namespace (test layers only) a fresh scratch is the
+    // host's dir itself: the sandbox's uid must own it.
+    if ids.root_host && policy.scratch_is_fresh && !layers.mount_namespace {
+        std::os::unix::fs::chown(&scratch, Some(ids.host.0), Some(ids.host.1)).map_err(|e| {
             wrap_err(format!(
-                "cannot give the scratch dir `{}` to uid {SANDBOX_UID}: {e}",
-                scratch.display()
+                "cannot give the scratch dir `{}` to uid {}: {e}",
+                scratch.display(),
+                ids.host.0
             ))
             .with_source(e)
         })?;
@@ -503,10 +588,12 @@ fn wrap_inner(
         .unwrap_or_default();
     // The memory of the init and the status it leaves (held by the
     // resources for the child's whole life).
-    let id_maps = layers.mount_namespace.then(|| IdMaps::identity(uid, gid));
+    let id_maps = layers
+        .mount_namespace
+        .then(|| IdMaps::new(ids.inside, ids.host));
     // A root host's maps are written by a helper that stays root (maps.rs),
     // on the slot's stack.
-    let map_writer = drop_to_nobody && id_maps.is_some();
+    let map_writer = ids.root_host && id_maps.is_some();
     let tree = if layers.pid_namespace || map_writer {
         Some(tree::TreeSlot::reserve().map_err(|e| {
             wrap_err(format!("cannot reserve the sandbox's init stack: {e}")).with_source(e)
@@ -514,10 +601,12 @@ fn wrap_inner(
     } else {
         None
     };
-    if drop_to_nobody {
+    if ids.root_host {
         // The launcher, the init and the program until its exec share this
-        // process's memory while they run as uid 65534: dumpable, any host
-        // process of that uid could trace them and write it (maps.rs).
+        // process's memory while they run as the sandbox's uid: were it
+        // dumpable, a process of that uid could trace them and write it
+        // (maps.rs). No host process has a sandbox's own uid; this holds
+        // for the shared uid of the test layers too.
         // SAFETY: prctl on integers.
         if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
             let e = std::io::Error::last_os_error();
@@ -540,16 +629,19 @@ fn wrap_inner(
         None => (None, None),
     };
     let mut unshare = unshare_flags(layers);
+    let quotas = layers.kernel_quotas.then(quotas::QuotaPlan::new);
     if egress_plan.is_some() {
         unshare |= libc::CLONE_NEWNET;
     }
     let plan = ChildPlan {
         cgroup_join,
-        drop_to_nobody,
+        drop_to: ids.root_host.then_some(ids.host),
         parent_pid,
         unshare_flags: unshare,
         id_maps,
         mounts,
+        quotas,
+        hostname: layers.uts_namespace,
         scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
         rlimits: rlimits(&policy.limits, layers, cgroup.is_some()),
         last_cap: probe::last_cap(),
@@ -571,7 +663,7 @@ fn wrap_inner(
         rules = path_rules.len(),
         scratch = %scratch.display(),
         scratch_is_private,
-        drop_to_nobody,
+        sandbox_uid = ids.host.0,
         ?layers,
         seccomp_insns = plan.seccomp.iter().map(Vec::len).sum::<usize>(),
         "linux backend confining child"
@@ -583,12 +675,17 @@ fn wrap_inner(
         cmd.pre_exec(move |ctx| child::confine(&plan, ctx));
     }
     Ok(
-        (layers.sandbox_limits || tree.is_some() || egress_session.is_some()).then(|| {
+        (layers.sandbox_limits
+            || tree.is_some()
+            || egress_session.is_some()
+            || ids.lease.is_some())
+        .then(|| {
             Box::new(cgroup::LinuxResources::new(
                 cgroup,
                 layers.sandbox_limits && layers.pid_namespace,
                 tree,
                 egress_session,
+                ids.lease,
             )) as Box<dyn cordon_core::SandboxResources>
         }),
     )

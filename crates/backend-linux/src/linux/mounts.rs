@@ -16,15 +16,19 @@
 //! - A scratch dir whose contents are discarded gets a size-limited tmpfs
 //!   (`nosuid,nodev`, mode 0700, owned by the sandbox uid) mounted over it:
 //!   nothing the sandbox writes reaches the host's disk, and it vanishes
-//!   with the namespace even when the host is SIGKILLed. A scratch dir the
-//!   host reads afterwards, and each read-write grant, is bind-mounted over
-//!   itself and made writable again with `nosuid,nodev`.
-//! - As root, a caller's own scratch dir (`--scratch DIR`) is instead
-//!   mounted *idmapped* ([`idmapped_tree`]): through that mount, files the
-//!   caller owns appear owned by the sandbox's uid, and what the sandbox
-//!   creates is written to disk as the caller's. The program gets a
-//!   writable cwd; DIR's owner and mode never change.
-//!
+//!   with the namespace even when the host is SIGKILLed.
+//! - On an unprivileged host, a scratch dir the host reads afterwards and
+//!   each read-write grant is bind-mounted over itself and made writable
+//!   again with `nosuid,nodev`: the sandbox has the caller's uid.
+//! - On a root host every such writable place is instead mounted
+//!   *idmapped* ([`Idmap`]): through that mount, files the caller owns
+//!   appear owned by the sandbox's uid, and what the sandbox creates is
+//!   written to disk as the caller's. Nothing on the host's disk is ever
+//!   owned by a sandbox uid, so no file outlives a sandbox as its uid's
+//!   (which a later sandbox with that uid would own), and the caller's
+//!   dirs never change owner or mode. A filesystem that cannot be mounted
+//!   idmapped (most do since Linux 5.12–6.3: ext4, xfs, btrfs, tmpfs,
+//!   overlayfs; not NFS or FUSE) fails the spawn with the path.
 //! - With a PID namespace, a fresh read-only procfs of that namespace
 //!   covers the host's `/proc`.
 //!
@@ -62,12 +66,54 @@ pub(crate) struct MountPlan {
     /// tmpfs options when scratch is backed by private memory; `None` when
     /// the host's directory is bind-mounted.
     tmpfs_options: Option<CString>,
-    /// Read-write grants (canonical), bind-mounted writable.
-    writable: Vec<CString>,
-    /// The caller's scratch dir as a detached, idmapped mount
-    /// ([`idmapped_tree`]), moved over the scratch dir in the child instead
-    /// of a plain bind.
-    scratch_tree: Option<std::os::fd::OwnedFd>,
+    /// Read-write grants (canonical), made writable in the child.
+    writable: Vec<Writable>,
+    /// How a scratch dir the host keeps is made writable (`None` with a
+    /// private tmpfs).
+    scratch_mount: Option<Writable>,
+}
+
+/// A host directory the sandbox may write.
+enum Writable {
+    /// Bound over itself, writable, `nosuid,nodev` (an unprivileged host).
+    Bind(CString),
+    /// A detached idmapped copy of its mount ([`Idmap::tree`]), moved
+    /// over it (a root host).
+    Tree(CString, std::os::fd::OwnedFd),
+}
+
+impl Writable {
+    fn new(path: &Path, idmap: Option<&Idmap>) -> Result<Writable, String> {
+        let c = c_path(path)?;
+        Ok(match idmap {
+            Some(idmap) => {
+                let tree = idmap.tree(path)?;
+                Writable::Tree(c, tree)
+            }
+            None => Writable::Bind(c),
+        })
+    }
+
+    /// In the child: mounts it. Async-signal-safe.
+    fn apply(&self) -> std::io::Result<()> {
+        match self {
+            Writable::Bind(path) => bind_writable(path),
+            Writable::Tree(path, tree) => {
+                // SAFETY: a raw syscall on an fd we hold and a
+                // NUL-terminated path.
+                check(unsafe {
+                    libc::syscall(
+                        libc::SYS_move_mount,
+                        std::os::fd::AsRawFd::as_raw_fd(tree),
+                        c"".as_ptr(),
+                        libc::AT_FDCWD,
+                        path.as_ptr(),
+                        MOVE_MOUNT_F_EMPTY_PATH,
+                    ) as libc::c_int
+                })
+            }
+        }
+    }
 }
 
 fn c_path(p: &Path) -> Result<CString, String> {
@@ -77,16 +123,18 @@ fn c_path(p: &Path) -> Result<CString, String> {
 
 impl MountPlan {
     /// Prepares the mounts for `policy`. `scratch` and `read_write` are the
-    /// canonical paths the Landlock rules were built for; `uid`/`gid` are
-    /// the sandbox's ids (mapped to themselves in its user namespace).
+    /// canonical paths the Landlock rules were built for; `inside` are the
+    /// sandbox's ids in its own user namespace (the private tmpfs's
+    /// owner); `idmap` (a root host) maps the caller's ids to the
+    /// sandbox's for every writable host directory.
     pub(crate) fn prepare(
         policy: &SandboxPolicy,
         scratch: &Path,
         read_write: &[&Path],
-        uid: u32,
-        gid: u32,
-        scratch_tree: Option<std::os::fd::OwnedFd>,
+        inside: (u32, u32),
+        idmap: Option<&Idmap>,
     ) -> Result<MountPlan, String> {
+        let (uid, gid) = inside;
         let tmpfs_options = if policy.scratch_persists {
             None
         } else {
@@ -100,14 +148,18 @@ impl MountPlan {
             }
             Some(CString::new(opts).expect("no NUL in numbers"))
         };
+        let scratch_mount = match tmpfs_options {
+            Some(_) => None,
+            None => Some(Writable::new(scratch, idmap)?),
+        };
         Ok(MountPlan {
             scratch: c_path(scratch)?,
             tmpfs_options,
             writable: read_write
                 .iter()
-                .map(|p| c_path(p))
+                .map(|p| Writable::new(p, idmap))
                 .collect::<Result<_, _>>()?,
-            scratch_tree,
+            scratch_mount,
         })
     }
 
@@ -127,28 +179,19 @@ impl MountPlan {
         // outlive the calls.
         unsafe {
             make_host_read_only()?;
-            match &self.tmpfs_options {
-                Some(opts) => check(libc::mount(
+            match (&self.tmpfs_options, &self.scratch_mount) {
+                (Some(opts), _) => check(libc::mount(
                     c"tmpfs".as_ptr(),
                     self.scratch.as_ptr(),
                     c"tmpfs".as_ptr(),
                     libc::MS_NOSUID | libc::MS_NODEV,
                     opts.as_ptr().cast(),
                 ))?,
-                None => match &self.scratch_tree {
-                    Some(tree) => check(libc::syscall(
-                        libc::SYS_move_mount,
-                        std::os::fd::AsRawFd::as_raw_fd(tree),
-                        c"".as_ptr(),
-                        libc::AT_FDCWD,
-                        self.scratch.as_ptr(),
-                        MOVE_MOUNT_F_EMPTY_PATH,
-                    ) as libc::c_int)?,
-                    None => bind_writable(&self.scratch)?,
-                },
+                (None, Some(w)) => w.apply()?,
+                (None, None) => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
             }
-            for p in &self.writable {
-                bind_writable(p)?;
+            for w in &self.writable {
+                w.apply()?;
             }
             if fresh_proc {
                 check(libc::mount(
@@ -242,127 +285,230 @@ fn bind_writable(path: &CString) -> std::io::Result<()> {
     }
 }
 
-/// A detached copy of the mount at `dir` (`open_tree(OPEN_TREE_CLONE)`)
-/// made `nosuid,nodev` and idmapped so that, through it, files owned by
-/// `host` (uid, gid) appear owned by `sandbox` and files the sandbox
-/// creates are stored as `host`'s. Runs in the parent, as root (writing a
-/// user namespace's maps for another uid needs `CAP_SETUID`/`CAP_SETGID`);
-/// the child moves it over `dir` inside its own mount namespace.
-///
-/// The idmapping is a user namespace that maps `host` to `sandbox`; a
-/// short-lived helper process creates it (a user namespace exists only
-/// while a process or an fd holds it: the fd we open keeps it). Needs
-/// Linux 5.12 and a filesystem that supports idmapped mounts (ext4, xfs,
-/// btrfs, tmpfs since 6.3, …); an error means the caller falls back to a
-/// plain bind.
-pub(crate) fn idmapped_tree(
-    dir: &Path,
-    host: (u32, u32),
-    sandbox: (u32, u32),
-) -> Result<std::os::fd::OwnedFd, String> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let userns = helper_userns(host, sandbox)?;
-    let path = c_path(dir)?;
-    // SAFETY: raw syscalls on a NUL-terminated path and a struct that
-    // outlive the calls; the returned fd is ours.
-    unsafe {
-        let fd = libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
-        );
-        if fd < 0 {
-            return Err(format!(
-                "open_tree(`{}`): {}",
-                dir.display(),
-                std::io::Error::last_os_error()
-            ));
+/// The idmapping of one sandbox's writable host directories (a root
+/// host): a user namespace that maps the caller's ids to the sandbox's
+/// (as seen from the initial namespace), held by an fd. Through a mount
+/// idmapped with it, a file the caller owns appears owned by the sandbox,
+/// and a file the sandbox creates is stored as the caller's.
+pub(crate) struct Idmap {
+    userns: std::os::fd::OwnedFd,
+}
+
+impl Idmap {
+    /// Makes the namespace: a helper process unshares it and waits while
+    /// this process (root: writing another uid's maps needs `CAP_SETUID`
+    /// and `CAP_SETGID`) writes its maps and opens it. The helper is a
+    /// `clone(CLONE_VM)` on a small stack of its own running raw syscalls
+    /// only, like the launcher: a `fork` would copy the host.
+    pub(crate) fn new(caller: (u32, u32), sandbox: (u32, u32)) -> Result<Idmap, String> {
+        helper_userns(caller, sandbox).map(|userns| Idmap { userns })
+    }
+
+    /// A detached copy of the mount tree at `dir`
+    /// (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`), idmapped and made
+    /// `nosuid,nodev`; the child moves it over `dir` inside its own mount
+    /// namespace.
+    fn tree(&self, dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let path = c_path(dir)?;
+        // SAFETY: raw syscalls on a NUL-terminated path and a struct that
+        // outlive the calls; the returned fd is ours.
+        unsafe {
+            let fd = libc::syscall(
+                libc::SYS_open_tree,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+            );
+            if fd < 0 {
+                return Err(format!(
+                    "cannot make a private mount of `{}` for the sandbox (open_tree): {}",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            let tree = OwnedFd::from_raw_fd(fd as libc::c_int);
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: std::os::fd::AsRawFd::as_raw_fd(&self.userns) as u64,
+            };
+            let r = libc::syscall(
+                libc::SYS_mount_setattr,
+                std::os::fd::AsRawFd::as_raw_fd(&tree),
+                c"".as_ptr(),
+                (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            );
+            if r < 0 {
+                return Err(format!(
+                    "cannot mount `{}` idmapped for the sandbox ({}): as root, cordon lets a \
+                     sandbox write a host directory only through an idmapped mount, so that \
+                     what it creates is yours; put the directory on a filesystem that supports \
+                     idmapped mounts (ext4, xfs, btrfs, tmpfs, overlayfs), or run cordon as \
+                     the directory's owner instead of root",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            Ok(tree)
         }
-        let tree = OwnedFd::from_raw_fd(fd as libc::c_int);
-        let attr = MountAttr {
-            attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: std::os::fd::AsRawFd::as_raw_fd(&userns) as u64,
-        };
-        let r = libc::syscall(
-            libc::SYS_mount_setattr,
-            std::os::fd::AsRawFd::as_raw_fd(&tree),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        );
-        if r < 0 {
-            return Err(format!(
-                "idmapping the mount of `{}`: {}",
-                dir.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(tree)
     }
 }
 
-/// A user namespace mapping `host` ids to `sandbox` ids (as seen from the
-/// initial namespace), held by an fd: a child unshares it and waits while
-/// the parent writes its maps and opens it, then exits.
+/// What the idmap helper reads (on this thread's stack, alive until the
+/// helper is reaped).
+#[repr(C)]
+struct HelperArgs {
+    ready_w: libc::c_int,
+    go_r: libc::c_int,
+    /// The parent's ends, which the helper's copy of the fd table holds
+    /// too: closed first thing, or it would never see the go pipe's EOF.
+    ready_r: libc::c_int,
+    go_w: libc::c_int,
+}
+
+/// The helper's stack (it calls nothing but raw syscalls).
+const HELPER_STACK: usize = 16 * 1024;
+
+/// The idmap helper: unshares a user namespace, says so (one byte: 0, or
+/// the errno), waits until its parent closes the go pipe, exits. Raw
+/// syscalls only: it shares the host's memory and this thread's
+/// thread-local storage.
+extern "C" fn helper_main(arg: *mut libc::c_void) -> libc::c_int {
+    use super::sys::raw;
+    // SAFETY: `arg` is the parent's `HelperArgs`, alive until we are
+    // reaped; raw syscalls on integers and on a local byte.
+    unsafe {
+        let a = &*(arg as *const HelperArgs);
+        raw(libc::SYS_close, a.go_w as usize, 0, 0, 0);
+        raw(libc::SYS_close, a.ready_r as usize, 0, 0, 0);
+        let r = raw(libc::SYS_unshare, libc::CLONE_NEWUSER as usize, 0, 0, 0);
+        let b: u8 = if r < 0 { (-r).clamp(1, 255) as u8 } else { 0 };
+        raw(
+            libc::SYS_write,
+            a.ready_w as usize,
+            &b as *const u8 as usize,
+            1,
+            0,
+        );
+        let mut x = 0u8;
+        while raw(
+            libc::SYS_read,
+            a.go_r as usize,
+            &mut x as *mut u8 as usize,
+            1,
+            0,
+        ) == -(libc::EINTR as isize)
+        {}
+        raw(libc::SYS_exit, 0, 0, 0, 0);
+    }
+    0
+}
+
 fn helper_userns(host: (u32, u32), sandbox: (u32, u32)) -> Result<std::os::fd::OwnedFd, String> {
-    let mut pipe = [0i32; 2];
-    // SAFETY: pipe2 into a local array; fork whose child only calls
-    // unshare, read and _exit (async-signal-safe); the parent reaps it.
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let pipe = || -> Result<(OwnedFd, OwnedFd), String> {
+        let mut p = [0i32; 2];
+        // SAFETY: pipe2 into a local array; the fds are ours.
+        unsafe {
+            if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+            }
+            Ok((OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])))
+        }
+    };
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let args = HelperArgs {
+        ready_w: std::os::fd::AsRawFd::as_raw_fd(&ready_w),
+        go_r: std::os::fd::AsRawFd::as_raw_fd(&go_r),
+        ready_r: std::os::fd::AsRawFd::as_raw_fd(&ready_r),
+        go_w: std::os::fd::AsRawFd::as_raw_fd(&go_w),
+    };
+    let stack = vec![0u8; HELPER_STACK];
+    let top = (stack.as_ptr() as usize + HELPER_STACK) & !15;
+    let all: u64 = !0;
+    let mut old: u64 = 0;
+    // SAFETY: every signal is blocked around the clone and stays blocked in
+    // the helper (no host handler may run in it); it runs `helper_main` on
+    // `stack` with `args`, both alive until it is reaped below.
     let pid = unsafe {
-        if libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &all as *const u64,
+            &mut old as *mut u64,
+            8usize,
+        );
+        let pid = libc::clone(
+            helper_main,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::SIGCHLD,
+            &args as *const HelperArgs as *mut libc::c_void,
+        );
+        let e = std::io::Error::last_os_error();
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &old as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        );
+        if pid < 0 {
+            return Err(format!("cannot start the idmap helper (clone): {e}"));
         }
-        let pid = libc::fork();
-        if pid == 0 {
-            libc::close(pipe[1]);
-            let ok = libc::unshare(libc::CLONE_NEWUSER) == 0;
-            let mut b = 0u8;
-            // Wait until the parent has opened the namespace (or gone).
-            libc::read(pipe[0], (&mut b as *mut u8).cast(), 1);
-            libc::_exit(i32::from(!ok));
-        }
-        libc::close(pipe[0]);
         pid
     };
-    if pid < 0 {
-        // SAFETY: closing our own write end.
-        unsafe { libc::close(pipe[1]) };
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
-    }
+    drop(ready_w);
+    drop(go_r);
     let result = (|| {
-        // The maps can be written once the child has unshared: poll for
-        // its namespace to differ from ours.
-        let ours = std::fs::read_link("/proc/self/ns/user").map_err(|e| e.to_string())?;
-        let ns = format!("/proc/{pid}/ns/user");
-        let mut tries = 0;
-        while std::fs::read_link(&ns).map_err(|e| e.to_string())? == ours {
-            tries += 1;
-            if tries > 2000 {
-                return Err("the helper did not enter its user namespace".to_string());
+        let mut b = [0u8; 1];
+        let n = loop {
+            // SAFETY: a read into a local byte from our fd.
+            let n = unsafe {
+                libc::read(
+                    std::os::fd::AsRawFd::as_raw_fd(&ready_r),
+                    b.as_mut_ptr().cast(),
+                    1,
+                )
+            };
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
             }
-            std::thread::sleep(std::time::Duration::from_micros(50));
+            break n;
+        };
+        if n != 1 || b[0] != 0 {
+            return Err(format!(
+                "the idmap helper could not make a user namespace: {}",
+                std::io::Error::from_raw_os_error(if n == 1 { i32::from(b[0]) } else { libc::EIO })
+            ));
         }
         let write = |file: &str, text: String| {
             std::fs::write(format!("/proc/{pid}/{file}"), text)
-                .map_err(|e| format!("writing the helper's {file}: {e}"))
+                .map_err(|e| format!("writing the idmap helper's {file}: {e}"))
         };
         write("uid_map", format!("{} {} 1\n", host.0, sandbox.0))?;
         write("setgroups", "deny".into())?;
         write("gid_map", format!("{} {} 1\n", host.1, sandbox.1))?;
+        let ns = format!("/proc/{pid}/ns/user");
         std::fs::File::open(&ns)
-            .map(std::os::fd::OwnedFd::from)
+            .map(OwnedFd::from)
             .map_err(|e| format!("opening {ns}: {e}"))
     })();
-    // SAFETY: releasing and reaping our own child.
-    unsafe {
-        libc::close(pipe[1]);
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, 0);
+    drop(go_w);
+    let mut status = 0;
+    // SAFETY: reaping our own child; its stack is freed only after.
+    while unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // Whether it still runs on `stack` is unknown: never free it.
+            std::mem::forget(stack);
+            return result;
+        }
     }
+    drop(stack);
     result
 }
 

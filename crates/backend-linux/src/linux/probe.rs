@@ -115,7 +115,7 @@ fn try_namespaces(layers: Layers) -> Result<(), String> {
     } else {
         (euid, egid)
     };
-    let maps = IdMaps::identity(uid, gid);
+    let maps = IdMaps::new((uid, gid), (uid, gid));
     let flags = unshare_flags(layers);
     // SAFETY: the child only issues raw syscalls and `_exit`s; it never
     // returns into Rust code, allocates or takes a lock.

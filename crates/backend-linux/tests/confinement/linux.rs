@@ -24,6 +24,8 @@ mod breaches;
 mod launcher;
 #[path = "limits.rs"]
 mod limits;
+#[path = "own_uid.rs"]
+mod own_uid;
 
 const SCENARIO_ENV: &str = "CORDON_LINUX_SCENARIO";
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -42,6 +44,7 @@ fn scenarios() -> Vec<Scenario> {
     use breaches::*;
     use launcher::*;
     use limits::*;
+    use own_uid::*;
     macro_rules! s {
         ($name:ident, $nobody:expr) => {
             Scenario {
@@ -121,6 +124,11 @@ fn scenarios() -> Vec<Scenario> {
             true
         ),
         s!(child_fails_closed_without_the_map_writer, false),
+        s!(host_nobody_cannot_reach_the_program, false),
+        s!(concurrent_sandboxes_keep_their_own_quotas, true),
+        s!(hostname_is_the_sandboxes_own, true),
+        s!(shebang_arguments_grant_nothing, true),
+        s!(a_stopped_setup_is_killed_and_fails, true),
     ]
 }
 
@@ -134,6 +142,9 @@ pub fn main() {
         }
         if name == launcher::TRACER_HELPER {
             launcher::tracer_helper();
+        }
+        if name == own_uid::HELPER {
+            own_uid::helper();
         }
         let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
             eprintln!("unknown scenario {name}");
@@ -426,22 +437,31 @@ fn available_with_facts() -> Outcome {
         "mounts",
         "layers",
         "uid",
-        "sandbox_uid",
     ] {
         ensure(facts.contains_key(k), || {
             format!("host_facts lacks {k}: {facts:?}")
         })?;
     }
-    ensure(facts["namespaces"] == "user, pid, ipc, mount", || {
+    ensure(facts["namespaces"] == "user, uts, pid, ipc, mount", || {
         format!("{facts:?}")
     })?;
     ensure(facts["layers"] == "all", || format!("{facts:?}"))?;
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let sandbox_uid = if uid == 0 { 65534 } else { uid };
-    ensure(facts["sandbox_uid"] == sandbox_uid.to_string(), || {
-        format!("{facts:?}")
-    })?;
+    if uid == 0 {
+        // A uid of its own per sandbox, from the default range.
+        ensure(
+            facts
+                .get("sandbox_uids")
+                .is_some_and(|r| r.starts_with("2000000000-2000065535 "))
+                && !facts.contains_key("sandbox_uid"),
+            || format!("{facts:?}"),
+        )?;
+    } else {
+        ensure(facts.get("sandbox_uid") == Some(&uid.to_string()), || {
+            format!("{facts:?}")
+        })?;
+    }
     // Root on a host whose cgroup v1 memory controller it can write (this
     // machine) must get the sandbox-wide limits, not fall back silently.
     let v1_writable = std::fs::OpenOptions::new()
@@ -926,12 +946,21 @@ fn privileges_dropped() -> Outcome {
     let held = || spec("/bin/sh", &["-c", "echo held; read x", "sh"]);
     // SAFETY: geteuid/getegid cannot fail.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let st = status_of_held(&spawner(), held(), &sleep_token())?;
+    // As root: a uid of its own from the default pool, the gid the same.
     let (uid, gid) = if euid == 0 {
-        (65534, 65534)
+        let uid: u32 = field(&st, "Uid:")
+            .split('\t')
+            .next()
+            .and_then(|u| u.parse().ok())
+            .unwrap_or(0);
+        ensure((2_000_000_000..=2_000_065_535).contains(&uid), || {
+            format!("not a uid of the sandbox pool: {:?}", privileges(&st))
+        })?;
+        (uid, uid)
     } else {
         (euid, egid)
     };
-    let st = status_of_held(&spawner(), held(), &sleep_token())?;
     let want_ids = format!("{uid}\t{uid}\t{uid}\t{uid}");
     ensure(field(&st, "Uid:") == want_ids, || {
         format!("uid: {:?}", privileges(&st))
@@ -989,12 +1018,16 @@ fn setuid_binary_gives_nothing() -> Outcome {
     // dash keeps its euid (no -p dropping for a set-uid dash).
     let held = || spec(&program, &["-p", "-c", "echo held; read x", "sh"]);
     let st = status_of_held(&spawner_with(cfg), held(), &sleep_token())?;
-    ensure(field(&st, "Uid:") == "65534\t65534\t65534\t65534", || {
-        format!(
-            "the setuid bit was honoured in the sandbox: {:?}",
-            privileges(&st)
-        )
-    })?;
+    let ids: Vec<&str> = field(&st, "Uid:").split('\t').collect();
+    ensure(
+        ids.len() == 4 && ids.iter().all(|u| *u == ids[0] && *u != "0"),
+        || {
+            format!(
+                "the setuid bit was honoured in the sandbox: {:?}",
+                privileges(&st)
+            )
+        },
+    )?;
     // Control: on the host, as uid 65534, the same file runs as root.
     let token = sleep_token();
     let mut host = Command::new(&suid);

@@ -246,41 +246,7 @@ pub(crate) unsafe fn split(slot: usize, ctx: &ChildContext) -> std::io::Result<(
     unsafe { start(slot, shared, ctx) }
 }
 
-/// A raw syscall that touches no memory but its arguments' targets and
-/// never sets `errno`: returns the result or `-errno`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> isize {
-    let ret: isize;
-    // SAFETY: the caller passes valid arguments for `nr`.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr as isize => ret,
-            in("rdi") a0,
-            in("rsi") a1,
-            in("rdx") a2,
-            in("r10") a3,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack)
-        );
-    }
-    ret
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-pub(crate) unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) -> isize {
-    // The init is a fork here: libc (and errno) are its own.
-    // SAFETY: the caller passes valid arguments for `nr`.
-    let r = unsafe { libc::syscall(nr, a0, a1, a2, a3) };
-    if r < 0 {
-        -(std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as isize)
-    } else {
-        r as isize
-    }
-}
+pub(crate) use super::sys::raw;
 
 /// The init could not start the program: reports `errno` as the launch's
 /// failure (so the spawn fails instead of looking like the program's exit)
@@ -304,14 +270,32 @@ fn init_fail(shared: &Shared, errno: isize) -> ! {
     unreachable!("exit_group returned")
 }
 
-/// The init before the program exists: parent-death signal, a check that
-/// the host is still alive, and a session of its own. Raw syscalls only.
+/// The init before the program exists: it announces itself to the host
+/// (which kills it should the launch not finish in time), arms its
+/// parent-death signal, checks that the host is still alive, and leads a
+/// session of its own. Raw syscalls only.
 ///
 /// # Safety
 /// Only in the freshly created init.
 unsafe fn init_prologue(shared: &Shared) {
     // SAFETY: raw syscalls on integers and on this frame's own locals.
     unsafe {
+        // Its pid as the host sees it, stored by the kernel before the init
+        // ran (`CLONE_PARENT_SETTID`).
+        let me = shared.init_tid.load(Ordering::Acquire);
+        let rec = ChildContext::started_record(me);
+        let fd = shared.report_fd.load(Ordering::Relaxed);
+        if me <= 0
+            || raw(
+                libc::SYS_write,
+                fd as usize,
+                rec.as_ptr() as usize,
+                rec.len(),
+                0,
+            ) != rec.len() as isize
+        {
+            init_fail(shared, libc::EPROTO as isize);
+        }
         let r = raw(
             libc::SYS_prctl,
             libc::PR_SET_PDEATHSIG as usize,
@@ -427,9 +411,13 @@ use x86_64::start;
 /// As for the x86_64 `start`.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn start(_slot: usize, shared: &'static Shared, ctx: &ChildContext) -> std::io::Result<()> {
+    // A clone without CLONE_VM or a new stack is a fork; the init's pid
+    // goes to the slot (`CLONE_PARENT_SETTID`: the third argument on every
+    // architecture), from where it announces itself.
+    let tid = shared.init_tid.as_ptr() as usize;
     let fork = |flags: libc::c_int| -> isize {
-        // SAFETY: a clone without CLONE_VM or a new stack is a fork.
-        unsafe { raw(libc::SYS_clone, (flags | libc::SIGCHLD) as usize, 0, 0, 0) }
+        // SAFETY: see above; `tid` is in the shared slot.
+        unsafe { raw(libc::SYS_clone, (flags | libc::SIGCHLD) as usize, 0, tid, 0) }
     };
     let mut pipe = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds.
@@ -437,7 +425,7 @@ unsafe fn start(_slot: usize, shared: &'static Shared, ctx: &ChildContext) -> st
         return Err(std::io::Error::last_os_error());
     }
     let [exec_r, exec_w] = pipe;
-    let init = fork(libc::CLONE_PARENT);
+    let init = fork(libc::CLONE_PARENT | libc::CLONE_PARENT_SETTID);
     if init < 0 {
         // SAFETY: closing our own fds; no init exists.
         unsafe {
