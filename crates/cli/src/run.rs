@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use cordon_core::{
-    ChildSpec, ExitOutcome, Limits, Network, RunnerConfig, SandboxRunner, Scratch, StdioMode,
-    TrustTier, TrustedProcessRunner,
+    ChildSpec, ExitOutcome, LimitScope, LimitScopes, Limits, Network, RunnerConfig, SandboxRunner,
+    Scratch, StdioMode, TrustTier, TrustedProcessRunner,
 };
 
 use crate::diagnose::SandboxUser;
@@ -31,10 +31,25 @@ pub struct RunArgs {
     /// Maximum number of processes of the sandbox, all together.
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
-    /// Maximum memory (K/M/G suffixes): of the sandbox as a whole where the
-    /// host allows a cgroup, else address space per process (cordon warns).
+    /// Maximum memory (K/M/G suffixes) of the sandbox as a whole. Where the
+    /// host cannot hold that (no cgroup), cordon refuses to run unless
+    /// --mem-scope process accepts a per-process limit.
     #[arg(long, value_name = "SIZE", value_parser = crate::parse_size)]
     mem: Option<u64>,
+    /// What --mem must hold for: `sandbox` (all its processes together; the
+    /// default) or `process` (each process alone, multiplied by forking).
+    #[arg(long, value_name = "SCOPE", value_enum)]
+    mem_scope: Option<ScopeArg>,
+    /// What --cpu must hold for (`sandbox`, the default, or `process`).
+    #[arg(long, value_name = "SCOPE", value_enum)]
+    cpu_scope: Option<ScopeArg>,
+    /// What --pids must hold for (`sandbox`, the default, or `process`).
+    #[arg(long, value_name = "SCOPE", value_enum)]
+    pids_scope: Option<ScopeArg>,
+    /// What --disk must hold for (`sandbox`, the default: only a fresh,
+    /// discarded scratch can have it; or `process`: each file alone).
+    #[arg(long, value_name = "SCOPE", value_enum)]
+    disk_scope: Option<ScopeArg>,
     /// Maximum open files per process.
     #[arg(long, value_name = "N")]
     fds: Option<u64>,
@@ -70,6 +85,35 @@ pub struct RunArgs {
     /// The program to run, then its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
+}
+
+/// A `--*-scope` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ScopeArg {
+    /// Every process of the sandbox together.
+    Sandbox,
+    /// Each process alone.
+    Process,
+}
+
+impl ScopeArg {
+    fn scope(self) -> LimitScope {
+        match self {
+            ScopeArg::Sandbox => LimitScope::Sandbox,
+            ScopeArg::Process => LimitScope::PerProcess,
+        }
+    }
+}
+
+/// The scope a limit flag asks for: what `--X-scope` says, else the
+/// sandbox as a whole when the flag was given (what `--mem 64M` means),
+/// else per process (the defaults are safety nets).
+fn scope_of(flag_given: bool, asked: Option<ScopeArg>) -> LimitScope {
+    match (asked, flag_given) {
+        (Some(a), _) => a.scope(),
+        (None, true) => LimitScope::Sandbox,
+        (None, false) => LimitScope::PerProcess,
+    }
 }
 
 fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
@@ -109,38 +153,103 @@ fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox: Option<SandboxUs
     }
 }
 
-/// Which limit flags the user passed, and whether the scratch is the
-/// discarded kind (the only one a sandbox-wide disk limit can hold).
-struct RequestedLimits {
-    mem: bool,
-    cpu: bool,
-    pids: bool,
-    disk: bool,
-    fresh_scratch: bool,
+/// The flag of a limit (a field of [`Limits`]) and how its value reads.
+fn flag_of(limit: &str) -> &'static str {
+    match limit {
+        "memory_bytes" => "--mem",
+        "cpu_seconds" => "--cpu",
+        "max_processes" => "--pids",
+        "disk_bytes" => "--disk",
+        _ => "a limit",
+    }
 }
 
-/// The flags the user passed whose limit the admitted backend holds only
-/// per process (or per file) on this host, from its report's `limit_*`
-/// host facts; a backend that states no scope is taken at its weakest.
-fn per_process_limits(
-    facts: &std::collections::BTreeMap<String, String>,
-    asked: &RequestedLimits,
-) -> Vec<&'static str> {
-    let sandbox_wide = |key: &str| facts.get(key).is_some_and(|v| v.starts_with("sandbox:"));
-    let mut weaker = Vec::new();
-    if asked.mem && !sandbox_wide("limit_memory") {
-        weaker.push("--mem");
+/// The refusal of a limit the host cannot hold for the sandbox as a whole,
+/// in the CLI's words.
+fn scope_refusal(e: &cordon_core::LimitScopeError) -> String {
+    let flag = flag_of(e.limit);
+    let how = match e.limit {
+        "memory_bytes" | "cpu_seconds" => {
+            "run cordon as root, or in a cgroup v2 subtree delegated to you with the memory \
+             controller (`systemd-run --user --scope -p Delegate=yes cordon run ...`)"
+        }
+        "disk_bytes" => "use a fresh, discarded scratch (no --scratch, no --keep-scratch)",
+        _ => "use a backend that holds it for the sandbox",
+    };
+    let value = match e.limit {
+        "memory_bytes" | "disk_bytes" => e
+            .value
+            .parse::<u64>()
+            .map(|b| format!(" of {} MiB", b >> 20))
+            .unwrap_or_default(),
+        "cpu_seconds" => format!(" of {} s", e.value),
+        _ => format!(" of {}", e.value),
+    };
+    format!(
+        "{flag}{value} cannot hold for the sandbox as a whole on this host: backend `{}` holds \
+         it only per process here ({}). For a sandbox-wide limit, {how}; or accept the \
+         per-process limit with {flag}-scope process",
+        e.backend, e.held
+    )
+}
+
+/// What a limit asked for per process actually bounds on this host, one
+/// line per limit the user gave whose scope the backend holds per process.
+fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec<String> {
+    let mib = |b: u64| format!("{} MiB", b >> 20);
+    let mut out = Vec::new();
+    let procs = limits
+        .max_processes
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "unlimited".into());
+    let accepted = |scope: LimitScope, held: LimitScope| {
+        scope == LimitScope::PerProcess && held == LimitScope::PerProcess
+    };
+    if asked.contains(&"--mem") && accepted(limits.scopes.memory, held.memory) {
+        if let Some(m) = limits.memory_bytes {
+            let all = limits
+                .max_processes
+                .map(|n| format!(", {} in all", mib(m.saturating_mul(n))))
+                .unwrap_or_default();
+            out.push(format!(
+                "--mem holds per process here: each process may hold {} of private memory \
+                 (RLIMIT_DATA) and map 3 GiB more (RLIMIT_AS); a memfd is capped only per \
+                 file ({}, RLIMIT_FSIZE); with --pids {procs} that is up to {procs} × {}{all}",
+                mib(m),
+                limits
+                    .file_size_bytes
+                    .map(mib)
+                    .unwrap_or_else(|| "no limit".into()),
+                mib(m)
+            ));
+        }
     }
-    if asked.cpu && !sandbox_wide("limit_cpu") {
-        weaker.push("--cpu");
+    if asked.contains(&"--cpu") && accepted(limits.scopes.cpu, held.cpu) {
+        if let Some(c) = limits.cpu_seconds {
+            out.push(format!(
+                "--cpu holds per process here: each process may use {c} s of CPU \
+                 (RLIMIT_CPU); the sum over the sandbox's tree is also watched, best effort"
+            ));
+        }
     }
-    if asked.pids && !sandbox_wide("limit_processes") {
-        weaker.push("--pids");
+    if asked.contains(&"--pids") && accepted(limits.scopes.processes, held.processes) {
+        if let Some(p) = limits.max_processes {
+            out.push(format!(
+                "--pids holds per uid here: at most {p} processes of the sandbox's uid \
+                 (RLIMIT_NPROC)"
+            ));
+        }
     }
-    if asked.disk && !(asked.fresh_scratch && sandbox_wide("limit_disk")) {
-        weaker.push("--disk");
+    if asked.contains(&"--disk") && accepted(limits.scopes.disk, held.disk) {
+        out.push(format!(
+            "--disk does not bound a kept scratch dir: only each file, to {} (RLIMIT_FSIZE)",
+            limits
+                .file_size_bytes
+                .map(mib)
+                .unwrap_or_else(|| "no limit".into())
+        ));
     }
-    weaker
+    out
 }
 
 /// Runs the conformance gate (answered from the per-boot cache when it can)
@@ -171,7 +280,8 @@ pub async fn main(args: RunArgs) -> ExitCode {
 
 async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let defaults = Limits::default_ceilings();
-    // The operator's flags are the ceilings for this run.
+    // The operator's flags are the ceilings for this run; a limit given
+    // must hold for the sandbox as a whole unless its --X-scope says not.
     let ceilings = Limits {
         max_processes: args.pids.or(defaults.max_processes),
         memory_bytes: args.mem.or(defaults.memory_bytes),
@@ -180,7 +290,22 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         file_size_bytes: defaults.file_size_bytes,
         disk_bytes: args.disk.or(defaults.disk_bytes),
         deadline: args.timeout,
+        scopes: LimitScopes {
+            memory: scope_of(args.mem.is_some(), args.mem_scope),
+            cpu: scope_of(args.cpu.is_some(), args.cpu_scope),
+            processes: scope_of(args.pids.is_some(), args.pids_scope),
+            disk: scope_of(args.disk.is_some(), args.disk_scope),
+        },
     };
+    let asked: Vec<&str> = [
+        (args.mem.is_some(), "--mem"),
+        (args.cpu.is_some(), "--cpu"),
+        (args.pids.is_some(), "--pids"),
+        (args.disk.is_some(), "--disk"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect();
     if args.trusted && !args.allow_host.is_empty() {
         return Err(
             "--allow-host needs the sandbox: a --trusted program has the host's whole \
@@ -200,13 +325,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         network,
         ..RunnerConfig::default()
     };
-    let args_limits = RequestedLimits {
-        mem: args.mem.is_some(),
-        cpu: args.cpu.is_some(),
-        pids: args.pids.is_some(),
-        disk: args.disk.is_some(),
-        fresh_scratch: args.scratch.is_none() && !args.keep_scratch,
-    };
+    let fresh_scratch = args.scratch.is_none() && !args.keep_scratch;
     let mut command = args.command.into_iter();
     let program = command.next().ok_or("no PROGRAM given")?;
     let mut spec = ChildSpec::new(PathBuf::from(program))
@@ -264,14 +383,13 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         for dir in args.scratch.iter().chain(&args.read_write) {
             warn_if_sandbox_cannot_write(dir, sandbox_uid);
         }
-        let weaker = per_process_limits(facts, &args_limits);
-        if !weaker.is_empty() {
-            eprintln!(
-                "cordon: warning: on this host {} {} per process (or per file), not for \
-                 the sandbox as a whole; `cordon conformance` shows how",
-                weaker.join(", "),
-                if weaker.len() == 1 { "holds" } else { "hold" }
-            );
+        // Limits the user accepted per process: say what they bound.
+        for line in per_process_bounds(
+            &r.config().ceilings,
+            LimitScopes::held(facts, fresh_scratch),
+            &asked,
+        ) {
+            eprintln!("cordon: {line}");
         }
     }
     // If cordon itself is told to stop, the whole sandboxed tree goes with
@@ -292,6 +410,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     }
     let mut child = match runner.start(spec).await {
         Ok(child) => child,
+        Err(cordon_core::SpawnError::LimitScope(e)) => return Err(scope_refusal(&e)),
         Err(e) => {
             let unstartable = matches!(
                 e,

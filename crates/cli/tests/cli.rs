@@ -144,6 +144,20 @@ fn processes_under(prefix: &str) -> Vec<(i32, i32, bool, String)> {
 /// on: the suite's watchdog kills them.
 #[test]
 fn sigkill_of_cordon_during_the_gate_leaves_no_control_process() {
+    stopping_cordon_during_the_gate_leaves_no_control_process(&[libc::SIGKILL]);
+}
+
+/// The same when cordon is first stopped (it then can do nothing) and only
+/// later killed, and when it is told to terminate.
+#[test]
+fn sigstop_then_sigkill_or_sigterm_during_the_gate_leave_no_control_process() {
+    stopping_cordon_during_the_gate_leaves_no_control_process(&[libc::SIGSTOP, libc::SIGKILL]);
+    stopping_cordon_during_the_gate_leaves_no_control_process(&[libc::SIGTERM]);
+}
+
+/// Sends `signals` to `cordon conformance` once a control run has
+/// descendants, and checks nothing under the suite's dir is left.
+fn stopping_cordon_during_the_gate_leaves_no_control_process(signals: &[i32]) {
     use std::os::unix::fs::PermissionsExt;
     let cache = tempfile::tempdir().unwrap();
     let base = tempfile::tempdir().unwrap();
@@ -177,7 +191,22 @@ fn sigkill_of_cordon_during_the_gate_leaves_no_control_process() {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         }
-        child.kill().unwrap();
+        for (i, sig) in signals.iter().enumerate() {
+            if i > 0 {
+                // Stopped: let the control runs carry on a while.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            // SAFETY: signalling the cordon this test started.
+            unsafe { libc::kill(cordon_pid, *sig) };
+        }
+        if signals.last() != Some(&libc::SIGKILL) {
+            // SIGTERM: cordon may exit by itself; if not, make sure.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let _ = child.kill();
+        }
         child.wait().unwrap();
         if !seen {
             continue;
@@ -205,7 +234,7 @@ fn sigkill_of_cordon_during_the_gate_leaves_no_control_process() {
         }
         assert!(
             leftovers.is_empty(),
-            "processes outlived cordon: {leftovers:#?}"
+            "processes outlived cordon ({signals:?}): {leftovers:#?}"
         );
         // And the suite's dirs (each with a copy of the probe binary).
         let suite_dirs = || -> Vec<String> {
@@ -502,7 +531,7 @@ fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
 /// run` must say so in one warning line instead. Run as root and as uid
 /// 65534 (which cannot make cgroups on the machine this was written on).
 #[test]
-fn limits_hold_for_the_sandbox_or_cordon_warns() {
+fn limits_hold_for_the_sandbox_or_cordon_refuses() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -537,46 +566,66 @@ fn limits_hold_for_the_sandbox_or_cordon_warns() {
         }
 
         // Memory: a memfd written to 512 MiB under --mem 64M.
-        let out = run(cmd().args([
-            "run",
-            "--mem",
-            "64M",
-            "--",
-            "/usr/bin/python3",
-            "-c",
-            "import os\nfd = os.memfd_create('x')\nfor _ in range(512): os.write(fd, b'x' * (1 << 20))\nprint('held')",
-        ]));
+        let hog = "import os\nfd = os.memfd_create('x')\nfor _ in range(512): os.write(fd, b'x' * (1 << 20))\nprint('held')";
+        let out = run(cmd().args(["run", "--mem", "64M", "--", "/usr/bin/python3", "-c", hog]));
         let err = text(&out.stderr);
         if memory_sandbox_wide {
             assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{who}: {err}");
             assert!(err.contains("used up its --mem"), "{who}: {err}");
             assert!(!err.contains("warning"), "{who}: {err}");
         } else {
+            // Asked for the sandbox as a whole, which this host cannot
+            // hold: refused, with how to get it, and nothing ran.
+            assert_eq!(out.status.code(), Some(125), "{who}: {err}");
             assert!(
-                err.contains("warning: on this host --mem holds per process"),
+                err.contains("--mem of 64 MiB cannot hold for the sandbox as a whole")
+                    && err.contains("--mem-scope process"),
+                "{who}: {err}"
+            );
+            assert!(!text(&out.stdout).contains("held"), "{who}");
+            // Accepted per process: it runs, and cordon says what holds.
+            let out = run(cmd().args([
+                "run",
+                "--mem",
+                "64M",
+                "--mem-scope",
+                "process",
+                "--",
+                "/bin/echo",
+                "ran",
+            ]));
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{who}: {err}");
+            assert!(
+                err.contains("--mem holds per process here: each process may hold 64 MiB"),
                 "{who}: {err}"
             );
         }
 
-        // CPU: ten processes in turn, 0.4 s each, under --cpu 1. Stopped
-        // by the sandbox-wide sum in both scopes (without a cgroup the sum
-        // over the process tree is best effort, hence the warning).
-        let out = run(cmd().args([
-            "run",
-            "--cpu",
-            "1",
-            "--",
-            "/usr/bin/python3",
-            "-c",
-            "import os, time\nfor i in range(10):\n    pid = os.fork()\n    if pid == 0:\n        end = time.process_time() + 0.4\n        while time.process_time() < end: pass\n        os._exit(0)\n    os.waitpid(pid, 0)\nprint('done')",
-        ]));
+        // CPU: ten processes in turn, 0.4 s each, under --cpu 1. Without a
+        // cgroup the sum over the process tree is best effort: the limit
+        // is per process, so it must be accepted as such; either way the
+        // sum stops this program.
+        let cpu_sandbox_wide = scope("limit_cpu").starts_with("sandbox:");
+        let burn = "import os, time\nfor i in range(10):\n    pid = os.fork()\n    if pid == 0:\n        end = time.process_time() + 0.4\n        while time.process_time() < end: pass\n        os._exit(0)\n    os.waitpid(pid, 0)\nprint('done')";
+        let mut cpu = vec!["run", "--cpu", "1"];
+        if !cpu_sandbox_wide {
+            let refused = run(cmd().args(["run", "--cpu", "1", "--", "/bin/true"]));
+            assert_eq!(
+                refused.status.code(),
+                Some(125),
+                "{who}: {}",
+                text(&refused.stderr)
+            );
+            assert!(
+                text(&refused.stderr).contains("--cpu-scope process"),
+                "{who}"
+            );
+            cpu.extend(["--cpu-scope", "process"]);
+        }
+        cpu.extend(["--", "/usr/bin/python3", "-c", burn]);
+        let out = run(cmd().args(&cpu));
         let err = text(&out.stderr);
-        let cpu_warned = err.contains("warning: on this host --cpu holds per process");
-        assert_eq!(
-            cpu_warned,
-            !scope("limit_cpu").starts_with("sandbox:"),
-            "{who}: {err}"
-        );
         assert_eq!(out.status.code(), Some(128 + libc::SIGXCPU), "{who}: {err}");
         assert!(err.contains("used up its --cpu"), "{who}: {err}");
         assert!(!text(&out.stdout).contains("done"), "{who}");

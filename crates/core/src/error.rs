@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::backend::WrapError;
-use crate::policy::LimitRaiseError;
+use crate::policy::{LimitRaiseError, LimitScopeError};
 use crate::report::ConformanceReport;
 
 /// Why a child could not be started. In every case nothing was executed.
@@ -12,6 +12,11 @@ pub enum SpawnError {
     /// The spec asked for more than the runner allows.
     #[error(transparent)]
     LimitRaise(#[from] LimitRaiseError),
+    /// A limit must hold more widely than the admitted backend holds it on
+    /// this host (e.g. memory for the sandbox as a whole, where only
+    /// per-process rlimits exist).
+    #[error(transparent)]
+    LimitScope(#[from] LimitScopeError),
     /// The spec is malformed.
     #[error("invalid child spec: {0}")]
     InvalidSpec(String),

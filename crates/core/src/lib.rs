@@ -61,7 +61,9 @@ pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, Wra
 pub use child::{ExitOutcome, RunningChild};
 pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
-pub use policy::{LimitRaiseError, Limits, Network, SandboxPolicy};
+pub use policy::{
+    LimitRaiseError, LimitScope, LimitScopeError, LimitScopes, Limits, Network, SandboxPolicy,
+};
 pub use program::{resolve_program, LoadRequirements};
 pub use report::{
     kernel_release, CheckResult, ConformanceReport, ConformanceSuite, Evidence, HostFacts, ProbeId,

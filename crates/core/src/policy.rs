@@ -63,6 +63,15 @@ pub enum Network {
 /// make a cgroup (root with cgroup v1, or a delegated cgroup v2 subtree),
 /// otherwise the rlimits. The field docs below say what each backend does.
 ///
+/// A limit also says the scope it must hold at ([`Limits::scopes`]): a
+/// [`SandboxRunner`](crate::SandboxRunner) refuses a spawn
+/// ([`SpawnError::LimitScope`](crate::SpawnError::LimitScope)) when its
+/// admitted report says the backend holds a limit that is set only more
+/// narrowly than required on this host. The default scope is
+/// [`LimitScope::Sandbox`] — a limit you set means the sandbox as a whole
+/// unless you say otherwise — except in [`Limits::default_ceilings`],
+/// whose limits are safety nets that need only hold per process.
+///
 /// The runner itself enforces [`Limits::deadline`] (killing the child's
 /// process group) and, with a backend that accounts for it, the
 /// sandbox-wide [`Limits::cpu_seconds`].
@@ -116,6 +125,126 @@ pub struct Limits {
     /// child's whole process group (with a PID namespace, the whole
     /// sandbox).
     pub deadline: Option<Duration>,
+    /// The scope each of `memory_bytes`, `cpu_seconds`, `max_processes`
+    /// and `disk_bytes` must hold at, when set (the others are per process
+    /// or per file on every backend, and the deadline is the runner's).
+    #[serde(default)]
+    pub scopes: LimitScopes,
+}
+
+/// How widely a limit holds.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitScope {
+    /// Each process (a file, for the disk) has its own: a program that
+    /// forks can use the limit once per process.
+    PerProcess,
+    /// Every process of the sandbox together: what a user who writes
+    /// `--mem 256M` means.
+    #[default]
+    Sandbox,
+}
+
+impl LimitScope {
+    /// `"sandbox"` or `"process"` (the CLI's `--mem-scope` values).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitScope::PerProcess => "process",
+            LimitScope::Sandbox => "sandbox",
+        }
+    }
+}
+
+/// The scope of each limit that has one. See [`Limits::scopes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct LimitScopes {
+    /// Of [`Limits::memory_bytes`].
+    pub memory: LimitScope,
+    /// Of [`Limits::cpu_seconds`].
+    pub cpu: LimitScope,
+    /// Of [`Limits::max_processes`].
+    pub processes: LimitScope,
+    /// Of [`Limits::disk_bytes`].
+    pub disk: LimitScope,
+}
+
+impl LimitScopes {
+    /// Every limit per process.
+    pub const PER_PROCESS: LimitScopes = LimitScopes {
+        memory: LimitScope::PerProcess,
+        cpu: LimitScope::PerProcess,
+        processes: LimitScope::PerProcess,
+        disk: LimitScope::PerProcess,
+    };
+
+    /// Every limit for the sandbox as a whole.
+    pub const SANDBOX: LimitScopes = LimitScopes {
+        memory: LimitScope::Sandbox,
+        cpu: LimitScope::Sandbox,
+        processes: LimitScope::Sandbox,
+        disk: LimitScope::Sandbox,
+    };
+
+    /// The scopes a backend holds on this host, from its host facts
+    /// (`limit_memory`, `limit_cpu`, `limit_processes`, `limit_disk`, each
+    /// `sandbox: …` when it holds for the sandbox as a whole; anything
+    /// else, or no fact, is taken as per process). A sandbox-wide disk
+    /// limit holds only for a scratch whose contents are discarded
+    /// (`scratch_discarded`): a kept or caller's scratch is on the host's
+    /// disk.
+    pub fn held(
+        facts: &std::collections::BTreeMap<String, String>,
+        scratch_discarded: bool,
+    ) -> LimitScopes {
+        let of = |key: &str| {
+            if facts.get(key).is_some_and(|v| v.starts_with("sandbox:")) {
+                LimitScope::Sandbox
+            } else {
+                LimitScope::PerProcess
+            }
+        };
+        LimitScopes {
+            memory: of("limit_memory"),
+            cpu: of("limit_cpu"),
+            processes: of("limit_processes"),
+            disk: if scratch_discarded {
+                of("limit_disk")
+            } else {
+                LimitScope::PerProcess
+            },
+        }
+    }
+}
+
+/// A limit must hold more widely than the backend can hold it here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "limit `{limit}` of {value} must hold {}, but backend `{backend}` holds it only per \
+     process on this host ({held}): get a sandbox-wide limit (on Linux: run as root, or in a \
+     cgroup v2 subtree delegated to you with the memory controller), or set its scope to \
+     LimitScope::PerProcess to accept the per-process one",
+    required_text(*required)
+)]
+pub struct LimitScopeError {
+    /// Which limit (field name of [`Limits`]).
+    pub limit: &'static str,
+    /// Its value.
+    pub value: String,
+    /// The scope the limit asked for.
+    pub required: LimitScope,
+    /// The backend's name.
+    pub backend: String,
+    /// What the backend's host fact says it holds.
+    pub held: String,
+}
+
+fn required_text(s: LimitScope) -> &'static str {
+    match s {
+        LimitScope::Sandbox => "for the sandbox as a whole",
+        LimitScope::PerProcess => "per process",
+    }
 }
 
 /// A spec asked for more than the runner's ceiling allows.
@@ -135,8 +264,10 @@ pub struct LimitRaiseError {
 
 impl Limits {
     /// The ceilings a runner uses unless configured otherwise: 64 processes,
-    /// 1 GiB of address space, 256 open files, 60 s of CPU, 1 GiB files,
-    /// 1 GiB of scratch and a 10-minute wall-clock deadline.
+    /// 1 GiB of memory, 256 open files, 60 s of CPU, 1 GiB files, 1 GiB of
+    /// scratch and a 10-minute wall-clock deadline. They are safety nets:
+    /// their scope is [`LimitScopes::PER_PROCESS`] (each holds at least per
+    /// process, and for the sandbox as a whole where the backend can).
     pub fn default_ceilings() -> Self {
         Limits {
             max_processes: Some(64),
@@ -146,12 +277,14 @@ impl Limits {
             file_size_bytes: Some(1 << 30),
             disk_bytes: Some(1 << 30),
             deadline: Some(Duration::from_secs(600)),
+            scopes: LimitScopes::PER_PROCESS,
         }
     }
 
     /// The limits the conformance probes run under: 64 processes, 256 MiB,
     /// 64 open files, 2 s of CPU, 64 MiB files, 64 MiB of scratch, 5 s
-    /// deadline.
+    /// deadline (per process at least: probe P6 checks each limit at the
+    /// scope the backend claims).
     pub fn probe() -> Self {
         Limits {
             max_processes: Some(64),
@@ -161,7 +294,65 @@ impl Limits {
             file_size_bytes: Some(64 << 20),
             disk_bytes: Some(64 << 20),
             deadline: Some(Duration::from_secs(5)),
+            scopes: LimitScopes::PER_PROCESS,
         }
+    }
+
+    /// Whether every limit that is set and has a scope holds at its scope
+    /// with a backend holding `held` (see [`LimitScopes::held`]); `facts`
+    /// and `backend` name what it holds in the error.
+    pub fn check_scopes(
+        &self,
+        held: LimitScopes,
+        backend: &str,
+        facts: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), LimitScopeError> {
+        let rows: [(&'static str, Option<String>, LimitScope, LimitScope, &str); 4] = [
+            (
+                "memory_bytes",
+                self.memory_bytes.map(|v| v.to_string()),
+                self.scopes.memory,
+                held.memory,
+                "limit_memory",
+            ),
+            (
+                "cpu_seconds",
+                self.cpu_seconds.map(|v| v.to_string()),
+                self.scopes.cpu,
+                held.cpu,
+                "limit_cpu",
+            ),
+            (
+                "max_processes",
+                self.max_processes.map(|v| v.to_string()),
+                self.scopes.processes,
+                held.processes,
+                "limit_processes",
+            ),
+            (
+                "disk_bytes",
+                self.disk_bytes.map(|v| v.to_string()),
+                self.scopes.disk,
+                held.disk,
+                "limit_disk",
+            ),
+        ];
+        for (limit, value, required, held, fact) in rows {
+            let Some(value) = value else { continue };
+            if required > held {
+                return Err(LimitScopeError {
+                    limit,
+                    value,
+                    required,
+                    backend: backend.to_string(),
+                    held: facts
+                        .get(fact)
+                        .cloned()
+                        .unwrap_or_else(|| format!("its report states no {fact}")),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Narrows `self` (the ceilings) by `requested`: each limit the request
@@ -183,7 +374,41 @@ impl Limits {
                 (c, None) => Ok(c),
             }
         }
+        // A limit's scope is the wider of the two where both set it: the
+        // ceiling's owner asked for that much, whatever the value.
+        let scope = |c: LimitScope, c_set: bool, r: LimitScope, r_set: bool| match (c_set, r_set) {
+            (true, true) => c.max(r),
+            (false, true) => r,
+            _ => c,
+        };
+        let scopes = LimitScopes {
+            memory: scope(
+                self.scopes.memory,
+                self.memory_bytes.is_some(),
+                requested.scopes.memory,
+                requested.memory_bytes.is_some(),
+            ),
+            cpu: scope(
+                self.scopes.cpu,
+                self.cpu_seconds.is_some(),
+                requested.scopes.cpu,
+                requested.cpu_seconds.is_some(),
+            ),
+            processes: scope(
+                self.scopes.processes,
+                self.max_processes.is_some(),
+                requested.scopes.processes,
+                requested.max_processes.is_some(),
+            ),
+            disk: scope(
+                self.scopes.disk,
+                self.disk_bytes.is_some(),
+                requested.scopes.disk,
+                requested.disk_bytes.is_some(),
+            ),
+        };
         Ok(Limits {
+            scopes,
             max_processes: pick("max_processes", self.max_processes, requested.max_processes)?,
             memory_bytes: pick("memory_bytes", self.memory_bytes, requested.memory_bytes)?,
             open_files: pick("open_files", self.open_files, requested.open_files)?,
@@ -284,6 +509,44 @@ mod tests {
         let err = ceil.narrow(&req).unwrap_err();
         assert_eq!(err.limit, "open_files");
         assert!(err.to_string().contains("exceeds the runner's ceiling"));
+    }
+
+    #[test]
+    fn scopes_narrow_to_the_wider_and_a_weaker_host_refuses() {
+        let mut ceil = Limits::default_ceilings();
+        ceil.scopes.memory = LimitScope::Sandbox;
+        let req = Limits {
+            memory_bytes: Some(64 << 20),
+            scopes: LimitScopes::PER_PROCESS,
+            ..Limits::default()
+        };
+        let got = ceil.narrow(&req).unwrap();
+        assert_eq!(got.memory_bytes, Some(64 << 20));
+        assert_eq!(got.scopes.memory, LimitScope::Sandbox);
+        // Unset in the request: the ceiling's (per process) stands.
+        assert_eq!(got.scopes.cpu, LimitScope::PerProcess);
+        let facts: std::collections::BTreeMap<String, String> = [
+            (
+                "limit_memory".to_string(),
+                "per-process: RLIMIT_DATA".to_string(),
+            ),
+            ("limit_cpu".to_string(), "sandbox: cgroup".to_string()),
+        ]
+        .into();
+        let held = LimitScopes::held(&facts, true);
+        assert_eq!(held.memory, LimitScope::PerProcess);
+        assert_eq!(held.cpu, LimitScope::Sandbox);
+        let err = got.check_scopes(held, "linux", &facts).unwrap_err();
+        assert_eq!(err.limit, "memory_bytes");
+        assert!(err.to_string().contains("RLIMIT_DATA"), "{err}");
+        let mut ok = got;
+        ok.scopes.memory = LimitScope::PerProcess;
+        assert_eq!(ok.check_scopes(held, "linux", &facts), Ok(()));
+        // A kept scratch is on the host's disk: per file only.
+        assert_eq!(
+            LimitScopes::held(&facts, false).disk,
+            LimitScope::PerProcess
+        );
     }
 
     #[test]

@@ -164,6 +164,16 @@ impl Runner for SandboxRunner {
     }
 
     async fn start(&self, spec: ChildSpec) -> Result<RunningChild, SpawnError> {
+        // Each limit must hold at its scope: what this backend proved it
+        // holds on this host is in the report probe P6 checked.
+        let limits = self.spawner.config().ceilings.narrow(&spec.limits)?;
+        let facts = &self.report.host.backend_facts;
+        let discarded = matches!(spec.scratch, crate::Scratch::Fresh);
+        limits.check_scopes(
+            crate::LimitScopes::held(facts, discarded),
+            &self.report.backend,
+            facts,
+        )?;
         self.spawner.spawn(&spec)
     }
 }

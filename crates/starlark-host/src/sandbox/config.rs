@@ -86,6 +86,9 @@ impl WorkerLimits {
             file_size_bytes: Some(self.file_size_bytes),
             disk_bytes: None,
             deadline: Some(self.lifetime),
+            // One worker process's limits: per process is what they mean
+            // (and the sandbox holds them as a whole where it can).
+            scopes: cordon_core::LimitScopes::PER_PROCESS,
         })
     }
 }
