@@ -229,6 +229,18 @@ impl Ctx {
         }
     }
 
+    /// Tells the watchdog the ids a program runs as, so that it can remove
+    /// the IPC objects of theirs under the suite's tokens should the host
+    /// die.
+    pub(crate) fn guard_ids(&self, ids: Ids) -> Result<(), String> {
+        match &self.watchdog {
+            Some(w) => w
+                .guard_ids(ids)
+                .map_err(|e| format!("cannot register ids with the suite's watchdog: {e}")),
+            None => Ok(()),
+        }
+    }
+
     /// Spawns the probe child for `mode` with `key=value` arguments and a
     /// fresh token.
     pub(crate) fn spawn(

@@ -116,6 +116,8 @@ mod harness;
 #[cfg(target_os = "linux")]
 mod inspect;
 #[cfg(target_os = "linux")]
+mod keeper;
+#[cfg(target_os = "linux")]
 mod kernel;
 #[cfg(target_os = "linux")]
 mod probes;
@@ -168,6 +170,7 @@ fn run_probe_child(args: &[String]) -> i32 {
     match mode {
         "noop" => return 0,
         watchdog::MODE => return watchdog::run(&kv),
+        keeper::MODE => return keeper::run(),
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_secs(60));
             return 0;
@@ -186,6 +189,7 @@ fn run_probe_child(args: &[String]) -> i32 {
             probes::p1::sacrificial(&kv);
             return 0;
         }
+        "reach" => return probes::p1::host_user::reach(&kv),
         "P6-tree" => {
             probes::p6::tree(&mut r);
             return 0;

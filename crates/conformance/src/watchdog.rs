@@ -60,6 +60,13 @@ impl Watchdog {
         self.send(&format!("{TOKEN} {token}"))
     }
 
+    /// Registers ids a program of the suite ran as (a backend may choose
+    /// them per sandbox): IPC objects of theirs under a registered token
+    /// are removed too.
+    pub(crate) fn guard_ids(&self, ids: Ids) -> std::io::Result<()> {
+        self.send(&format!("{IDS} {} {}", ids.uid, ids.gid))
+    }
+
     /// Registers a suite dir (a `cordon-conformance-*` temp dir, with its
     /// copy of the probe executable) to remove if the host dies.
     pub(crate) fn guard_dir(&self, dir: &Path) -> std::io::Result<()> {
@@ -82,6 +89,8 @@ impl Watchdog {
 const TOKEN: &str = "token";
 /// The line prefix of a suite dir to remove.
 const DIR: &str = "dir";
+/// The line prefix of ids a program ran as.
+const IDS: &str = "ids";
 
 /// Whether `dir` is a suite dir the watchdog may remove: an absolute path
 /// with no `..`, named `cordon-conformance-*` (`Ctx::new` makes them).
@@ -108,7 +117,7 @@ impl Drop for Watchdog {
 /// The watchdog process: collects tokens until its stdin ends; without the
 /// `done` line, kills every process bearing one of them.
 pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
-    let (mut tokens, mut dirs) = (Vec::new(), Vec::new());
+    let (mut tokens, mut dirs, mut ids) = (Vec::new(), Vec::new(), Vec::new());
     let mut done = false;
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -119,6 +128,12 @@ pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
             }
             Some((TOKEN, t)) => tokens.push(t.to_owned()),
             Some((DIR, d)) if is_suite_dir(Path::new(d)) => dirs.push(d.to_owned()),
+            Some((IDS, v)) => {
+                let mut n = v.split(' ').filter_map(|x| x.parse::<u32>().ok());
+                if let (Some(uid), Some(gid)) = (n.next(), n.next()) {
+                    ids.push(Ids { uid, gid });
+                }
+            }
             _ => {}
         }
     }
@@ -149,7 +164,9 @@ pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
         gid: id("sandbox_gid"),
     };
     for t in &tokens {
-        crate::probes::p1::ipc::remove_for_token(t, sandbox, me);
+        for owner in std::iter::once(sandbox).chain(ids.iter().copied()) {
+            crate::probes::p1::ipc::remove_for_token(t, owner, me);
+        }
     }
     // The suite dirs (each holds a copy of the probe executable).
     for d in &dirs {

@@ -109,6 +109,8 @@ pub fn all_checks(as_root: bool) -> BTreeSet<Check> {
         (P1, "signal-0"),
         (P1, "signal-cont"),
         (P1, "signal-kill"),
+        (P1, "own-uts-namespace"),
+        (P1, "hostname-hidden"),
         (P2, "env-canary"),
         (P2, "read-tmp-canary"),
         (P2, "read-home-canary"),
@@ -183,11 +185,29 @@ pub fn all_checks(as_root: bool) -> BTreeSet<Check> {
     if several_cpus() {
         all.insert((P1, "host-sacrificial-affinity".into()));
     }
-    // Only root can run the planted file as another uid.
+    // Only root can run the planted file as another uid, or a process of
+    // another uid against the sandbox.
     if as_root {
         all.insert((P5, "host-setid-scratch-exec".into()));
+        all.extend(other_user_checks());
     }
     all
+}
+
+/// P1's checks of a host process of another uid (a root host only).
+pub fn other_user_checks() -> BTreeSet<Check> {
+    [
+        "other-user-ptrace",
+        "other-user-proc-mem",
+        "other-user-proc-environ",
+        "other-user-proc-root",
+        "other-user-setns",
+        "other-user-pidfd-getfd",
+        "other-user-signal",
+    ]
+    .into_iter()
+    .map(|n| (ProbeId::P1, n.to_string()))
+    .collect()
 }
 
 /// Whether the running kernel was built with kexec / loadable modules.
@@ -232,6 +252,10 @@ pub fn noop_passes(as_root: bool) -> BTreeSet<Check> {
     if !kernel_has("/proc/modules") {
         pass.insert((P7, "init_module".into()));
     }
+    if as_root {
+        // The unconfined program is root's: uid 65534 cannot reach it.
+        pass.extend(other_user_checks());
+    }
     if !as_root {
         // No capability, no uid 0: the kernel refuses these to any user.
         pass.extend(set(&[
@@ -253,6 +277,9 @@ pub fn noop_passes(as_root: bool) -> BTreeSet<Check> {
 pub fn legacy_fails(as_root: bool) -> BTreeSet<Check> {
     use ProbeId::*;
     let mut fails = set(&[
+        // The host's hostname (no UTS namespace).
+        (P1, "own-uts-namespace"),
+        (P1, "hostname-hidden"),
         // Same-uid host processes can be named and controlled.
         (P1, "pidfd-open"),
         (P1, "getpgid"),
@@ -298,6 +325,8 @@ pub fn legacy_fails(as_root: bool) -> BTreeSet<Check> {
     }
     if as_root {
         fails.insert((P5, "host-setid-scratch-exec".into()));
+        // Every sandbox is uid 65534, as is the attacker.
+        fails.extend(other_user_checks());
     }
     fails
 }

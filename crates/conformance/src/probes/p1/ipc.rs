@@ -45,7 +45,60 @@ pub(crate) fn own_key(token: &str) -> libc::key_t {
     ((n & 0x7fff_fffe) | 1) as libc::key_t
 }
 
-/// In the sacrificial process (running as the sandbox uid): creates the
+/// In the sacrificial process, before it becomes the program's uid: gives
+/// the targets it made (found by its token's key and queue name) to `ids`,
+/// so that only the sandbox stands between them and the child.
+pub(crate) fn give_targets(token: &str, ids: Ids) -> Result<(), String> {
+    let key = own_key(token);
+    let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: IPC_STAT/IPC_SET on objects this process made (by its
+    // key), into zeroed structs; fchown on the queue it made.
+    unsafe {
+        let msg = libc::msgget(key, 0);
+        let mut q: libc::msqid_ds = std::mem::zeroed();
+        if msg < 0 || libc::msgctl(msg, libc::IPC_STAT, &mut q) != 0 {
+            return Err(err("message queue"));
+        }
+        q.msg_perm.uid = ids.uid;
+        q.msg_perm.gid = ids.gid;
+        if libc::msgctl(msg, libc::IPC_SET, &mut q) != 0 {
+            return Err(err("message queue owner"));
+        }
+        let shm = libc::shmget(key, 0, 0);
+        let mut m: libc::shmid_ds = std::mem::zeroed();
+        if shm < 0 || libc::shmctl(shm, libc::IPC_STAT, &mut m) != 0 {
+            return Err(err("shared memory"));
+        }
+        m.shm_perm.uid = ids.uid;
+        m.shm_perm.gid = ids.gid;
+        if libc::shmctl(shm, libc::IPC_SET, &mut m) != 0 {
+            return Err(err("shared memory owner"));
+        }
+        let sem = libc::semget(key, 0, 0);
+        let mut sd: libc::semid_ds = std::mem::zeroed();
+        if sem < 0 || libc::semctl(sem, 0, libc::IPC_STAT, &mut sd as *mut libc::semid_ds) != 0 {
+            return Err(err("semaphore"));
+        }
+        sd.sem_perm.uid = ids.uid;
+        sd.sem_perm.gid = ids.gid;
+        if libc::semctl(sem, 0, libc::IPC_SET, &mut sd as *mut libc::semid_ds) != 0 {
+            return Err(err("semaphore owner"));
+        }
+        let name = child::cstr(&host_mq_name(token));
+        let mq = libc::mq_open(name.as_ptr(), libc::O_RDWR);
+        if mq < 0 {
+            return Err(err("POSIX queue"));
+        }
+        let r = libc::fchown(mq, ids.uid, ids.gid);
+        libc::mq_close(mq);
+        if r != 0 {
+            return Err(err("POSIX queue owner"));
+        }
+    }
+    Ok(())
+}
+
+/// In the sacrificial process (running as the host's uid): creates the
 /// four targets and returns the line that tells the host their ids. The
 /// SysV objects are made under the sacrificial token's key, so the suite's
 /// watchdog can find them should the host die before removing them
