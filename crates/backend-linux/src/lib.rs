@@ -1,25 +1,28 @@
 //! # cordon-backend-linux
 //!
 //! Cordon's Linux [`SandboxBackend`]: it confines a child itself, between
-//! `fork` and `exec`, with no setuid helper and no external program
-//! (no bubblewrap). Everything that can fail is prepared in the parent, in
-//! [`SandboxBackend::wrap`]; the child then only issues raw,
+//! its launch and its `exec`, with no setuid helper and no external
+//! program (no bubblewrap). Everything that can fail is prepared in the
+//! parent, in [`SandboxBackend::wrap`]; the child then only issues raw,
 //! async-signal-safe syscalls. If any step fails the child does not exec
 //! and the spawn fails: nothing ever runs unconfined.
 //!
 //! In the child, in this order (see the crate's README for each step's
 //! reason):
 //!
-//! 1. if the host runs as root: `setgroups(0)`, `setresgid(65534)`,
-//!    `setresuid(65534)`;
-//! 2. `unshare` of a user namespace and, inside it, PID, IPC and mount
-//!    namespaces, with identity uid/gid maps;
+//! 1. if the host runs as root: `setgroups(0)`, `setresgid(U)`,
+//!    `setresuid(U)` with a uid `U` of the sandbox's own ([`UidPool`]);
+//! 2. `unshare` of a user namespace and, inside it, UTS, PID, IPC and
+//!    mount namespaces, with uid/gid maps (`nobody` inside for a root
+//!    host, the caller's own ids otherwise), the namespace's quotas and the
+//!    hostname `cordon`;
 //! 3. `PR_SET_PDEATHSIG(SIGKILL)` again (credential changes clear it) and a
 //!    `getppid` check;
 //! 4. the mounts: the host read-only and `nosuid`, a discarded scratch a
 //!    private size-limited tmpfs, a kept scratch and read-write grants
 //!    `nosuid,nodev` binds;
-//! 5. `setrlimit` for NPROC, AS, NOFILE, CPU, FSIZE and CORE=0;
+//! 5. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE, CPU,
+//!    FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
 //! 6. all capabilities dropped (ambient, bounding set, then `capset` to 0);
 //! 7. `PR_SET_NO_NEW_PRIVS`;
 //! 8. `landlock_restrict_self` with a ruleset built in the parent that
@@ -32,8 +35,10 @@
 //!
 //! The child's `HOME` and `TMPDIR` are its scratch dir (core's spawner sets
 //! them for every sandboxed child): `git` and `gcc` need both writable.
-//! A caller's own scratch dir (`Scratch::Existing`) is never chowned and,
-//! when the host is root, must already be writable by uid 65534.
+//! A caller's own scratch dir (`Scratch::Existing`) is never chowned: on a
+//! root host it (like every writable host directory) is mounted idmapped,
+//! so the caller's files appear as the sandbox's and what it creates is
+//! stored as the caller's.
 //!
 //! See [`docs`] (the crate's `README.md`) for every seccomp rule and every
 //! Landlock right with the reason it exists, the minimal system set, the

@@ -1,7 +1,7 @@
 //! [`ChildCommand`]: what a child will be started with, as the spawner
 //! built it and a backend confines it.
 //!
-//! Core owns process creation (see `launch.rs`), so backends do not get a
+//! Core owns process creation (see `launch/`), so backends do not get a
 //! `std::process::Command`: std forks the whole host as soon as a command
 //! has a `pre_exec` hook, and nothing can be taken back out of one. A
 //! `ChildCommand` carries the same parts — program, arguments, the whole
@@ -189,8 +189,10 @@ impl ChildCommand {
     ///
     /// # Safety
     /// The hook runs in a child that, on Linux, shares the host's memory
-    /// while the spawning thread is suspended (`clone(CLONE_VM |
-    /// CLONE_VFORK)`, as `posix_spawn` does), and elsewhere in a fork of a
+    /// and the spawning thread's thread-local storage while that thread
+    /// waits (`clone(CLONE_VM)`, as `posix_spawn` does; it is killed if its
+    /// set-up outlasts [`RunnerConfig::setup_timeout`](crate::RunnerConfig::setup_timeout)),
+    /// and elsewhere in a fork of a
     /// possibly multi-threaded host. It must be async-signal-safe: raw
     /// syscalls on data prepared before the spawn, no allocation, no locks,
     /// and no libc call that acts on the whole process — credentials above
@@ -279,7 +281,7 @@ impl ChildContext {
     /// memory, announces itself first thing. Should the launch not finish
     /// within the set-up timeout, the spawning thread kills the launcher
     /// and every announced process, and waits for all of them to be gone
-    /// before it releases the launch's memory (see `launch.rs`).
+    /// before it releases the launch's memory (see `launch/`).
     pub const fn started_record(pid: libc::pid_t) -> [u8; 8] {
         record(REPORT_STARTED, pid)
     }

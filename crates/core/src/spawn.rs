@@ -1,6 +1,6 @@
 //! The one spawn path: baseline hygiene, then the backend's `wrap`, then
-//! the launch (`launch.rs`: on Linux a `clone(CLONE_VM | CLONE_VFORK)`, no
-//! fork of the host).
+//! the launch (`launch/`: on Linux a `clone(CLONE_VM)` whose set-up the
+//! spawning thread waits for, bounded; no fork of the host).
 //!
 //! Both runners and the conformance harness start children here, so what
 //! the probes test is exactly what untrusted code gets.

@@ -1,15 +1,15 @@
-//! What runs in the child between `fork` and `exec`: credentials, the
-//! namespaces, mounts, rlimits, capabilities, no_new_privs, Landlock,
-//! seccomp, and — with a PID namespace — the process tree that keeps the
-//! sandbox inside it.
+//! What runs in the child between its launch and its `exec`: credentials,
+//! the namespaces with their quotas and hostname, mounts, rlimits,
+//! capabilities, no_new_privs, Landlock, seccomp, and — with a PID
+//! namespace — the process tree that keeps the sandbox inside it.
 //!
 //! Everything here is async-signal-safe: raw syscalls on data prepared in
 //! the parent ([`ChildPlan`]), `io::Error` built from errno, no allocation,
-//! no locks. Any error returned from [`confine`] makes std report the spawn
-//! as failed before the program is executed.
+//! no locks. Any error returned from [`confine`] makes core report the
+//! spawn as failed before the program is executed.
 //!
-//! This runs in core's launcher, a `clone(CLONE_VM | CLONE_VFORK)` child in
-//! the host's memory: credentials change through raw syscalls (glibc's
+//! This runs in core's launcher, a `clone(CLONE_VM)` child in the host's
+//! memory: credentials change through raw syscalls (glibc's
 //! `setresuid` and `setgroups` would signal every thread of the host). With
 //! a PID namespace the launcher hands over to the init once the namespaces
 //! exist, and the rest runs in the program process that

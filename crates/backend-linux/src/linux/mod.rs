@@ -1,16 +1,16 @@
 //! The Linux implementation: probes, `wrap`, and the pre-exec hook.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use cordon_core::egress::PROXY_PORT;
-use cordon_core::{Availability, Limits, SandboxPolicy, WrapError};
+use cordon_core::{Limits, SandboxPolicy, WrapError};
 
-use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
+use crate::Layers;
 
 mod cgroup;
 mod child;
+mod facts;
 mod filter;
 mod maps;
 mod mounts;
@@ -23,165 +23,16 @@ mod tree;
 pub(crate) mod uid;
 
 use child::{ChildPlan, IdMaps};
+pub(crate) use facts::{availability, host_facts};
 pub(crate) use mounts::shared_mountpoint;
 use mounts::MountPlan;
 use rules::{Grant, PathRule};
+use uid::SandboxIds;
 
 const NAME: &str = "linux";
 
 fn wrap_err(message: impl Into<String>) -> WrapError {
     WrapError::new(NAME, message)
-}
-
-/// Why the backend cannot run here, one reason per missing mechanism.
-fn missing(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Vec<String> {
-    let mut reasons = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if layers.own_uid && unsafe { libc::geteuid() } == 0 {
-        if let Err(r) = pool.map_err(str::to_string).and_then(uid::UidPool::usable) {
-            reasons.push(r);
-        }
-    }
-    if let Err(r) = probe::landlock_abi() {
-        reasons.push(r);
-    }
-    if let Err(r) = probe::seccomp() {
-        reasons.push(r);
-    }
-    if let Err(r) = filter::programs() {
-        reasons.push(r);
-    }
-    if let Err(r) = probe::namespaces(layers) {
-        reasons.push(r);
-    }
-    reasons
-}
-
-pub(crate) fn availability(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Availability {
-    let reasons = missing(layers, pool);
-    if reasons.is_empty() {
-        if let Ok(abi) = probe::landlock_abi() {
-            if abi < probe::SCOPING_ABI {
-                tracing::warn!(
-                    landlock_abi = abi,
-                    "Landlock ABI < 6: signal and abstract UNIX socket scoping are missing; \
-                     conformance probe P1 will fail"
-                );
-            }
-        }
-        Availability::Available
-    } else {
-        Availability::Unavailable {
-            reason: reasons.join("; "),
-        }
-    }
-}
-
-pub(crate) fn host_facts(
-    layers: Layers,
-    pool: Result<&uid::UidPool, &str>,
-) -> BTreeMap<String, String> {
-    let mut f = BTreeMap::new();
-    match probe::landlock_abi() {
-        Ok(abi) => {
-            f.insert("landlock_abi".into(), abi.to_string());
-            f.insert(
-                "landlock_scoping".into(),
-                if abi >= probe::SCOPING_ABI {
-                    "signal, abstract_unix_socket".into()
-                } else {
-                    format!(
-                        "missing: Landlock ABI {abi} < 6 has no signal or abstract UNIX socket \
-                         scoping, so P1 will fail (upgrade to Linux >= 6.12)"
-                    )
-                },
-            );
-            f.insert(
-                "landlock_net".into(),
-                if abi >= 4 {
-                    "tcp bind/connect denied".into()
-                } else {
-                    "missing (ABI < 4): TCP is denied by seccomp only".into()
-                },
-            );
-        }
-        Err(r) => {
-            f.insert("landlock_abi".into(), format!("unavailable: {r}"));
-        }
-    }
-    f.insert(
-        "seccomp".into(),
-        match probe::seccomp() {
-            Ok(()) => filter::description(layers.seccomp_allowlist).into(),
-            Err(r) => format!("unavailable: {r}"),
-        },
-    );
-    f.insert(
-        "layers".into(),
-        match layers {
-            Layers::ALL => "all".into(),
-            Layers::LEGACY => {
-                "legacy (first version: fails the probes for what it leaves open)".into()
-            }
-            other => format!("partial {other:?} (fails the probes for what it leaves open)"),
-        },
-    );
-    f.insert(
-        "namespaces".into(),
-        match probe::namespaces(layers) {
-            Ok(()) => namespace_names(layers).join(", "),
-            Err(r) => format!("unavailable: {r}"),
-        },
-    );
-    f.insert(
-        "pid1".into(),
-        if layers.pid_namespace {
-            "minimal init; its death kills every sandbox process".into()
-        } else {
-            "none: the program leads a process group in the host's PID namespace".into()
-        },
-    );
-    f.insert(
-        "mounts".into(),
-        if layers.mount_namespace {
-            "host read-only,nosuid (private propagation); discarded scratch: private tmpfs \
-             nosuid,nodev of disk_bytes; kept or caller's scratch and read-write grants: \
-             nosuid,nodev binds"
-                .into()
-        } else {
-            "the host's mount table (no mount namespace)".into()
-        },
-    );
-    for (k, v) in limit_scopes(layers) {
-        f.insert(k.into(), v);
-    }
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    f.insert("uid".into(), uid.to_string());
-    if uid == 0 && layers.own_uid {
-        f.insert(
-            "sandbox_uids".into(),
-            match pool {
-                Ok(p) => uid::describe(p),
-                Err(e) => format!("unavailable: {e}"),
-            },
-        );
-        f.insert(
-            "sandbox_uid_inside".into(),
-            format!("{SANDBOX_UID} (nobody), gid {SANDBOX_GID}"),
-        );
-    } else {
-        f.insert(
-            "sandbox_uid".into(),
-            if uid == 0 { SANDBOX_UID } else { uid }.to_string(),
-        );
-        f.insert(
-            "sandbox_gid".into(),
-            if uid == 0 { SANDBOX_GID } else { gid }.to_string(),
-        );
-    }
-    f.insert("arch".into(), std::env::consts::ARCH.into());
-    f
 }
 
 /// The system directories every sandbox may read and execute from.
@@ -210,107 +61,6 @@ fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<filter::Pro
         LEGACY
             .get_or_init(|| filter::legacy_programs().map(Arc::new))
             .clone()
-    }
-}
-
-/// The scope of each limit on this host with `layers`: `sandbox: ...` when
-/// it holds for the sandbox as a whole, `per-process: ...` (or
-/// `per-file: ...`) when each process (file) has its own, and how. The
-/// conformance probe P6 tests each limit at the scope claimed here, and
-/// `cordon run` warns about the per-process ones.
-pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
-    let cgroup = if layers.sandbox_limits {
-        cgroup::hierarchy()
-    } else {
-        None
-    };
-    let memory = match cgroup {
-        Some(h) => format!(
-            "sandbox: {} memory limit (anonymous, memfd, SysV shm and tmpfs pages all count)",
-            h.describe()
-        ),
-        None => "per-process: RLIMIT_DATA (private writable memory) and RLIMIT_AS with 3 GiB of \
-                 headroom for runtimes' reservations; a memfd is capped by RLIMIT_FSIZE, a \
-                 discarded scratch by disk_bytes, SysV shm is freed with the sandbox's IPC \
-                 namespace"
-            .into(),
-    };
-    let processes = "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace";
-    let cpu = match (cgroup, layers.sandbox_limits && layers.pid_namespace) {
-        (Some(h), _) => format!(
-            "sandbox: {} CPU time of all its processes, enforced by the runner (RLIMIT_CPU per \
-             process too)",
-            h.describe()
-        ),
-        (None, true) => "per-process: RLIMIT_CPU; the runner also sums the CPU time of the \
-                         sandbox's process tree from /proc and kills it past the limit, but a \
-                         child reaped automatically (SIGCHLD ignored) escapes that sum"
-            .into(),
-        (None, false) => "per-process: RLIMIT_CPU (a forked child starts afresh)".into(),
-    };
-    let disk = if layers.mount_namespace {
-        "sandbox: a discarded scratch is a private tmpfs of disk_bytes; a kept or caller's \
-         scratch dir is limited only per file (RLIMIT_FSIZE)"
-    } else {
-        "per-file: RLIMIT_FSIZE (scratch is on the host's disk)"
-    };
-    vec![
-        ("limit_memory", memory),
-        ("limit_processes", processes.into()),
-        ("limit_cpu", cpu),
-        ("limit_disk", disk.into()),
-    ]
-}
-
-/// Who a sandbox is: its ids in its own user namespace and on the host,
-/// and on a root host the lease that keeps its uid its own.
-struct SandboxIds {
-    /// The host runs as root (the launcher changes its uid).
-    root_host: bool,
-    /// The program's uid and gid inside its user namespace.
-    inside: (u32, u32),
-    /// The same ids as the host sees them.
-    host: (u32, u32),
-    /// The uid's lease (`Layers::own_uid` on a root host), held by the
-    /// sandbox's resources until every process of it is gone.
-    lease: Option<uid::UidLease>,
-}
-
-impl SandboxIds {
-    /// An unprivileged host's sandbox is the caller (no other uid can be
-    /// had); a root host's gets a uid of its own from `pool`, and is
-    /// `nobody` inside its user namespace, where tools find a user
-    /// database entry for it.
-    fn choose(
-        caller: (u32, u32),
-        layers: Layers,
-        pool: Result<&uid::UidPool, &str>,
-    ) -> Result<SandboxIds, String> {
-        if caller.0 != 0 {
-            return Ok(SandboxIds {
-                root_host: false,
-                inside: caller,
-                host: caller,
-                lease: None,
-            });
-        }
-        let nobody = (SANDBOX_UID, SANDBOX_GID);
-        if !layers.own_uid {
-            return Ok(SandboxIds {
-                root_host: true,
-                inside: nobody,
-                host: nobody,
-                lease: None,
-            });
-        }
-        let lease = uid::UidLease::acquire(pool?)?;
-        let own = (lease.uid(), lease.uid());
-        Ok(SandboxIds {
-            root_host: true,
-            inside: nobody,
-            host: own,
-            lease: Some(lease),
-        })
     }
 }
 

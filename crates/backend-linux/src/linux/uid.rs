@@ -457,6 +457,58 @@ pub(crate) fn describe(pool: &UidPool) -> String {
     )
 }
 
+/// Who a sandbox is: its ids in its own user namespace and on the host,
+/// and on a root host the lease that keeps its uid its own.
+pub(crate) struct SandboxIds {
+    /// The host runs as root (the launcher changes its uid).
+    pub(crate) root_host: bool,
+    /// The program's uid and gid inside its user namespace.
+    pub(crate) inside: (u32, u32),
+    /// The same ids as the host sees them.
+    pub(crate) host: (u32, u32),
+    /// The uid's lease (`Layers::own_uid` on a root host), held by the
+    /// sandbox's resources until every process of it is gone.
+    pub(crate) lease: Option<UidLease>,
+}
+
+impl SandboxIds {
+    /// An unprivileged host's sandbox is the caller (no other uid can be
+    /// had); a root host's gets a uid of its own from `pool`, and is
+    /// `nobody` inside its user namespace, where tools find a user
+    /// database entry for it.
+    pub(crate) fn choose(
+        caller: (u32, u32),
+        layers: crate::Layers,
+        pool: Result<&UidPool, &str>,
+    ) -> Result<SandboxIds, String> {
+        if caller.0 != 0 {
+            return Ok(SandboxIds {
+                root_host: false,
+                inside: caller,
+                host: caller,
+                lease: None,
+            });
+        }
+        let nobody = (crate::SANDBOX_UID, crate::SANDBOX_GID);
+        if !layers.own_uid {
+            return Ok(SandboxIds {
+                root_host: true,
+                inside: nobody,
+                host: nobody,
+                lease: None,
+            });
+        }
+        let lease = UidLease::acquire(pool?)?;
+        let own = (lease.uid(), lease.uid());
+        Ok(SandboxIds {
+            root_host: true,
+            inside: nobody,
+            host: own,
+            lease: Some(lease),
+        })
+    }
+}
+
 /// The process-wide default pool of `cordon`-style callers, read from
 /// [`UID_RANGE_ENV`] once.
 pub(crate) fn env_pool() -> &'static Result<UidPool, String> {

@@ -273,16 +273,28 @@ async fn worker_runs_as_nobody_with_no_files_and_no_network() {
             .unwrap_or_default()
     };
     // SAFETY: geteuid cannot fail.
-    let sandbox_uid = match unsafe { libc::geteuid() } {
-        0 => 65534,
-        uid => uid,
-    };
-    let u = sandbox_uid.to_string();
-    assert_eq!(field("Uid:"), [u.as_str(); 4].join(" "), "{status}");
+    let host_uid = unsafe { libc::geteuid() };
+    let uids: Vec<u32> = field("Uid:")
+        .split(' ')
+        .filter_map(|u| u.parse().ok())
+        .collect();
+    assert!(
+        uids.len() == 4 && uids.iter().all(|&u| u == uids[0]),
+        "{status}"
+    );
+    if host_uid == 0 {
+        // A uid of its own, from the default pool.
+        assert!(
+            (2_000_000_000..=2_000_065_535).contains(&uids[0]),
+            "{status}"
+        );
+    } else {
+        assert_eq!(uids[0], host_uid, "{status}");
+    }
     assert_eq!(field("NoNewPrivs:"), "1", "{status}");
     assert_eq!(field("Seccomp:"), "2", "{status}");
     assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
-    for ns in ["pid", "mnt", "ipc", "user"] {
+    for ns in ["pid", "mnt", "ipc", "user", "uts"] {
         let mine = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
         let its = std::fs::read_link(format!("/proc/{worker}/ns/{ns}")).unwrap();
         assert_ne!(mine, its, "the worker shares the host's {ns} namespace");

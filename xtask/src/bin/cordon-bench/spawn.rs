@@ -254,7 +254,26 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
         seccomp_allowlist: true,
         ..mount
     };
-    let steps: [(&str, &'static str, Layers); 6] = [
+    let limits = Layers {
+        sandbox_limits: true,
+        ..allowlist
+    };
+    let uts = Layers {
+        uts_namespace: true,
+        ..limits
+    };
+    let quotas = Layers {
+        kernel_quotas: true,
+        ..uts
+    };
+    debug_assert_eq!(
+        Layers {
+            own_uid: true,
+            ..quotas
+        },
+        Layers::ALL
+    );
+    let steps: [(&str, &'static str, Layers); 9] = [
         (
             "user ns + rlimits + caps + Landlock + seccomp deny-list",
             "layers.userns_landlock_seccomp",
@@ -269,7 +288,18 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
         ),
         ("+ seccomp allowlist", "layers.seccomp_allowlist", allowlist),
         (
-            "+ sandbox-wide limits (cgroup where allowed) = every layer",
+            "+ sandbox-wide limits (cgroup where allowed)",
+            "layers.sandbox_limits",
+            limits,
+        ),
+        ("+ UTS namespace (hostname)", "layers.uts_namespace", uts),
+        (
+            "+ kernel quotas (per-user-namespace maxima, rlimits)",
+            "layers.kernel_quotas",
+            quotas,
+        ),
+        (
+            "+ a uid of its own (root: lease from the pool) = every layer",
             "layers.all",
             Layers::ALL,
         ),

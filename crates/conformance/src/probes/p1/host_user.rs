@@ -220,3 +220,140 @@ pub(crate) fn read_line(fd: &OwnedFd, timeout: Duration) -> Option<String> {
         line.push(b);
     }
 }
+
+/// The sacrificial process's side: make the IPC targets, say so, then on
+/// the host's `become U G` give them to U/G and become U/G
+/// ([`become_ids`]), and sleep.
+pub(crate) fn sacrificial(args: &BTreeMap<String, String>) {
+    use std::io::{BufRead, Write};
+    let token = args.get("token").map(String::as_str).unwrap_or("none");
+    let line = super::ipc::create_targets(token);
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+    let mut order = String::new();
+    if std::io::stdin().lock().read_line(&mut order).is_ok() {
+        let words: Vec<&str> = order.split_whitespace().collect();
+        if let ["become", uid, gid] = words[..] {
+            let reply = match (uid.parse(), gid.parse()) {
+                (Ok(uid), Ok(gid)) => match become_ids(token, Ids { uid, gid }) {
+                    Ok(()) => "became".to_string(),
+                    Err(e) => format!("cannot become {uid}/{gid}: {e}"),
+                },
+                _ => "bad ids".to_string(),
+            };
+            let _ = writeln!(out, "{reply}");
+            let _ = out.flush();
+        }
+    }
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// At the `ready` hold, before the child attacks: the host reads the
+/// program's ids, has a process of another uid attack the program (a root
+/// host), makes the sacrificial take the program's ids, and checks the
+/// program's UTS namespace is not the host's.
+pub(crate) fn at_ready(
+    ctx: &crate::harness::Ctx,
+    h: &crate::harness::Hold<'_>,
+    sacrificial: i32,
+    order: &mut Option<std::fs::File>,
+    answer: &std::os::fd::OwnedFd,
+    program: &mut Option<crate::harness::Ids>,
+) -> Vec<CheckResult> {
+    use std::io::Write;
+    let mut out = Vec::new();
+    let Some(pid) = h.pid else {
+        return vec![unreachable("ready", "cannot find the program on the host")];
+    };
+    let Some(ids) = program_ids(pid) else {
+        return vec![unreachable("ready", "cannot read the program's ids")];
+    };
+    *program = Some(ids);
+    if let Err(e) = ctx.guard_ids(ids) {
+        out.push(unreachable("ready", e));
+    }
+    if ctx.host_uid == 0 {
+        out.extend(attack(&ctx.exe, pid));
+    }
+    let same = ids.uid == ctx.host_uid;
+    let told = match order.take() {
+        Some(mut w) if !same => writeln!(w, "become {} {}", ids.uid, ids.gid)
+            .map_err(|e| e.to_string())
+            .and_then(|()| read_line(answer, ctx.timeout).ok_or_else(|| "no answer".to_string())),
+        Some(_) => Ok("became".to_string()),
+        None => Err("told twice".to_string()),
+    };
+    let now = program_ids(sacrificial);
+    out.push(match told {
+        Ok(a) if a == "became" && now == Some(ids) => verdict(
+            "control-sacrificial-has-program-uid",
+            true,
+            format!(
+                "the sacrificial runs as the program's uid {} gid {}",
+                ids.uid, ids.gid
+            ),
+        ),
+        Ok(a) => unreachable(
+            "control-sacrificial-has-program-uid",
+            format!("the sacrificial could not take the program's ids: {a} (now {now:?})"),
+        ),
+        Err(e) => unreachable("control-sacrificial-has-program-uid", e),
+    });
+    let ns = |p: &str| std::fs::read_link(p).ok();
+    out.push(
+        match (ns(&format!("/proc/{pid}/ns/uts")), ns("/proc/self/ns/uts")) {
+            (Some(a), Some(b)) => verdict(
+                "own-uts-namespace",
+                a != b,
+                format!("the program's UTS namespace {a:?}, the host's {b:?}"),
+            ),
+            _ => unreachable("own-uts-namespace", "cannot read the UTS namespaces"),
+        },
+    );
+    out
+}
+
+pub(crate) fn pipe() -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), String> {
+    use std::os::fd::FromRawFd;
+    let mut p = [0; 2];
+    // SAFETY: pipe2 into a local array; the fds are ours.
+    unsafe {
+        if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        }
+        Ok((
+            std::os::fd::OwnedFd::from_raw_fd(p[0]),
+            std::os::fd::OwnedFd::from_raw_fd(p[1]),
+        ))
+    }
+}
+
+/// The host's hostname must not be ours (a UTS namespace of our own).
+pub(crate) fn hostname(r: &mut crate::child::Reporter, host: Option<&String>) {
+    // SAFETY: uname into a zeroed struct.
+    let ours = unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        (libc::uname(&mut u) == 0).then(|| {
+            std::ffi::CStr::from_ptr(u.nodename.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    match (ours, host) {
+        (Some(ours), Some(host)) if !host.is_empty() => r.check(
+            "hostname-hidden",
+            if ours != *host {
+                cordon_core::ProbeStatus::Pass
+            } else {
+                cordon_core::ProbeStatus::Fail
+            },
+            format!("the program's hostname is {ours:?}"),
+        ),
+        _ => r.check(
+            "hostname-hidden",
+            cordon_core::ProbeStatus::Unreachable,
+            "no hostname to compare",
+        ),
+    }
+}
