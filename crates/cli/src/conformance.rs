@@ -16,12 +16,8 @@ pub struct ConformanceArgs {
     #[arg(long)]
     json: bool,
     /// Run only this probe (repeatable). A partial run never conforms.
-    #[arg(long = "probe", value_name = "P1..P7", value_parser = parse_probe)]
+    #[arg(long = "probe", value_name = "P1..P8", value_parser = crate::parse_probe_id)]
     probes: Vec<ProbeId>,
-}
-
-fn parse_probe(s: &str) -> Result<ProbeId, String> {
-    ProbeId::parse(s).ok_or_else(|| format!("`{s}` is not a probe; use P1 to P7"))
 }
 
 pub async fn main(args: ConformanceArgs) -> ExitCode {
@@ -32,7 +28,7 @@ pub async fn main(args: ConformanceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut suite = StandardSuite::new();
+    let mut suite = StandardSuite::new().accept_unproven(args.backend.accept_unproven.clone());
     if !args.probes.is_empty() {
         suite = suite.only(args.probes);
     }

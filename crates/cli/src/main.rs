@@ -76,6 +76,17 @@ pub struct BackendArg {
     /// Sandbox backend: native, linux, macos or noop.
     #[arg(long, default_value = "native", value_parser = clap::builder::PossibleValuesParser::new(backends::NAMES))]
     pub backend: String,
+    /// Accept probe P (P1..P8) should it be unproven on this host: every
+    /// check passed but each passes with no sandbox too (an outer seccomp
+    /// filter, a container), so nothing showed the backend confining.
+    /// Recorded in the report. Repeatable.
+    #[arg(long = "accept-unproven", value_name = "P", value_parser = parse_probe_id)]
+    pub accept_unproven: Vec<cordon_core::ProbeId>,
+}
+
+/// `P1`..`P8`.
+pub fn parse_probe_id(s: &str) -> Result<cordon_core::ProbeId, String> {
+    cordon_core::ProbeId::parse(s).ok_or_else(|| format!("`{s}` is not a probe; use P1 to P8"))
 }
 
 fn init_tracing(verbose: u8) {

@@ -256,12 +256,14 @@ fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec
 /// and builds the sandbox runner. The outer error is a usage problem (an
 /// unknown backend); the inner one is the gate refusing, with its report.
 pub async fn admit(
-    backend: &str,
+    backend: &BackendArg,
     recheck: bool,
     config: RunnerConfig,
 ) -> Result<Result<SandboxRunner, cordon_core::SandboxUnavailable>, String> {
-    let backend = backends::by_name(backend)?;
-    let (admitted, outcome) = cordon_conformance::cache::admit(backend, recheck, config).await;
+    let accept = &backend.accept_unproven;
+    let backend = backends::by_name(&backend.backend)?;
+    let (admitted, outcome) =
+        cordon_conformance::cache::admit(backend, recheck, accept, config).await;
     if let cordon_conformance::cache::CacheOutcome::Refused(why) = outcome {
         eprintln!("cordon: warning: {why}");
     }
@@ -358,9 +360,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     spec.trust = tier;
     // The gate runs only for untrusted code; select_runner decides.
     let admitted = match tier {
-        TrustTier::Untrusted => {
-            Some(admit(&args.backend.backend, args.recheck, config.clone()).await?)
-        }
+        TrustTier::Untrusted => Some(admit(&args.backend, args.recheck, config.clone()).await?),
         TrustTier::Trusted => None,
     };
     let trusted_runner = TrustedProcessRunner::new(config);

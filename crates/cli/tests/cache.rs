@@ -211,6 +211,7 @@ fn forged_cache(exe: &Path, uid: u32, backend: &str) -> Vec<u8> {
             "uid": uid,
             "boot_id": std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim(),
             "exe_sha256": hex::encode(sha2::Sha256::digest(std::fs::read(exe).unwrap())),
+            "host_confinement": victim_confinement(uid),
         },
         "exe": {
             "dev": m.dev(),
@@ -221,6 +222,17 @@ fn forged_cache(exe: &Path, uid: u32, backend: &str) -> Vec<u8> {
         "report": report,
     });
     serde_json::to_vec_pretty(&file).unwrap()
+}
+
+/// The confinement a cordon started by this test as `uid` runs under (the
+/// cache key holds it): this process's, without its capabilities when
+/// `uid` is another user's.
+fn victim_confinement(uid: u32) -> serde_json::Value {
+    let mut c = cordon_conformance::host_state::HostConfinement::current();
+    if uid != euid() {
+        c.cap_eff = "0000000000000000".into();
+    }
+    serde_json::to_value(c).unwrap()
 }
 
 /// Writes `bytes` to `path`, owned by `uid`, with `mode`.

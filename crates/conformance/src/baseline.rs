@@ -113,20 +113,32 @@ fn keep(cmd: &mut ChildCommand) -> Result<(), String> {
     Ok(())
 }
 
-/// Marks each check of `real` that also passed in `baseline` (same probe,
-/// same check name). Positive controls are never marked: passing without a
-/// sandbox is what they are for.
+/// Marks each check of `real` by what the same check did in `baseline`
+/// (same probe, same check name): `passes_without_sandbox` when it passed
+/// there too, `discriminates` when it failed there. Positive controls are
+/// never marked: passing without a sandbox is what they are for. A probe
+/// that passed with no discriminating check becomes `Unproven`: nothing
+/// shows the backend confining on this host.
 pub(crate) fn mark(real: &mut [ProbeResult], baseline: &[ProbeResult]) {
     for probe in real {
-        let Some(base) = baseline.iter().find(|b| b.id == probe.id) else {
-            continue;
-        };
+        let base = baseline.iter().find(|b| b.id == probe.id);
         for c in &mut probe.checks {
-            c.passes_without_sandbox = !c.name.starts_with("control-")
-                && base
-                    .checks
-                    .iter()
-                    .any(|b| b.name == c.name && b.status == ProbeStatus::Pass);
+            let control = c.name.starts_with("control-");
+            let there = base.and_then(|b| b.checks.iter().find(|x| x.name == c.name));
+            c.passes_without_sandbox =
+                !control && there.is_some_and(|b| b.status == ProbeStatus::Pass);
+            c.discriminates = !control && there.is_some_and(|b| b.status == ProbeStatus::Fail);
+        }
+        if probe.status == ProbeStatus::Pass && !probe.checks.iter().any(|c| c.discriminates) {
+            probe.status = ProbeStatus::Unproven;
+            let by = crate::host_state::HostConfinement::current()
+                .describe()
+                .unwrap_or_else(|| "the kernel, file modes or the runner's hygiene".into());
+            probe.detail = format!(
+                "every check passed, but each passed with no sandbox on this host too, so \
+                 none shows the backend confining: what {} tests is provided here by {by}",
+                probe.id
+            );
         }
     }
 }

@@ -92,7 +92,7 @@ impl Reporter {
         let s = match status {
             ProbeStatus::Pass => "pass",
             ProbeStatus::Fail => "fail",
-            ProbeStatus::Unreachable => "unreachable",
+            ProbeStatus::Unreachable | ProbeStatus::Unproven => "unreachable",
         };
         let detail = detail.as_ref().replace(['\t', '\n'], " ");
         let _ = writeln!(self.out, "CHECK\t{name}\t{s}\t{detail}");

@@ -64,6 +64,8 @@ pub(crate) struct Ctx {
     /// processes above all. Nothing bearing a token is started before the
     /// token is registered there ([`Ctx::guard`]).
     pub watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
+    /// What adds a check on this host (`expected.rs`).
+    pub conditions: crate::expected::Conditions,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -99,6 +101,9 @@ pub(crate) struct ChildRun {
     pub done: bool,
     pub outcome: Option<ExitOutcome>,
     pub stderr: String,
+    /// The backend's sandbox-wide memory limit killed a process of the
+    /// child's sandbox (a cgroup's OOM event, as the runner sees it).
+    pub memory_limit_hit: bool,
 }
 
 impl ChildRun {
@@ -111,13 +116,24 @@ impl ChildRun {
             done: false,
             outcome: None,
             stderr: String::new(),
+            memory_limit_hit: false,
         }
     }
 
     /// The child's checks plus an `Unreachable` entry if it did not finish
-    /// its report.
+    /// its report, or did not exit cleanly after it.
     pub fn into_checks(self) -> Vec<CheckResult> {
         let mut checks = self.checks;
+        if self.done && self.outcome != Some(ExitOutcome::Exited(0)) {
+            checks.push(unreachable(
+                "child-exit",
+                format!(
+                    "probe child reported DONE but then ended {:?}; stderr: {}",
+                    self.outcome,
+                    self.stderr.trim()
+                ),
+            ));
+        }
         if !self.done {
             let why = match self.outcome {
                 Some(ExitOutcome::DeadlineExceeded) => "timed out".to_string(),
@@ -195,6 +211,7 @@ impl Ctx {
         let canary_content = format!("cordon canary {}\n", random_token()).into_bytes();
         write_mode(&canary_file, &canary_content, 0o666)?;
         let root = root.path().canonicalize().map(|_| root)?;
+        let conditions = crate::expected::Conditions::of_host(&scopes);
         Ok(Ctx {
             spawner,
             pkg_dir: pkg_dir.canonicalize()?,
@@ -213,6 +230,7 @@ impl Ctx {
             scopes,
             baseline: false,
             watchdog: None,
+            conditions,
             root,
         })
     }
@@ -392,6 +410,7 @@ impl Ctx {
         };
         let (_, outcome) = tokio::join!(read, child.wait());
         run.outcome = outcome.ok();
+        run.memory_limit_hit = child.memory_limit_hit();
         run.stderr = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
         run
     }

@@ -74,6 +74,20 @@ fn ppid(pid: i32) -> Option<i32> {
     stat_field(pid, 4)?.parse().ok()
 }
 
+/// Whether `pid` has a SIGKILL pending (sent, not yet acted on): it will
+/// never run again.
+pub(crate) fn sigkill_pending(pid: i32) -> bool {
+    let Some(st) = status(pid) else {
+        return false;
+    };
+    let bit = 1u64 << (libc::SIGKILL - 1);
+    ["SigPnd", "ShdPnd"].iter().any(|k| {
+        st.get(*k)
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|m| m & bit != 0)
+    })
+}
+
 /// Whether `pid` is a live (non-zombie) process.
 pub(crate) fn alive(pid: i32) -> bool {
     matches!(stat_field(pid, 3).as_deref(), Some(s) if s != "Z" && s != "X")
@@ -267,4 +281,91 @@ mod tests {
     fn mountinfo_escapes() {
         assert_eq!(unescape("/a\\040b"), "/a b");
     }
+}
+
+/// One of the host's own addresses: the IP and, for a link-local IPv6
+/// one, the interface it is reached through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HostAddr {
+    pub ip: std::net::IpAddr,
+    pub scope: u32,
+}
+
+impl HostAddr {
+    /// How checks and arguments name it: `192.0.2.2`, `fd00::2`,
+    /// `fe80::1%2` (with the interface index).
+    pub(crate) fn name(&self) -> String {
+        if self.scope != 0 {
+            format!("{}%{}", self.ip, self.scope)
+        } else {
+            self.ip.to_string()
+        }
+    }
+
+    /// Parses [`HostAddr::name`]'s form.
+    pub(crate) fn parse(s: &str) -> Option<HostAddr> {
+        let (ip, scope) = match s.split_once('%') {
+            Some((ip, scope)) => (ip, scope.parse().ok()?),
+            None => (s, 0),
+        };
+        Some(HostAddr {
+            ip: ip.parse().ok()?,
+            scope,
+        })
+    }
+
+    /// The socket address of `port` on it.
+    pub(crate) fn with_port(&self, port: u16) -> std::net::SocketAddr {
+        match self.ip {
+            std::net::IpAddr::V4(v4) => std::net::SocketAddr::from((v4, port)),
+            std::net::IpAddr::V6(v6) => {
+                std::net::SocketAddr::V6(std::net::SocketAddrV6::new(v6, port, 0, self.scope))
+            }
+        }
+    }
+}
+
+/// Every address of every interface of the host but loopback, IPv4 and
+/// IPv6 (link-local ones with their interface), each once.
+pub(crate) fn host_addresses() -> Vec<HostAddr> {
+    let mut out: Vec<HostAddr> = Vec::new();
+    let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list freed below; each entry's address is
+    // read as the sockaddr its family says it is.
+    unsafe {
+        if libc::getifaddrs(&mut ifs) != 0 {
+            return out;
+        }
+        let mut p = ifs;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            let addr = if a.is_null() {
+                None
+            } else if i32::from((*a).sa_family) == libc::AF_INET {
+                let sin = &*(a as *const libc::sockaddr_in);
+                Some(HostAddr {
+                    ip: std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).into(),
+                    scope: 0,
+                })
+            } else if i32::from((*a).sa_family) == libc::AF_INET6 {
+                let sin6 = &*(a as *const libc::sockaddr_in6);
+                let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
+                Some(HostAddr {
+                    ip: ip.into(),
+                    scope: if link_local { sin6.sin6_scope_id } else { 0 },
+                })
+            } else {
+                None
+            };
+            if let Some(h) = addr.filter(|h| !h.ip.is_loopback()) {
+                if !out.contains(&h) {
+                    out.push(h);
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(ifs);
+    }
+    out
 }

@@ -112,7 +112,10 @@ pub mod cache;
 #[cfg(target_os = "linux")]
 mod child;
 #[cfg(target_os = "linux")]
+mod expected;
+#[cfg(target_os = "linux")]
 mod harness;
+pub mod host_state;
 #[cfg(target_os = "linux")]
 mod inspect;
 #[cfg(target_os = "linux")]

@@ -54,6 +54,7 @@ pub enum ProbeExecutable {
 pub struct StandardSuite {
     exe: ProbeExecutable,
     only: Option<Vec<ProbeId>>,
+    accept_unproven: Vec<ProbeId>,
     timeout: Duration,
     #[cfg(feature = "test-hooks")]
     hygiene: Option<cordon_core::HygieneOverrides>,
@@ -72,6 +73,7 @@ impl StandardSuite {
         StandardSuite {
             exe: ProbeExecutable::CurrentExe,
             only: None,
+            accept_unproven: Vec::new(),
             timeout: Duration::from_secs(5),
             #[cfg(feature = "test-hooks")]
             hygiene: None,
@@ -89,6 +91,21 @@ impl StandardSuite {
     pub fn only(mut self, probes: Vec<ProbeId>) -> Self {
         self.only = Some(probes);
         self
+    }
+
+    /// Accepts these probes when they are unproven on this host (every
+    /// check passed, none discriminates: something else on the host
+    /// provides what they test), so that the report can conform; the
+    /// report records them. For hosts whose outer confinement is known
+    /// and trusted (a container's seccomp profile, say).
+    pub fn accept_unproven(mut self, probes: Vec<ProbeId>) -> Self {
+        self.accept_unproven = probes;
+        self
+    }
+
+    /// The unproven probes this suite accepts.
+    pub fn accepted_unproven(&self) -> &[ProbeId] {
+        &self.accept_unproven
     }
 
     /// Sets the per-probe timeout (default 5 s).
@@ -134,7 +151,8 @@ impl StandardSuite {
     #[cfg(target_os = "linux")]
     async fn run_probe(ctx: &Ctx, id: ProbeId) -> ProbeResult {
         let started = Instant::now();
-        let checks = match id {
+        let manifest = crate::expected::checks(id, &ctx.conditions);
+        let mut checks = match id {
             ProbeId::P1 => probes::p1::host(ctx).await,
             ProbeId::P2 => probes::p2::host(ctx).await,
             ProbeId::P3 => probes::p3::host(ctx).await,
@@ -144,7 +162,8 @@ impl StandardSuite {
             ProbeId::P7 => probes::p7::host(ctx).await,
             ProbeId::P8 => probes::p8::host(ctx).await,
         };
-        let result = fold(id, checks, started);
+        crate::expected::enforce(&manifest, &mut checks);
+        let result = fold(id, checks, manifest.len(), started);
         tracing::debug!(probe = %id, status = ?result.status, ms = result.duration_ms, "probe finished");
         result
     }
@@ -175,7 +194,8 @@ impl ConformanceSuite for StandardSuite {
             host,
             probes,
             started.elapsed().as_secs_f64() * 1000.0,
-        );
+        )
+        .accepting_unproven(self.accept_unproven.clone());
         debug_assert!(report
             .probes
             .iter()
@@ -201,7 +221,7 @@ impl StandardSuite {
                     "the conformance probes are written for Linux; none exists for {os} yet, \
                      so no backend can be shown to confine here"
                 );
-                fold(*id, vec![unreachable("platform", why)], Instant::now())
+                fold(*id, vec![unreachable("platform", why)], 0, Instant::now())
             })
             .collect()
     }
@@ -269,6 +289,7 @@ impl StandardSuite {
                             "setup",
                             format!("cannot prepare the probe environment: {e}"),
                         )],
+                        0,
                         Instant::now(),
                     )
                 })

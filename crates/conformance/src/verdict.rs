@@ -16,6 +16,7 @@ pub(crate) fn check(name: &str, status: ProbeStatus, detail: impl Into<String>) 
         detail: detail.into(),
         evidence: Evidence::Host,
         passes_without_sandbox: false,
+        discriminates: false,
     }
 }
 
@@ -44,8 +45,14 @@ pub(crate) fn verdict(name: &str, ok: bool, detail: impl Into<String>) -> CheckR
     )
 }
 
-/// Folds checks into one probe result.
-pub(crate) fn fold(id: ProbeId, checks: Vec<CheckResult>, started: Instant) -> ProbeResult {
+/// Folds checks into one probe result; `checks_expected` is the size of
+/// the probe's manifest on this host (`expected.rs`).
+pub(crate) fn fold(
+    id: ProbeId,
+    checks: Vec<CheckResult>,
+    checks_expected: usize,
+    started: Instant,
+) -> ProbeResult {
     let failing: Vec<&CheckResult> = checks
         .iter()
         .filter(|c| c.status == ProbeStatus::Fail)
@@ -68,6 +75,7 @@ pub(crate) fn fold(id: ProbeId, checks: Vec<CheckResult>, started: Instant) -> P
         title: id.title().to_string(),
         status,
         detail,
+        checks_expected,
         checks,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
     }

@@ -183,3 +183,148 @@ async fn p8_fails_for_backends_that_claim_the_allowlist_without_holding_it() {
         );
     }
 }
+
+/// Runs a proxy on every host address that lets every `CONNECT` through,
+/// and no network namespace: the proxy's own checks can fail too.
+struct PermissiveProxy;
+
+/// Stops the permissive proxy's accept loop when the sandbox is gone.
+#[derive(Debug)]
+struct Stops(Arc<std::sync::atomic::AtomicBool>);
+
+impl SandboxResources for Stops {}
+
+impl Drop for Stops {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// One `CONNECT` served: read the head byte by byte (the client pipelines
+/// its request right after it), connect, say 200, relay both ways.
+fn permit(mut client: std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
+        match client.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => return,
+        }
+    }
+    let line = String::from_utf8_lossy(&head)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let Some(target) = line
+        .strip_prefix("CONNECT ")
+        .and_then(|r| r.split(' ').next())
+    else {
+        return;
+    };
+    let Ok(upstream) = std::net::TcpStream::connect(target) else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+        return;
+    };
+    let _ = client.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+    let (mut c2, mut u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+    let (mut c, mut u) = (client, upstream);
+    let t = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut u2);
+        let _ = u2.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut u, &mut c);
+    let _ = c.shutdown(std::net::Shutdown::Both);
+    let _ = t.join();
+}
+
+impl SandboxBackend for PermissiveProxy {
+    fn name(&self) -> &str {
+        "permissive-proxy"
+    }
+    fn availability(&self) -> Availability {
+        Availability::Available
+    }
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        _policy: &SandboxPolicy,
+    ) -> Result<WrapResources, WrapError> {
+        let err = |e: std::io::Error| WrapError::new("permissive-proxy", e.to_string());
+        // Every address, IPv4 (mapped) and IPv6.
+        let l = TcpListener::bind("[::]:0").map_err(err)?;
+        l.set_nonblocking(true).map_err(err)?;
+        let port = l.local_addr().map_err(err)?.port();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, _)) => {
+                        let _ = c.set_nonblocking(false);
+                        std::thread::spawn(move || permit(c));
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),
+                }
+            }
+        });
+        cmd.env("http_proxy", format!("http://127.0.0.1:{port}"));
+        Ok(Some(Box::new(Stops(stop))))
+    }
+    fn claims_egress_allowlist(&self) -> bool {
+        true
+    }
+}
+
+/// Every P8 check can fail: each fails under the no-op backend that
+/// claims the allowlist or under a permissive proxy with no network
+/// namespace, except what the kernel itself refuses to this uid (listed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_p8_check_fails_under_a_backend_that_does_not_hold_it() {
+    let noop = common::run(
+        common::suite().only(vec![ProbeId::P8]),
+        Arc::new(NoopClaims),
+    )
+    .await;
+    let open = common::run(
+        common::suite().only(vec![ProbeId::P8]),
+        Arc::new(PermissiveProxy),
+    )
+    .await;
+    let dump = format!("{}\n\n{}", common::dump(&noop), common::dump(&open));
+    // The permissive proxy works: its positive control passes.
+    assert_eq!(
+        p8_status(&open, "control-proxy"),
+        Some(ProbeStatus::Pass),
+        "{dump}"
+    );
+    // Refused by the kernel to a user without privileges, sandbox or not.
+    let kernel_refuses: &[&str] = if common::is_root() {
+        &[]
+    } else {
+        &["raw-socket", "packet-socket"]
+    };
+    let names: std::collections::BTreeSet<String> = noop
+        .probes
+        .iter()
+        .chain(&open.probes)
+        .flat_map(|p| p.checks.iter().map(|c| c.name.clone()))
+        .filter(|n| !n.starts_with("control-") && n != "manifest" && n != "child-exit")
+        .collect();
+    assert!(names.len() > 20, "{dump}");
+    let mut never = Vec::new();
+    for name in &names {
+        let failed = [&noop, &open]
+            .iter()
+            .any(|r| p8_status(r, name) == Some(ProbeStatus::Fail));
+        if failed == kernel_refuses.contains(&name.as_str()) {
+            never.push(name.clone());
+        }
+    }
+    assert!(
+        never.is_empty(),
+        "P8 checks that never fail (or fail though listed as refused by the kernel): \
+         {never:?}\n{dump}"
+    );
+}

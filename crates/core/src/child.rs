@@ -173,6 +173,9 @@ pub struct RunningChild {
     /// What the backend holds for this child; dropped once every process of
     /// the sandbox is gone.
     resources: crate::backend::WrapResources,
+    /// Whether the sandbox-wide memory limit killed a process, as the
+    /// resources said just before they were released.
+    memory_limit_hit: bool,
     /// The sandbox-wide CPU limit, enforced when `resources` accounts for
     /// CPU time.
     cpu_limit: Option<std::time::Duration>,
@@ -232,6 +235,7 @@ impl RunningChild {
             outcome: None,
             label,
             resources,
+            memory_limit_hit: false,
             cpu_limit: limits.cpu_seconds.map(std::time::Duration::from_secs),
         }
     }
@@ -267,6 +271,19 @@ impl RunningChild {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .dropped
+    }
+
+    /// Whether the backend's sandbox-wide memory limit has killed a
+    /// process of the sandbox (a memory cgroup's OOM kill count rose), so
+    /// far or, after [`wait`](Self::wait), at all. False where the backend
+    /// holds no sandbox-wide memory limit: the kernel's own OOM killer or a
+    /// stray SIGKILL is not attributed to any limit.
+    pub fn memory_limit_hit(&self) -> bool {
+        self.memory_limit_hit
+            || self
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.memory_limit_hit())
     }
 
     /// Sends SIGKILL to the child's whole process group (not once the child
@@ -316,6 +333,7 @@ impl RunningChild {
         self.scratch.remove();
         // Every process of the sandbox is gone: release what the backend
         // held for it (its cgroups, say).
+        self.memory_limit_hit = self.memory_limit_hit();
         drop(self.resources.take());
         self.outcome = Some(outcome);
         Ok(outcome)

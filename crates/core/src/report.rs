@@ -16,16 +16,20 @@
 //!     "os": "linux", "kernel_release": "6.18.0", "uid": 0,
 //!     "backend_facts": {"landlock_abi": "7", ...}   // SandboxBackend::host_facts()
 //!   },
-//!   "probes": [                                // P1..P7 in order; empty if unavailable
+//!   "probes": [                                // P1..P7 in order, then P8 if claimed;
+//!                                              // empty if unavailable
 //!     {"id": "P1", "title": "Process isolation",
-//!      "status": "pass" | "fail" | "unreachable",
+//!      "status": "pass" | "fail" | "unreachable" | "unproven",
 //!      "detail": "...",                        // why, for anything not pass
+//!      "checks_expected": 55,                  // how many checks the probe declares
+//!                                              // for this host; = checks.len()
 //!      "checks": [{"name": "...", "status": "pass", "detail": "...",
 //!                  "evidence": "host" | "child",   // who observed the outcome
-//!                  "passes_without_sandbox": false}], // true: no evidence of confinement
-
+//!                  "passes_without_sandbox": false, // it passed unconfined too
+//!                  "discriminates": true}],        // it failed unconfined: evidence
 //!      "duration_ms": 12.5}
 //!   ],
+//!   "accepted_unproven": ["P7"],               // unproven probes the operator accepted
 //!   "total_duration_ms": 140.2,
 //!   "conforms": true                           // = ConformanceReport::conforms()
 //! }
@@ -33,9 +37,21 @@
 //! `conforms` is written for convenience and recomputed on read: a report
 //! whose stored `conforms` disagrees with its probes does not deserialize.
 //!
-//! `evidence` and `passes_without_sandbox` were added to schema 1 without
-//! changing its tag: a report written before them still reads, as
-//! `"child"` and `false` (the weaker claim).
+//! **Proven.** A check *discriminates* on this host when the same check,
+//! run by the same probe with no sandbox at all (the suite's unconfined
+//! control), failed: its passing under the backend is then evidence of the
+//! backend's confinement. A probe all of whose checks pass, but none of
+//! which discriminates, is [`ProbeStatus::Unproven`]: something else on
+//! this host (an outer seccomp filter, a container) refuses what it tries,
+//! and the backend's own protection was not shown. An unproven probe does
+//! not conform unless the operator accepted it by name
+//! (`accepted_unproven`), which the report records.
+//!
+//! `evidence`, `passes_without_sandbox`, `discriminates`,
+//! `checks_expected` and `accepted_unproven` were added to schema 1
+//! without changing its tag: a report written before them still reads
+//! (as `"child"`, `false`, `false`, 0 and none), and does not conform
+//! (no probe declared its checks).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -126,8 +142,14 @@ pub enum ProbeStatus {
     /// A breach: a forbidden action succeeded.
     Fail,
     /// The probe could not run or could not decide (no output, garbage,
-    /// timeout, a positive control failed). Counts as not passing.
+    /// timeout, a positive control failed, a declared check missing).
+    /// Counts as not passing.
     Unreachable,
+    /// Every check passed, but none discriminates on this host (each
+    /// passed with no sandbox too): nothing shows the backend confining.
+    /// Counts as not passing unless the operator accepted it
+    /// ([`ConformanceReport::accepted_unproven`]).
+    Unproven,
 }
 
 /// Who observed a check's outcome.
@@ -162,6 +184,11 @@ pub struct CheckResult {
     /// positive controls (`control-*`).
     #[serde(default)]
     pub passes_without_sandbox: bool,
+    /// The same check *failed* when the probe ran with no sandbox on this
+    /// host: its passing under the backend is evidence of confinement.
+    /// Always false for the positive controls (`control-*`).
+    #[serde(default)]
+    pub discriminates: bool,
 }
 
 /// The result of one probe.
@@ -176,6 +203,10 @@ pub struct ProbeResult {
     pub status: ProbeStatus,
     /// A one-line explanation for anything that is not `Pass`.
     pub detail: String,
+    /// How many checks the probe declares for this host (its manifest);
+    /// a run that reported any other set is `Unreachable`.
+    #[serde(default)]
+    pub checks_expected: usize,
     /// The individual checks.
     #[serde(default)]
     pub checks: Vec<CheckResult>,
@@ -237,6 +268,9 @@ pub struct ConformanceReport {
     pub host: HostFacts,
     /// One result per probe that ran, in order.
     pub probes: Vec<ProbeResult>,
+    /// The unproven probes the operator accepted (they then count as
+    /// passing), as asked of the suite.
+    pub accepted_unproven: Vec<ProbeId>,
     /// Wall time of the whole suite, in milliseconds.
     pub total_duration_ms: f64,
     /// Derived: [`ConformanceReport::conforms`].
@@ -250,6 +284,8 @@ struct RawReport {
     availability: Availability,
     host: HostFacts,
     probes: Vec<ProbeResult>,
+    #[serde(default)]
+    accepted_unproven: Vec<ProbeId>,
     total_duration_ms: f64,
     conforms: bool,
 }
@@ -269,7 +305,8 @@ impl<'de> Deserialize<'de> for ConformanceReport {
             raw.host,
             raw.probes,
             raw.total_duration_ms,
-        );
+        )
+        .accepting_unproven(raw.accepted_unproven);
         if report.conforms != raw.conforms {
             return Err(serde::de::Error::custom(
                 "report's `conforms` field disagrees with its probe results",
@@ -294,11 +331,23 @@ impl ConformanceReport {
             availability,
             host,
             probes,
+            accepted_unproven: Vec::new(),
             total_duration_ms,
             conforms: false,
         };
         r.conforms = r.compute_conforms();
         r
+    }
+
+    /// The same report with `accepted` recorded as the unproven probes the
+    /// operator accepts (`conforms` recomputed). Accepting a probe that is
+    /// not unproven changes nothing.
+    pub fn accepting_unproven(mut self, mut accepted: Vec<ProbeId>) -> Self {
+        accepted.sort();
+        accepted.dedup();
+        self.accepted_unproven = accepted;
+        self.conforms = self.compute_conforms();
+        self
     }
 
     /// A report for a backend that is unavailable: no probe ran.
@@ -321,7 +370,7 @@ impl ConformanceReport {
         self.availability.is_available()
             && self.probes.len() >= ProbeId::ALL.len()
             && self.probes.iter().enumerate().all(|(i, p)| {
-                p.status == ProbeStatus::Pass
+                self.passed(p)
                     && match ProbeId::ALL.get(i) {
                         Some(id) => p.id == *id,
                         None => claimed.any(|id| *id == p.id),
@@ -329,12 +378,34 @@ impl ConformanceReport {
             })
     }
 
+    /// A probe counts as passed: `Pass` (or `Unproven` and accepted), with
+    /// every check it declared reported.
+    fn passed(&self, p: &ProbeResult) -> bool {
+        let status = p.status == ProbeStatus::Pass
+            || (p.status == ProbeStatus::Unproven && self.accepted_unproven.contains(&p.id));
+        status && p.checks_expected > 0 && p.checks_expected == p.checks.len()
+    }
+
     /// True only when the backend is available, each of P1..P7 ran once,
-    /// in order, and passed, and each probe of what it claims (P8) that
-    /// ran, after them, passed too: a backend that claims more than it
-    /// holds is refused altogether.
+    /// in order, and passed (`Pass`, or `Unproven` and accepted, with
+    /// every check it declared reported), and each probe of what it claims
+    /// (P8) that ran, after them, passed too: a backend that claims more
+    /// than it holds is refused altogether. Whether every probe a backend
+    /// claims *ran* is checked against the backend by
+    /// [`SandboxRunner::new`](crate::SandboxRunner::new).
     pub fn conforms(&self) -> bool {
         self.compute_conforms()
+    }
+
+    /// The probes that are unproven on this host and not accepted.
+    pub fn unproven(&self) -> Vec<ProbeId> {
+        self.probes
+            .iter()
+            .filter(|p| {
+                p.status == ProbeStatus::Unproven && !self.accepted_unproven.contains(&p.id)
+            })
+            .map(|p| p.id)
+            .collect()
     }
 
     /// True when the report conforms and P8 ran and passed: the backend
@@ -421,6 +492,24 @@ impl ConformanceReport {
                 unsandboxed.join(", ")
             );
         }
+        for p in self
+            .probes
+            .iter()
+            .filter(|p| p.status == ProbeStatus::Unproven)
+        {
+            let accepted = self.accepted_unproven.contains(&p.id);
+            let _ = writeln!(
+                s,
+                "{} UNPROVEN{}: {}",
+                p.id,
+                if accepted {
+                    " (accepted by the operator)"
+                } else {
+                    " (accept it with --accept-unproven to run anyway)"
+                },
+                p.detail
+            );
+        }
         if self.availability.is_available()
             && self.probes.len() >= ProbeId::ALL.len()
             && !self.probes.iter().any(|p| p.id == ProbeId::P8)
@@ -468,13 +557,25 @@ pub trait ConformanceSuite: Send + Sync {
 mod tests {
     use super::*;
 
+    fn check(name: &str, status: ProbeStatus) -> CheckResult {
+        CheckResult {
+            name: name.into(),
+            status,
+            detail: String::new(),
+            evidence: Evidence::Child,
+            passes_without_sandbox: false,
+            discriminates: true,
+        }
+    }
+
     fn probe(id: ProbeId, status: ProbeStatus) -> ProbeResult {
         ProbeResult {
             id,
             title: id.title().into(),
             status,
             detail: String::new(),
-            checks: vec![],
+            checks_expected: 1,
+            checks: vec![check("c", status)],
             duration_ms: 1.0,
         }
     }
@@ -501,6 +602,55 @@ mod tests {
         let mut s = [ProbeStatus::Pass; 7];
         s[3] = ProbeStatus::Unreachable;
         assert!(!report(&s).conforms());
+    }
+
+    #[test]
+    fn every_declared_check_must_be_reported() {
+        let mut r = report(&[ProbeStatus::Pass; 7]);
+        assert!(r.conforms());
+        r.probes[2].checks_expected = 2;
+        let r = ConformanceReport::new(
+            "x",
+            Availability::Available,
+            HostFacts::default(),
+            r.probes,
+            1.0,
+        );
+        assert!(
+            !r.conforms(),
+            "a probe that reported fewer checks than declared"
+        );
+        // A report from before manifests (0 declared) never conforms.
+        let mut old = report(&[ProbeStatus::Pass; 7]);
+        for p in &mut old.probes {
+            p.checks_expected = 0;
+        }
+        let old = ConformanceReport::new(
+            "x",
+            Availability::Available,
+            HostFacts::default(),
+            old.probes,
+            1.0,
+        );
+        assert!(!old.conforms());
+    }
+
+    #[test]
+    fn an_unproven_probe_conforms_only_when_accepted() {
+        let mut s = [ProbeStatus::Pass; 7];
+        s[6] = ProbeStatus::Unproven;
+        let r = report(&s);
+        assert!(!r.conforms());
+        assert_eq!(r.unproven(), vec![ProbeId::P7]);
+        assert!(r.summary().contains("P7 UNPROVEN"), "{}", r.summary());
+        let r = r.accepting_unproven(vec![ProbeId::P7]);
+        assert!(r.conforms() && r.unproven().is_empty());
+        assert!(r.summary().contains("accepted by the operator"));
+        // Accepting another probe does not help; the JSON keeps it.
+        let json = serde_json::to_string(&r).unwrap();
+        let back: ConformanceReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.accepted_unproven, vec![ProbeId::P7]);
+        assert!(!report(&s).accepting_unproven(vec![ProbeId::P6]).conforms());
     }
 
     #[test]
@@ -579,6 +729,7 @@ mod tests {
             detail: String::new(),
             evidence: Evidence::Child,
             passes_without_sandbox: true,
+            discriminates: false,
         }];
         let text = r.summary();
         assert!(text.contains("P4 icmp-socket"), "{text}");

@@ -107,6 +107,21 @@ impl SandboxRunner {
             });
         }
         let report = suite.run(Arc::clone(&backend)).await;
+        // Every probe the backend must pass ran: P8 for a backend that
+        // claims the egress allowlist (a report without it, whatever its
+        // other probes, does not admit such a backend).
+        if backend.claims_egress_allowlist()
+            && !report.probes.iter().any(|p| p.id == crate::ProbeId::P8)
+        {
+            tracing::warn!(
+                backend = backend.name(),
+                "the backend claims the egress allowlist but its report has no P8; untrusted \
+                 children will not run"
+            );
+            return Err(SandboxUnavailable {
+                report: Box::new(report),
+            });
+        }
         let needs_egress = matches!(config.network, crate::Network::Allow(_));
         if needs_egress && report.conforms() && !report.proves_egress_allowlist() {
             tracing::warn!(

@@ -256,6 +256,19 @@ async fn a_backend_whose_wrap_errors_or_panics_never_spawns() {
 
 struct FixedSuite(ProbeStatus);
 
+/// The one check of a fixed probe: it discriminates (the suite is a
+/// stand-in for a real one that showed the backend confining).
+fn fixed_check(status: ProbeStatus) -> CheckResult {
+    CheckResult {
+        name: "fixed".into(),
+        status,
+        detail: String::new(),
+        evidence: Evidence::Host,
+        passes_without_sandbox: false,
+        discriminates: true,
+    }
+}
+
 /// P1–P7 at the fixed status, then P8 passing.
 struct WithP8(ProbeStatus);
 
@@ -268,7 +281,8 @@ impl ConformanceSuite for WithP8 {
             title: ProbeId::P8.title().into(),
             status: ProbeStatus::Pass,
             detail: "fixed".into(),
-            checks: vec![],
+            checks_expected: 1,
+            checks: vec![fixed_check(ProbeStatus::Pass)],
             duration_ms: 0.0,
         });
         ConformanceReport::new(r.backend, r.availability, r.host, r.probes, 0.0)
@@ -322,7 +336,8 @@ impl ConformanceSuite for FixedSuite {
                 title: id.title().into(),
                 status: self.0,
                 detail: "fixed".into(),
-                checks: vec![],
+                checks_expected: 1,
+                checks: vec![fixed_check(self.0)],
                 duration_ms: 0.0,
             })
             .collect();

@@ -1214,12 +1214,21 @@ impl ConformanceSuite for AllPass {
     async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
         let probes = ProbeId::ALL
             .iter()
+            .chain(&ProbeId::CLAIMED)
             .map(|id| ProbeResult {
                 id: *id,
                 title: id.title().into(),
                 status: ProbeStatus::Pass,
                 detail: String::new(),
-                checks: vec![],
+                checks_expected: 1,
+                checks: vec![cordon_core::CheckResult {
+                    name: "all-pass".into(),
+                    status: ProbeStatus::Pass,
+                    detail: String::new(),
+                    evidence: cordon_core::Evidence::Host,
+                    passes_without_sandbox: false,
+                    discriminates: true,
+                }],
                 duration_ms: 0.0,
             })
             .collect();

@@ -283,12 +283,9 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
             TrustTier::Trusted
         }
         IsolationArg::Sandboxed => {
-            let sandbox = crate::run::admit(
-                &args.backend.backend,
-                false,
-                cordon_core::RunnerConfig::default(),
-            )
-            .await?;
+            let sandbox =
+                crate::run::admit(&args.backend, false, cordon_core::RunnerConfig::default())
+                    .await?;
             if let Err(e) = &sandbox {
                 eprint!("{}", crate::conformance::render(&e.report));
             }

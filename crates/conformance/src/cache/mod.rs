@@ -80,6 +80,12 @@ pub struct CacheKey {
     pub boot_id: String,
     /// SHA-256 of cordon's own binary.
     pub exe_sha256: String,
+    /// The confinement the host process itself runs under (an outer
+    /// seccomp filter, no_new_privs, capabilities, cgroup): which checks
+    /// can tell a sandbox from none depends on it, so a report made in
+    /// one state is not reused in another.
+    #[serde(default)]
+    pub host_confinement: crate::host_state::HostConfinement,
 }
 
 /// What identifies cordon's binary on disk without reading it.
@@ -130,6 +136,7 @@ impl CacheKey {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
             exe_sha256,
+            host_confinement: crate::host_state::HostConfinement::current(),
         };
         Ok((key, identity))
     }
@@ -179,9 +186,15 @@ pub enum CacheOutcome {
 pub async fn admit(
     backend: Arc<dyn SandboxBackend>,
     recheck: bool,
+    accept_unproven: &[cordon_core::ProbeId],
     config: RunnerConfig,
 ) -> (Result<SandboxRunner, SandboxUnavailable>, CacheOutcome) {
-    let suite = CachedSuite::new(crate::StandardSuite::new(), default_dir(), recheck);
+    let mut suite = CachedSuite::new(
+        crate::StandardSuite::new().accept_unproven(accept_unproven.to_vec()),
+        default_dir(),
+        recheck,
+    );
+    suite.accept_unproven = accept_unproven.to_vec();
     let admitted = SandboxRunner::new(backend, &suite, config).await;
     let outcome = suite
         .outcome
@@ -202,6 +215,9 @@ pub struct CachedSuite<S> {
     pub recheck: bool,
     /// How the last run went.
     pub outcome: std::sync::Mutex<CacheOutcome>,
+    /// The unproven probes this run accepts: applied to a cached report as
+    /// to a fresh one (acceptance is the caller's, not the report's).
+    pub accept_unproven: Vec<cordon_core::ProbeId>,
 }
 
 impl<S> CachedSuite<S> {
@@ -212,6 +228,7 @@ impl<S> CachedSuite<S> {
             dir,
             recheck,
             outcome: std::sync::Mutex::new(CacheOutcome::Disabled),
+            accept_unproven: Vec::new(),
         }
     }
 }
@@ -512,15 +529,22 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
         let key = CacheKey::for_backend(backend.as_ref(), known).ok();
         if let (Some(_), Some((key, _))) = (place, &key) {
             if !self.recheck {
-                if let Some(file) = cached.filter(|f| f.key == *key && f.report.conforms()) {
+                let accepted = cached
+                    .filter(|f| f.key == *key)
+                    .map(|f| f.report.accepting_unproven(self.accept_unproven.clone()));
+                if let Some(report) = accepted.filter(ConformanceReport::conforms) {
                     set(CacheOutcome::Hit);
                     tracing::debug!(dir = ?self.dir, "conformance cache hit");
-                    return file.report;
+                    return report;
                 }
             }
             set(CacheOutcome::Miss);
         }
-        let report = self.inner.run(backend).await;
+        let report = self
+            .inner
+            .run(backend)
+            .await
+            .accepting_unproven(self.accept_unproven.clone());
         if let (Some((dir, name)), Some((key, exe))) = (place, key) {
             if report.conforms() {
                 let file = CacheFile {

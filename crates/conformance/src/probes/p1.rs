@@ -27,7 +27,6 @@ mod tty;
 use std::collections::BTreeMap;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
-use std::time::Duration;
 
 use cordon_core::{CheckResult, ProbeStatus};
 
@@ -178,16 +177,24 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         ],
     ));
 
-    // A signal takes effect asynchronously: give a kill time to land
-    // before calling the process alive.
-    match tokio::time::timeout(Duration::from_millis(200), sacrificial.wait()).await {
-        Err(_) => checks.push(pass("host-process-alive", "sacrificial process survived")),
-        Ok(Ok(status)) => checks.push(fail(
+    // A signal takes effect asynchronously, but it is pending from the
+    // moment it is sent: a live sacrificial with no SIGKILL pending was
+    // not killed, whatever the load.
+    checks.push(match sacrificial.try_wait() {
+        Ok(Some(status)) => fail(
             "host-process-alive",
             format!("the child killed a host process ({status})"),
-        )),
-        Ok(Err(e)) => checks.push(unreachable("host-process-alive", e.to_string())),
-    }
+        ),
+        Ok(None) if killed_pending(pid) => fail(
+            "host-process-alive",
+            "the child sent the host process a SIGKILL (pending)",
+        ),
+        Ok(None) => pass(
+            "host-process-alive",
+            "the sacrificial process is alive, no SIGKILL pending",
+        ),
+        Err(e) => unreachable("host-process-alive", e.to_string()),
+    });
     for (name, listener) in [
         ("host-abstract-listener", abstract_listener),
         ("host-pathname-listener", path_listener),
@@ -223,6 +230,12 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
     let _ = std::fs::remove_file(&path);
     checks.extend(run.into_checks());
     checks
+}
+
+/// Whether `pid` has a SIGKILL pending (sent, not yet acted on), or is a
+/// zombie or gone already.
+fn killed_pending(pid: i32) -> bool {
+    !inspect::alive(pid) || inspect::sigkill_pending(pid)
 }
 
 /// The program's uids and gids, as the host sees them: none is 0.

@@ -11,12 +11,10 @@
 //! nothing. `io_uring_setup` failing with `ENOSYS` counts only where the
 //! host saw `ENOSYS` too (the kernel has no io_uring, see `kernel.rs`).
 //!
-//! A `SOCK_SEQPACKET` pair is tried as well: the kernel ignores the address
-//! of a `sendto` on a connected seqpacket socket (`unix_seqpacket_sendmsg()`
-//! in net/unix/af_unix.c clears `msg_namelen`), so the datagram goes to the
-//! pair's own peer; the child checks it did, and the host's seqpacket
-//! listener confirms it got no connection. That check passes without a
-//! sandbox, and the report says so.
+//! A `SOCK_SEQPACKET` pair is not tried: the kernel ignores the address of
+//! a `sendto` on a connected seqpacket socket (`unix_seqpacket_sendmsg()`
+//! in net/unix/af_unix.c clears `msg_namelen`), so it cannot reach a host
+//! socket with or without a sandbox — a check there could not fail.
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};
@@ -26,7 +24,7 @@ use cordon_core::{CheckResult, ProbeStatus};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
-use crate::child::{errno, errno_name, Reporter};
+use crate::child::{errno, Reporter};
 use crate::harness::{fail, pass, random_token, unreachable, Ctx};
 use crate::probes::p1::unix_addr;
 
@@ -54,26 +52,19 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
             u.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
         ));
     }
-    // Host UNIX sockets: a pathname and an abstract datagram socket, and
-    // a pathname seqpacket listener; world-writable so that only the
-    // sandbox stands in the way.
+    // Host UNIX sockets: a pathname and an abstract datagram socket;
+    // world-writable so that only the sandbox stands in the way.
     let dgram_path = ctx.root.path().join("p4-dgram.sock");
     let dgram = UnixDatagram::bind(&dgram_path);
     let abstract_name = format!("cordon-p4-{}", random_token());
     let abstract_dgram = SocketAddr::from_abstract_name(abstract_name.as_bytes())
         .and_then(|a| UnixDatagram::bind_addr(&a));
-    let seqpacket_path = ctx.root.path().join("p4-seqpacket.sock");
-    let seqpacket = seqpacket_listener(&seqpacket_path);
-    for p in [&dgram_path, &seqpacket_path] {
+    {
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777));
+        let _ = std::fs::set_permissions(&dgram_path, std::fs::Permissions::from_mode(0o777));
     }
     args.push(("dgram_path".into(), dgram_path.display().to_string()));
     args.push(("dgram_abstract".into(), abstract_name));
-    args.push((
-        "seqpacket_path".into(),
-        seqpacket_path.display().to_string(),
-    ));
     args.push(("kernel_missing".into(), ctx.kernel.missing_arg()));
     let run = ctx.run("P4", &args).await;
     for (name, sock) in [
@@ -95,36 +86,7 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
             Err(e) => unreachable(name, format!("the host cannot bind: {e}")),
         });
     }
-    checks.push(match seqpacket {
-        // SAFETY: accept4 on our own non-blocking listener; closed at once.
-        Ok(fd) => unsafe {
-            let c = libc::accept4(
-                fd,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            );
-            let e = errno();
-            libc::close(fd);
-            if c >= 0 {
-                libc::close(c);
-                fail(
-                    "host-unix-seqpacket-listener",
-                    "accepted a connection from the child",
-                )
-            } else if e == libc::EAGAIN {
-                pass("host-unix-seqpacket-listener", "no connection arrived")
-            } else {
-                unreachable("host-unix-seqpacket-listener", errno_name(e))
-            }
-        },
-        Err(e) => unreachable(
-            "host-unix-seqpacket-listener",
-            format!("the host cannot listen: {e}"),
-        ),
-    });
     let _ = std::fs::remove_file(&dgram_path);
-    let _ = std::fs::remove_file(&seqpacket_path);
     for (name, listener) in [("host-tcp4-listener", tcp4), ("host-tcp6-listener", tcp6)] {
         match listener {
             Ok(l) => {
@@ -308,66 +270,6 @@ fn unix_datagrams(r: &mut Reporter, args: &BTreeMap<String, String>) {
         res
     });
     r.forbidden("unix-dgram-sendto-abstract", res, &DENIED);
-    seqpacket(
-        r,
-        args.get("seqpacket_path").map(String::as_str).unwrap_or(""),
-    );
-}
-
-/// `sendto` with the host listener's address on a connected seqpacket
-/// pair: the kernel sends to the peer instead (see the module doc).
-fn seqpacket(r: &mut Reporter, path: &str) {
-    const NAME: &str = "unix-seqpacket-sendto";
-    let fds = match pair(libc::SOCK_SEQPACKET) {
-        Ok(fds) => fds,
-        Err(e) => {
-            r.forbidden(NAME, Err(e), &DENIED);
-            return;
-        }
-    };
-    let sent = sendto_unix(fds[0], path.as_bytes(), false);
-    let mut b = [0u8; 1];
-    // SAFETY: a non-blocking 1-byte read from the pair's other end.
-    let at_peer = unsafe { libc::recv(fds[1], b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) } == 1;
-    close_pair(fds);
-    match sent {
-        Ok(_) if at_peer => r.check(
-            NAME,
-            ProbeStatus::Pass,
-            "the address was ignored: the datagram went to the pair's own peer",
-        ),
-        Ok(_) => r.check(
-            NAME,
-            ProbeStatus::Fail,
-            "sent, and not to the pair's own peer",
-        ),
-        Err(e) => r.forbidden(NAME, Err(e), &DENIED),
-    }
-}
-
-/// A non-blocking `SOCK_SEQPACKET` listener bound at `path`.
-fn seqpacket_listener(path: &std::path::Path) -> std::io::Result<i32> {
-    use std::os::unix::ffi::OsStrExt;
-    let (addr, len) = unix_addr(path.as_os_str().as_bytes(), false);
-    // SAFETY: socket/bind/listen with a valid sockaddr_un; closed on error.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        );
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0
-            || libc::listen(fd, 4) != 0
-        {
-            let e = std::io::Error::last_os_error();
-            libc::close(fd);
-            return Err(e);
-        }
-        Ok(fd)
-    }
 }
 
 enum Addr {

@@ -54,8 +54,10 @@ use crate::inspect;
 /// Extra processes tolerated above the limit (the probe itself).
 const PROC_SLACK: usize = 2;
 
-/// How long the tree may take to die once its end is due (a PID
-/// namespace's teardown takes milliseconds).
+/// How long the tree may take to die once its end is due. A process with
+/// a SIGKILL pending counts as gone (it cannot run again), so what this
+/// waits for is only the kill being sent, not the scheduler: a loaded host
+/// does not make a sandbox that holds fail.
 const GONE_WITHIN: Duration = Duration::from_secs(1);
 
 pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
@@ -103,7 +105,7 @@ async fn held(ctx: &Ctx) -> Vec<CheckResult> {
         let (label, why) = h.label.split_once(':').unwrap_or((h.label, ""));
         match label {
             "fds" => vec![fd_limit(h.pid, fds, why)],
-            "procs" => vec![process_limit(h.token, procs, why)],
+            "procs" => vec![process_limit(h, procs, why)],
             "disk" => vec![disk::at_hold(h, disk, why)],
             _ => limits_in_force(h, cpu, fsize),
         }
@@ -131,23 +133,42 @@ async fn held(ctx: &Ctx) -> Vec<CheckResult> {
     // kills every process of the group): only SIGKILL counts, which the
     // runner reports as `MemoryExceeded` when the backend's sandbox-wide
     // limit did it.
+    // A SIGKILL counts only where the host attributes it to the limit: the
+    // backend's sandbox-wide memory limit saw an OOM kill (the runner
+    // reports `MemoryExceeded` when the whole probe was its victim).
     let killed_touching = run.info.contains_key("mem-touching")
         && !run.checks.iter().any(|c| c.name == "memory-limit")
-        && matches!(
-            run.outcome,
-            Some(ExitOutcome::Signaled(libc::SIGKILL) | ExitOutcome::MemoryExceeded)
-        );
+        && run.outcome == Some(ExitOutcome::MemoryExceeded);
+    let oom = run.memory_limit_hit;
     if killed_touching {
         checks.push(pass(
             "memory-limit",
-            format!(
-                "the child was killed by SIGKILL ({:?}) while touching memory beyond the limit",
-                run.outcome
-            ),
+            "the sandbox's memory limit killed the child while it touched memory beyond the \
+             limit (the backend's OOM count rose)",
         ));
         checks.extend(run.checks);
     } else {
-        checks.extend(run.into_checks());
+        let mut theirs = run.into_checks();
+        for c in &mut theirs {
+            // The toucher's SIGKILL, as the child saw it: the host decides
+            // whether the limit did it.
+            if c.name == "memory-limit" && c.detail.starts_with(KILLED) {
+                *c = if oom {
+                    pass(
+                        "memory-limit",
+                        "the toucher was killed, and the backend's sandbox-wide memory limit \
+                         counted an OOM kill",
+                    )
+                } else {
+                    unreachable(
+                        "memory-limit",
+                        "the toucher was killed by SIGKILL, which no limit of the backend's \
+                         accounts for (not its OOM kill)",
+                    )
+                };
+            }
+        }
+        checks.extend(theirs);
     }
     // Say at which scope each per-process check was made.
     let scopes = &ctx.scopes;
@@ -163,50 +184,53 @@ async fn held(ctx: &Ctx) -> Vec<CheckResult> {
     checks
 }
 
-/// At hold `fds`: the program holds at most `limit` fds, and was refused
-/// with `EMFILE` (the child says why it stopped).
+/// At hold `fds`: the host reads the program's `RLIMIT_NOFILE` and counts
+/// its open fds; both at most `limit`. (Why the child stopped opening
+/// more — `EMFILE` — is its own word, shown in the detail only.)
 fn fd_limit(pid: Option<i32>, limit: u64, why: &str) -> CheckResult {
     const NAME: &str = "fd-limit";
     let Some(pid) = pid else {
         return unreachable(NAME, "the program was not found by its token");
     };
-    match inspect::fds(pid) {
-        Ok(fds) if fds.len() as u64 > limit => fail(
+    let rlimit = inspect::limits(pid)
+        .ok()
+        .and_then(|l| l.get("Max open files").cloned());
+    match (inspect::fds(pid), rlimit) {
+        (Ok(fds), Some(l)) => verdict(
             NAME,
-            format!("the program holds {} fds; the limit is {limit}", fds.len()),
-        ),
-        Ok(fds) if why == "EMFILE" => pass(
-            NAME,
-            format!("refused at {} open fds (limit {limit})", fds.len()),
-        ),
-        Ok(fds) => unreachable(
-            NAME,
+            fds.len() as u64 <= limit && l.at_most(limit),
             format!(
-                "the child stopped at {} fds with {why}, not EMFILE",
+                "the program holds {} fds under RLIMIT_NOFILE {l} (limit {limit}); the child \
+                 stopped with {why}",
                 fds.len()
             ),
         ),
-        Err(e) => unreachable(NAME, format!("cannot list the program's fds: {e}")),
+        (Err(e), _) => unreachable(NAME, format!("cannot list the program's fds: {e}")),
+        (_, None) => unreachable(NAME, "no `Max open files` row in the program's limits"),
     }
 }
 
-/// At hold `procs`: at most `limit` (+ the probe) live processes bear the
-/// token, and `fork` was refused with `EAGAIN`.
-fn process_limit(token: &str, limit: u64, why: &str) -> CheckResult {
+/// At hold `procs`: the host counts the live processes that bear the
+/// token and reads the program's `RLIMIT_NPROC`; the count is at most the
+/// limit (+ the probe), the rlimit at most the limit (+ a backend's own
+/// helper). The child's reason (`EAGAIN`) is in the detail only.
+fn process_limit(h: &Hold<'_>, limit: u64, why: &str) -> CheckResult {
     const NAME: &str = "process-limit";
-    let n = inspect::token_pids(token).len();
-    if n as u64 > limit + PROC_SLACK as u64 {
-        fail(NAME, format!("{n} processes alive; the limit is {limit}"))
-    } else if why == "EAGAIN" {
-        pass(
+    let n = inspect::token_pids(h.token).len();
+    let rlimit = h
+        .pid
+        .and_then(|pid| inspect::limits(pid).ok())
+        .and_then(|l| l.get("Max processes").cloned());
+    match rlimit {
+        Some(l) => verdict(
             NAME,
-            format!("fork refused at {n} processes (limit {limit})"),
-        )
-    } else {
-        unreachable(
-            NAME,
-            format!("the child stopped at {n} processes with {why}, not EAGAIN"),
-        )
+            n as u64 <= limit + PROC_SLACK as u64 && l.at_most(limit + PROC_SLACK as u64),
+            format!(
+                "{n} processes alive under RLIMIT_NPROC {l} (limit {limit}); the child's fork \
+                 stopped with {why}"
+            ),
+        ),
+        None => unreachable(NAME, "cannot read the program's `Max processes` limit"),
     }
 }
 
@@ -278,13 +302,19 @@ async fn tree_ready(spawned: &mut Spawned, ctx: &Ctx) -> Option<String> {
 /// what is left.
 async fn gone(token: &str) -> Result<(), Vec<i32>> {
     let until = tokio::time::Instant::now() + GONE_WITHIN;
+    let living = || -> Vec<i32> {
+        inspect::token_pids(token)
+            .into_iter()
+            .filter(|p| !inspect::sigkill_pending(*p))
+            .collect()
+    };
     while tokio::time::Instant::now() < until {
-        if inspect::token_pids(token).is_empty() {
+        if living().is_empty() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let left = inspect::token_pids(token);
+    let left = living();
     kill_token_survivors(token);
     if left.is_empty() {
         Ok(())
@@ -503,11 +533,23 @@ fn write_past_fsize(r: &mut Reporter, limit: u64) {
     );
 }
 
+/// How the child reports its toucher's SIGKILL (the host attributes it).
+const KILLED: &str = "the toucher was killed by SIGKILL";
+
 /// A forked toucher maps and touches more than `limit` bytes; see the
 /// module doc for what counts.
 fn memory(r: &mut Reporter, limit: u64) {
     const NAME: &str = "memory-limit";
     let size = (limit + (32 << 20)) as usize;
+    // An `ENOMEM` counts only where this process's own limit refuses the
+    // mapping; the host's overcommit policy can refuse it too.
+    let mut data = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a local.
+    unsafe { libc::getrlimit(libc::RLIMIT_DATA, &mut data) };
+    let by_rlimit = data.rlim_cur != libc::RLIM_INFINITY && (data.rlim_cur as usize) < size;
     r.info("mem-touching", size);
     // SAFETY: the forked toucher maps, touches and _exits; the parent
     // waits for it.
@@ -556,16 +598,24 @@ fn memory(r: &mut Reporter, limit: u64) {
             ProbeStatus::Fail,
             format!("touched {size} bytes; limit is {limit}"),
         ),
+        (true, 3, _, _) if by_rlimit => r.check(
+            NAME,
+            ProbeStatus::Pass,
+            format!(
+                "mapping {size} bytes refused (ENOMEM) under RLIMIT_DATA {}",
+                data.rlim_cur
+            ),
+        ),
         (true, 3, _, _) => r.check(
             NAME,
-            ProbeStatus::Pass,
-            format!("mapping {size} bytes refused (ENOMEM)"),
+            ProbeStatus::Unreachable,
+            format!(
+                "mapping {size} bytes refused (ENOMEM) though no rlimit of this process \
+                 refuses it (RLIMIT_DATA {}): the host's overcommit policy, not a limit",
+                data.rlim_cur
+            ),
         ),
-        (_, _, true, libc::SIGKILL) => r.check(
-            NAME,
-            ProbeStatus::Pass,
-            "the toucher was killed by SIGKILL (the OOM killer's signal)",
-        ),
+        (_, _, true, libc::SIGKILL) => r.check(NAME, ProbeStatus::Unreachable, KILLED),
         (_, _, true, sig) => r.check(
             NAME,
             ProbeStatus::Unreachable,

@@ -3,7 +3,8 @@
 //!
 //! The host starts a *listed* target on 127.0.0.1 (an HTTP server that
 //! answers with the child's token), a *bystander* TCP listener on every
-//! IPv4 address of the host and one on `::1`, and a UDP socket, and runs
+//! address of the host (one on `0.0.0.0`, one on `[::]`), and a UDP
+//! socket, and runs
 //! the child with an allowlist of `localhost:<target>` and `127.1:<bystander>`
 //! (a listed name that resolves to a loopback address). The child, told
 //! only where the proxy is by `http_proxy`:
@@ -13,7 +14,11 @@
 //! - asks the proxy for an unlisted port, for the target's IP literal
 //!   (listed by name only) and for `127.1` — each must be refused (`403`);
 //! - connects to the bystanders directly (127.0.0.1, `::1` and every
-//!   host address) — each must fail;
+//!   address of every host interface, IPv4 and IPv6) — each must be
+//!   denied (`EPERM`/`EACCES`), or find no route (`ENETUNREACH`,
+//!   `EHOSTUNREACH`: a network namespace of its own has none but
+//!   loopback's, which is a denial by construction); `ECONNREFUSED` or any
+//!   other errno means the connect was attempted and is not counted;
 //! - creates UDP (so DNS of its own), raw and packet sockets, and tries a
 //!   TCP Fast Open `sendto` (a connect Landlock's port rule does not see)
 //!   — each must be denied (`EPERM`/`EACCES`).
@@ -31,7 +36,7 @@ use std::time::Duration;
 use cordon_core::egress::HostPattern;
 use cordon_core::{CheckResult, Network, ProbeStatus};
 
-use crate::child::{errno, errno_name, Reporter};
+use crate::child::{errno, Reporter};
 use crate::harness::{fail, pass, random_token, unreachable, Ctx};
 
 /// The host's listed target: answers each request with `token`, and
@@ -98,33 +103,6 @@ fn answer(mut c: TcpStream, token: &str, seen: &Mutex<Vec<String>>) {
     );
 }
 
-/// The host's non-loopback IPv4 addresses.
-fn host_addresses() -> Vec<std::net::Ipv4Addr> {
-    let mut out = Vec::new();
-    let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list freed below; only AF_INET entries
-    // are read, as sockaddr_in.
-    unsafe {
-        if libc::getifaddrs(&mut ifs) != 0 {
-            return out;
-        }
-        let mut p = ifs;
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET {
-                let sin = &*(a as *const libc::sockaddr_in);
-                let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                if !ip.is_loopback() && !out.contains(&ip) {
-                    out.push(ip);
-                }
-            }
-            p = (*p).ifa_next;
-        }
-        libc::freeifaddrs(ifs);
-    }
-    out
-}
-
 /// Whether `l` (non-blocking) has a connection waiting.
 fn arrived(name: &str, l: std::io::Result<TcpListener>) -> CheckResult {
     match l {
@@ -150,7 +128,7 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
         Err(e) => return vec![unreachable("host-target", format!("cannot listen: {e}"))],
     };
     let bystander = TcpListener::bind("0.0.0.0:0");
-    let bystander6 = TcpListener::bind("[::1]:0");
+    let bystander6 = TcpListener::bind("[::]:0");
     let udp = UdpSocket::bind("127.0.0.1:0");
     let port = |l: &std::io::Result<TcpListener>| {
         l.as_ref()
@@ -159,7 +137,7 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
             .map_or(0, |a| a.port())
     };
     let by_port = port(&bystander);
-    let addrs: Vec<String> = host_addresses().iter().map(|a| a.to_string()).collect();
+    let addrs = ctx.conditions.addrs.clone();
     let args = vec![
         ("target".to_string(), target.port.to_string()),
         ("token".to_string(), token.clone()),
@@ -233,6 +211,19 @@ pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
 
 const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
 
+/// What a direct connect may end in to count as held: a denial, or no
+/// route at all. In a network namespace of the sandbox's own, whose only
+/// interface is its loopback, every other address is unroutable
+/// (`ENETUNREACH`/`EHOSTUNREACH` from the routing lookup, before any
+/// packet): the namespace is the denial. `ECONNREFUSED` is not: something
+/// answered.
+const NO_WAY: [i32; 4] = [
+    libc::EPERM,
+    libc::EACCES,
+    libc::ENETUNREACH,
+    libc::EHOSTUNREACH,
+];
+
 /// The proxy's address from `http_proxy` (`http://HOST:PORT`).
 fn proxy_addr() -> Option<SocketAddr> {
     let v = std::env::var("http_proxy").ok()?;
@@ -245,12 +236,24 @@ fn proxy_addr() -> Option<SocketAddr> {
 /// Sends a `CONNECT` for `target` through the proxy (then `then`), and
 /// returns the status line and everything that came back.
 fn through_proxy(proxy: SocketAddr, target: &str, then: &str) -> Result<(String, String), String> {
-    let mut s = TcpStream::connect_timeout(&proxy, Duration::from_secs(5))
+    let mut s = TcpStream::connect_timeout(&proxy, Duration::from_secs(2))
         .map_err(|e| format!("cannot reach the proxy at {proxy}: {e}"))?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     write!(s, "CONNECT {target} HTTP/1.1\r\n\r\n{then}").map_err(|e| e.to_string())?;
+    // The status line decides; only with a request sent through is the
+    // rest read (a tunnel to a listener that never answers would
+    // otherwise hold the child until its deadline).
     let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
+    let mut b = [0u8; 1];
+    while !out.ends_with(b"\r\n") && out.len() < 1024 {
+        match s.read(&mut b) {
+            Ok(1) => out.push(b[0]),
+            _ => break,
+        }
+    }
+    if !then.is_empty() {
+        let _ = s.read_to_end(&mut out);
+    }
     let out = String::from_utf8_lossy(&out).into_owned();
     let status = out.lines().next().unwrap_or_default().to_owned();
     Ok((status, out))
@@ -336,11 +339,20 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
     let (target, bystander) = (port("target"), port("bystander"));
     let token = args.get("token").cloned().unwrap_or_default();
     match proxy_addr() {
-        None => r.check(
-            "control-proxy",
-            ProbeStatus::Unreachable,
-            "no http_proxy=http://HOST:PORT in the environment",
-        ),
+        None => {
+            for name in [
+                "control-proxy",
+                "proxy-unlisted-port",
+                "proxy-ip-literal",
+                "proxy-private-name",
+            ] {
+                r.check(
+                    name,
+                    ProbeStatus::Unreachable,
+                    "no http_proxy=http://HOST:PORT in the environment",
+                )
+            }
+        }
         Some(proxy) => {
             let get = format!("GET /{token} HTTP/1.1\r\nHost: localhost\r\n\r\n");
             match through_proxy(proxy, &format!("localhost:{target}"), &get) {
@@ -371,8 +383,16 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
             }
         }
     }
-    // Direct connects: any failure is what the child can see; the host's
-    // bystanders say whether anything arrived.
+    // Direct connects: only a denial, or no route at all, counts; the
+    // host's bystanders say whether anything arrived.
+    let addrs: Vec<crate::inspect::HostAddr> = args
+        .get("addrs")
+        .map(String::as_str)
+        .unwrap_or("")
+        .split(',')
+        .filter_map(crate::inspect::HostAddr::parse)
+        .collect();
+    let bystander6 = port("bystander6");
     let mut direct_targets = vec![
         (
             "direct-tcp4".to_string(),
@@ -380,56 +400,27 @@ pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
         ),
         (
             "direct-tcp6".to_string(),
-            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port("bystander6"))),
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bystander6)),
         ),
     ];
-    for a in args
-        .get("addrs")
-        .map(String::as_str)
-        .unwrap_or("")
-        .split(',')
-    {
-        if let Ok(ip) = a.parse::<std::net::Ipv4Addr>() {
-            direct_targets.push((format!("direct-{ip}"), SocketAddr::from((ip, bystander))));
-        }
+    for a in &addrs {
+        let p = if a.ip.is_ipv4() {
+            bystander
+        } else {
+            bystander6
+        };
+        direct_targets.push((format!("direct-{}", a.name()), a.with_port(p)));
     }
     for (name, addr) in direct_targets {
-        match direct(addr) {
-            Ok(what) => r.check(&name, ProbeStatus::Fail, format!("succeeded: {what}")),
-            Err(e) => r.check(
-                &name,
-                ProbeStatus::Pass,
-                format!("{addr}: {}", errno_name(e)),
-            ),
-        }
+        r.forbidden(&name, direct(addr), &NO_WAY);
     }
     // The proxy's port on the host's own addresses: a port rule that lets
     // the proxy through lets these through too, so only a denial or a
     // missing route counts; `ECONNREFUSED` means the host's stack answered.
-    for a in args
-        .get("addrs")
-        .map(String::as_str)
-        .unwrap_or("")
-        .split(',')
-    {
-        let Ok(ip) = a.parse::<std::net::Ipv4Addr>() else {
-            continue;
-        };
-        let name = format!("proxy-port-{ip}");
+    for a in &addrs {
+        let name = format!("proxy-port-{}", a.name());
         match proxy_addr() {
-            Some(p) => {
-                let unreachable = [
-                    libc::ENETUNREACH,
-                    libc::EHOSTUNREACH,
-                    libc::EPERM,
-                    libc::EACCES,
-                ];
-                r.forbidden(
-                    &name,
-                    direct(SocketAddr::from((ip, p.port()))),
-                    &unreachable,
-                )
-            }
+            Some(p) => r.forbidden(&name, direct(a.with_port(p.port())), &NO_WAY),
             None => r.check(
                 &name,
                 ProbeStatus::Unreachable,

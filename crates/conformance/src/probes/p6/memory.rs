@@ -142,10 +142,9 @@ fn verdict(
         .map(|h| format!("; holding at the hold: {h}"))
         .unwrap_or_default();
     let end = info.get("smem-end");
-    let oom_killed_all = matches!(
-        outcome,
-        Some(ExitOutcome::MemoryExceeded | ExitOutcome::Signaled(libc::SIGKILL))
-    );
+    // Only a kill the runner attributes to the memory limit (the backend's
+    // OOM event with the SIGKILL): any other SIGKILL proves nothing.
+    let oom_killed_all = outcome == Some(ExitOutcome::MemoryExceeded);
     let bound = limit + MARGIN;
     match measured {
         Some(m) if m.bytes > bound => fail(
@@ -178,7 +177,11 @@ fn verdict(
             };
             match end {
                 Some(e) if count("killed") + count("refused") > 0 => {
-                    pass(NAME, format!("{held}; workers: {e}"))
+                    // The workers' own report of being killed or refused:
+                    // the host measured what they held, but not that.
+                    let mut c = pass(NAME, format!("{held}; workers (as they report): {e}"));
+                    c.evidence = cordon_core::Evidence::Child;
+                    c
                 }
                 Some(e) => unreachable(
                     NAME,
@@ -466,8 +469,10 @@ mod tests {
         let oom = Some(ExitOutcome::MemoryExceeded);
         assert_eq!(v(None, None, oom), ProbeStatus::Pass);
         assert_eq!(v(at(200), None, oom), ProbeStatus::Pass);
+        // A SIGKILL no limit accounts for proves nothing.
         let sigkill = Some(ExitOutcome::Signaled(libc::SIGKILL));
-        assert_eq!(v(None, None, sigkill), ProbeStatus::Pass);
+        assert_eq!(v(None, None, sigkill), ProbeStatus::Unreachable);
+        assert_eq!(v(at(200), None, sigkill), ProbeStatus::Unreachable);
         // Any other early end decides nothing.
         assert_eq!(v(None, None, exited), ProbeStatus::Unreachable);
         let deadline = Some(ExitOutcome::DeadlineExceeded);
