@@ -61,7 +61,7 @@ fn main() -> ExitCode {
 }
 
 fn print_usage() {
-    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run probes P1-P7 on this host\n  bench [--quick] [--json]                              run the benchmarks");
+    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run probes P1-P8 on this host\n  bench [--quick] [--json]                              run the benchmarks");
 }
 
 fn usage() -> ExitCode {

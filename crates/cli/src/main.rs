@@ -57,7 +57,7 @@ enum Command {
         Exit status: the program's own; 128+N if killed by signal N; 124 on --timeout;\n\
         125 if cordon itself failed (bad flags, no conforming sandbox, spawn error).")]
     Run(run::RunArgs),
-    /// Run the conformance probes P1-P7 against a backend and print the report.
+    /// Run the conformance probes (P1-P7, and P8 for a backend that claims the egress allowlist) against a backend and print the report.
     #[command(after_help = "Examples:\n  \
         cordon conformance\n  \
         cordon conformance --backend noop\n  \

@@ -6,22 +6,38 @@
 //!
 //! | probe | checks (host-verified ones marked ⌂) |
 //! |---|---|
-//! | P1 | a sacrificial process of the sandbox's own uid: no signal, ptrace (⌂ tracer), `process_vm_readv`, `/proc/<pid>` read, pidfd, `getpgid`, enumeration by `getpgid`/`kill(0)`/`stat /proc`; no `prlimit`, `setpriority`, `sched_setscheduler`, `sched_setaffinity`, `ioprio_set` on it (⌂ its limits, nice, policy, affinity, I/O class unchanged, ⌂ alive); no connect to host UNIX sockets (⌂ listeners); no use of the host's SysV queue, segment, semaphore or POSIX queue (⌂ unchanged) and no IPC object left behind (⌂); no opening the harness's pty, no controlling terminal (⌂ `tty_nr`, ⌂ pty modes); ⌂ not uid 0 |
+//! | P1 | ⌂ a host process of another uid (65534; a root host only) cannot trace the program, open its `/proc/<pid>/{mem,environ,root}`, `setns` into its user namespace, `pidfd_getfd` its fds or signal it; ⌂ a UTS namespace of its own, no host hostname; a sacrificial process that takes the program's own ids at the `ready` hold: no signal, ptrace (⌂ tracer), `process_vm_readv`, `/proc/<pid>` read, pidfd, `getpgid`, enumeration by `getpgid`/`kill(0)`/`stat /proc`; no `prlimit`, `setpriority`, `sched_setscheduler`, `sched_setaffinity`, `ioprio_set` on it (⌂ its limits, nice, policy, affinity, I/O class unchanged, ⌂ alive); no connect to host UNIX sockets (⌂ listeners); no use of the host's SysV queue, segment, semaphore or POSIX queue (⌂ unchanged) and no IPC object left behind (⌂); no opening the harness's pty, no controlling terminal (⌂ `tty_nr`, ⌂ pty modes); ⌂ not uid 0 |
 //! | P2 | ⌂ no host-only variable in the program's environment; canaries in suite-made, world-readable dirs (temp dir, a stand-in home) and the host's `/proc/<pid>/environ` unreadable |
 //! | P3 | ⌂ no fd beyond 0–2; host fds not fetched via `/proc` or `pidfd_getfd` (⌂ none of the program's fds is the host's file) |
-//! | P4 | no TCP (127.0.0.1, ::1), UDP, raw, packet, ICMP or io_uring egress; no datagram to a host pathname or abstract UNIX socket from a `socketpair` (⌂ every listener received nothing) |
+//! | P4 | no TCP (127.0.0.1, ::1), UDP, raw, packet, ICMP or io_uring egress; no datagram to a host pathname or abstract UNIX socket from a datagram `socketpair` (⌂ every listener received nothing) |
 //! | P5 | no read/write/create/rename/link outside the grants (⌂ nothing created, ⌂ canary intact with one link); no `chmod`/`fchmodat`/`utimensat`/`setxattr`/`chown` of a same-uid host file (⌂ metadata unchanged); ⌂ setuid/setgid bits planted in scratch not honoured (nosuid mount; as root, run as another uid) |
-//! | P6 | ⌂ fd, process, CPU and file-size limits in force; memory limit (`ENOMEM` or the OOM killer's `SIGKILL`, after the controls); ⌂ the deadline kills the whole tree; ⌂ SIGKILL of the spawned process leaves nothing behind; for each limit the backend claims `sandbox` scope for (its `limit_*` host facts): ⌂ workers holding twice the memory limit in anonymous memory, memfds and SysV shm are held to it together, ⌂ chains of auto-reaped processes (invisible to a sum over the live process tree), each under RLIMIT_CPU, are stopped at the CPU limit together, ⌂ files each under RLIMIT_FSIZE fill a discarded scratch only to `disk_bytes` |
+//! | P6 | ⌂ fd, process, CPU and file-size limits in force (the host's count and `/proc/<pid>/limits`); memory limit (`ENOMEM` where the process's own rlimit refuses the mapping, or ⌂ a kill the backend's sandbox-wide limit counted as its OOM kill; never any other `SIGKILL`, never the host's overcommit policy); ⌂ the deadline kills the whole tree; ⌂ SIGKILL of the spawned process leaves nothing behind; for each limit the backend claims `sandbox` scope for (its `limit_*` host facts): ⌂ workers holding twice the memory limit in anonymous memory, memfds and SysV shm are held to it together, ⌂ chains of auto-reaped processes (invisible to a sum over the live process tree), each under RLIMIT_CPU, are stopped at the CPU limit together, ⌂ files each under RLIMIT_FSIZE fill a discarded scratch only to `disk_bytes` |
 //! | P7 | ⌂ NoNewPrivs, ⌂ seccomp filter, ⌂ no capabilities, ⌂ no uid 0 after `setuid(0)`, ⌂ no new user namespace; no bpf/perf/userfaultfd/keyctl/kexec/modules/mount |
-//! | P8 | only for a backend that claims the egress allowlist, run with `Network::Allow`: ⌂ the listed target on the host's loopback gets the one request sent through the proxy; the proxy refuses an unlisted port, the target's IP literal and a listed name resolving to loopback (`127.1`); no direct connect to 127.0.0.1, ::1 or a host address (⌂ bystander listeners on every address received nothing), the proxy's port on a host address unreachable; no UDP (⌂), DNS, raw, packet or netlink socket, no TCP Fast Open send |
+//! | P8 | only for a backend that claims the egress allowlist, run with `Network::Allow`: ⌂ the listed target on the host's loopback gets the one request sent through the proxy; the proxy refuses an unlisted port, the target's IP literal and a listed name resolving to loopback (`127.1`); no direct connect to 127.0.0.1, ::1 or any address of any host interface, IPv4 and IPv6 (⌂ bystander listeners on `0.0.0.0` and `[::]` received nothing): only `EPERM`/`EACCES`, or `ENETUNREACH`/`EHOSTUNREACH` (a network namespace of its own with no route out), count; the proxy's port on each host address unreachable; no UDP (⌂), DNS, raw, packet or netlink socket, no TCP Fast Open send |
 //!
 //! Every probe also runs positive controls first (write in scratch, read
 //! the package dir, fork, pipe, `socketpair`), so a backend that breaks
-//! everything cannot pass. A probe is `Pass` only when every check passed.
+//! everything cannot pass. A probe is `Pass` only when every check passed,
+//! every check it declares was reported, and at least one of them
+//! discriminates (below).
+//!
+//! ## Every declared check, once
+//! Each probe declares, for this host, the checks it makes and the
+//! strongest evidence each may carry (`expected.rs`: a list per probe,
+//! plus the checks some hosts add — root, several CPUs, a limit claimed
+//! sandbox-wide, the host's own addresses). The host holds every run to
+//! it: a check missing, reported twice, undeclared, or reported with
+//! stronger evidence than declared, or a probe child that does not exit
+//! cleanly after its `DONE`, makes the probe `Unreachable`, naming what is
+//! wrong. The report carries the declaration's size (`checks_expected`);
+//! a report whose probe reported a different number never conforms.
 //!
 //! ## How the host verifies
-//! Each check says who observed its outcome (`evidence`: `host` or
-//! `child`). The host finds the program by a random token in its arguments
+//! Each check says who observed its outcome (`evidence`): `host` only when
+//! the host itself saw what decides the verdict (a `/proc` entry, a
+//! listener, a file, an IPC object, a process, the runner's own
+//! accounting), `child` when the verdict rests on anything the probe child
+//! reported (an errno, why it stopped, a count of its own). The host finds the program by a random token in its arguments
 //! (never by the pid it spawned: a backend may put a monitor and an init in
 //! between), and while the child stops at a `HOLD` it reads
 //! `/proc/<program>/{status,fd,limits,environ,root,mountinfo}`; after the
@@ -46,15 +62,37 @@
 //! and their details say "per-process (not claimed sandbox-wide …)": no
 //! sandbox-wide check passes that was not run.
 //!
-//! ## Passing without a sandbox
+//! ## Proven: a check discriminates
 //! Every probe also runs once with no sandbox at all (same harness and
 //! hygiene, a private backend whose `wrap` does nothing), concurrently.
 //! A check that passes there too is marked `passes_without_sandbox`: the
-//! kernel, file modes or hygiene refuse it on this host, so its passing is
-//! no evidence of confinement, and the summary lists it. The baseline runs
-//! hostile code unconfined, so every target is one the suite created, and
-//! a watchdog process kills what bears the suite's tokens if the host dies
-//! mid-run.
+//! kernel, file modes, hygiene or the host's own confinement refuse it on
+//! this host, so its passing is no evidence of confinement, and the
+//! summary lists it. A check that *fails* there `discriminates`: its
+//! passing under the backend shows the backend at work. A probe whose
+//! checks all pass but none discriminates is `Unproven` (with the reason:
+//! what on this host provides the property instead, e.g. an outer seccomp
+//! filter) and does not conform unless the operator accepts it by name
+//! ([`StandardSuite::accept_unproven`], `cordon --accept-unproven P7`),
+//! which the report records. State checks compare with the host's own
+//! state where it would otherwise be inherited: P7's `seccomp-filter`
+//! passes only when the program runs under more filters than the host.
+//! The report cache keys reports by the host's own confinement
+//! ([`host_state::HostConfinement`]), so a report made under an outer
+//! filter is not reused outside it. The baseline runs hostile code
+//! unconfined, so every target is one the suite created; it runs under a
+//! keeper (a subreaper that kills every process below it when the host
+//! dies), and a watchdog process kills what bears the suite's tokens.
+//!
+//! ## Timing
+//! No verdict depends on how loaded the host is. A signal the child sent
+//! counts from the moment it is pending (`/proc/<pid>/status`'s `SigPnd`
+//! and `ShdPnd`), not from when the scheduler acts on it; a process tree
+//! counts as gone when every process of it is a zombie or has a SIGKILL
+//! pending. What remains is the runner's own cadence: it reads the
+//! sandbox's CPU time every 100 ms, so `sandbox-cpu-limit` allows 500 ms
+//! of CPU past the limit (the chains burn 250 ms per link); and the
+//! deadline check sets a 150 ms deadline, which only has to fire.
 //!
 //! ## Using it in an application
 //! The probe child is the application's own executable re-invoked in probe

@@ -1,4 +1,5 @@
-//! [`StandardSuite`]: runs P1–P7 against a backend (and, beside it, the
+//! [`StandardSuite`]: runs P1–P7 (and P8 for a backend that claims the
+//! egress allowlist) against a backend (and, beside it, the
 //! unconfined baseline) and builds the report.
 
 use std::path::PathBuf;
@@ -34,7 +35,8 @@ pub enum ProbeExecutable {
     Path(PathBuf),
 }
 
-/// The standard P1–P7 conformance suite. Each probe runs twice,
+/// The standard conformance suite: P1–P7, and P8 for a backend that
+/// claims the egress allowlist. Each probe runs twice,
 /// concurrently: against the backend, and with no sandbox at all (the
 /// baseline that marks checks passing without one).
 ///

@@ -125,7 +125,7 @@ pub type WrapResources = Option<Box<dyn SandboxResources>>;
 ///
 /// A backend is trusted for untrusted code only through
 /// [`SandboxRunner`](crate::SandboxRunner), which first runs the conformance
-/// probes P1–P7 against it.
+/// probes against it (P1–P7, and P8 where it claims the egress allowlist).
 pub trait SandboxBackend: Send + Sync {
     /// A stable, lowercase identifier such as `"linux"`, `"macos"`, `"noop"`.
     /// Conformance reports and caches are keyed by it.

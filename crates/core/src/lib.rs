@@ -11,13 +11,14 @@
 //! - [`TrustedProcessRunner`], [`SandboxRunner`] and [`select_runner`]: the
 //!   fail-closed choice between them;
 //! - [`ConformanceReport`] and [`ConformanceSuite`]: the gate a backend must
-//!   pass (probes P1–P7 live in `cordon-conformance`).
+//!   pass (probes P1–P8 live in `cordon-conformance`).
 //!
 //! Core depends on no backend: embedders add the backend crates they need.
 //!
 //! ## Fail closed
 //! An untrusted spec runs only under a [`SandboxRunner`], which can only be
-//! built for a backend that passed P1–P7 in this process. A `wrap` error or
+//! built for a backend that passed P1–P7 (and P8, if it claims the egress
+//! allowlist) in this process. A `wrap` error or
 //! panic means the child is never spawned. The trusted runner refuses
 //! untrusted specs.
 //!

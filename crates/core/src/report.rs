@@ -255,7 +255,8 @@ pub fn kernel_release() -> String {
     }
 }
 
-/// A conformance report: whether one backend passed P1–P7 on this host.
+/// A conformance report: whether one backend passed the probes on this
+/// host (P1–P7, and P8 for what it claims).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConformanceReport {
     /// Always [`REPORT_SCHEMA`].
@@ -543,7 +544,7 @@ impl ConformanceReport {
 
 /// A conformance suite that can judge a backend.
 ///
-/// `cordon-conformance` provides the standard P1–P7 suite. Core consumes this
+/// `cordon-conformance` provides the standard suite (P1–P8). Core consumes this
 /// trait so that it does not depend on the probes; the runner re-checks the
 /// report it gets back (backend name, all seven probes, all `Pass`) rather
 /// than trusting a bare boolean.

@@ -68,7 +68,8 @@ impl Runner for TrustedProcessRunner {
     }
 }
 
-/// Hygiene plus an OS sandbox backend that passed P1–P7 on this host.
+/// Hygiene plus an OS sandbox backend that passed the probes on this host
+/// (P1–P7, and P8 if it claims the egress allowlist).
 ///
 /// The only constructor runs the conformance suite first and refuses a
 /// backend that is unavailable or does not pass every probe; the error
