@@ -278,6 +278,18 @@ impl SandboxBackend for LinuxBackend {
         cfg!(target_os = "linux") && self.layers.seccomp_allowlist
     }
 
+    fn step_name(&self, id: u32) -> Option<&'static str> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::Step::from_id(id).map(linux::Step::name)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = id;
+            None
+        }
+    }
+
     fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
         #[cfg(target_os = "linux")]
         {

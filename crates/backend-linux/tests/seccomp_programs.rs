@@ -24,7 +24,7 @@
 
 #[cfg(target_os = "linux")]
 #[allow(dead_code, unused_imports)]
-#[path = "../src/linux/filter/mod.rs"]
+#[path = "../src/linux/seccomp/mod.rs"]
 mod filter;
 
 #[cfg(target_os = "linux")]

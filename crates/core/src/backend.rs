@@ -189,6 +189,15 @@ pub trait SandboxBackend: Send + Sync {
     fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
         Vec::new()
     }
+
+    /// The name of step `id` of this backend's confinement, as its hook
+    /// reported it with [`ChildContext::report_step`](crate::ChildContext::report_step)
+    /// when it failed (e.g. `landlock_restrict_self`): the spawn error
+    /// names it. `None` (the default) for an id the backend does not know.
+    fn step_name(&self, id: u32) -> Option<&'static str> {
+        let _ = id;
+        None
+    }
 }
 
 impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
@@ -216,5 +225,8 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     }
     fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
         (**self).exec_dirs()
+    }
+    fn step_name(&self, id: u32) -> Option<&'static str> {
+        (**self).step_name(id)
     }
 }

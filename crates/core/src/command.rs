@@ -124,7 +124,7 @@ impl ChildCommand {
     pub fn run_for_backend_tests(
         self,
         timeout: std::time::Duration,
-    ) -> std::io::Result<std::process::Output> {
+    ) -> Result<std::process::Output, crate::LaunchError> {
         use tokio::io::AsyncReadExt;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -228,6 +228,7 @@ const fn record(kind: u32, value: i32) -> [u8; 8] {
 pub(crate) const REPORT_ERROR: u32 = 1;
 pub(crate) const REPORT_HANDED_OVER: u32 = 2;
 pub(crate) const REPORT_STARTED: u32 = 3;
+pub(crate) const REPORT_STEP: u32 = 4;
 
 impl ChildContext {
     /// Whether [`hand_over`](Self::hand_over) is available (Linux).
@@ -261,6 +262,16 @@ impl ChildContext {
         self.report(REPORT_ERROR, errno);
     }
 
+    /// Names the step of the backend's confinement that is failing, before
+    /// the hook returns its error: the spawn error then says "at <step>",
+    /// with the name [`SandboxBackend::step_name`] gives `step`. The first
+    /// step reported counts. Async-signal-safe.
+    ///
+    /// [`SandboxBackend::step_name`]: crate::SandboxBackend::step_name
+    pub fn report_step(&self, step: u32) {
+        self.report_record(Self::step_record(step));
+    }
+
     /// The descriptor the launch reports on (close-on-exec), for a helper
     /// process of the launch that can only issue raw syscalls: it writes
     /// [`error_record`](Self::error_record) there in one `write`. `-1`
@@ -275,6 +286,13 @@ impl ChildContext {
         record(REPORT_ERROR, errno)
     }
 
+    /// The bytes that name `step` as the failing one (see
+    /// [`report_step`](Self::report_step) and
+    /// [`report_fd`](Self::report_fd)), written before the error's.
+    pub const fn step_record(step: u32) -> [u8; 8] {
+        record(REPORT_STEP, step as i32)
+    }
+
     /// The bytes that announce `pid` (its pid in the host's PID namespace)
     /// as a process of the launch: a process a hook makes with
     /// `CLONE_PARENT` (the host's child), which may share the host's
@@ -287,10 +305,13 @@ impl ChildContext {
     }
 
     fn report(&self, kind: u32, value: i32) {
+        self.report_record(record(kind, value));
+    }
+
+    fn report_record(&self, rec: [u8; 8]) {
         if self.report_fd < 0 {
             return;
         }
-        let rec = record(kind, value);
         // SAFETY: a write of a local buffer; 8 bytes are written atomically
         // to a pipe (less than PIPE_BUF).
         unsafe {

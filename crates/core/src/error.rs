@@ -80,12 +80,19 @@ pub enum SpawnError {
     UntrustedOnTrustedRunner,
     /// starting the program failed (including a backend's pre-exec setup failing in the
     /// child, which then never executed the program).
-    #[error("cannot start `{}`: {source}", program.display())]
+    #[error(
+        "cannot start `{}`: {source}{}",
+        program.display(),
+        step.map(|s| format!(" at {s}")).unwrap_or_default()
+    )]
     Spawn {
         /// The resolved program path.
         program: PathBuf,
-        /// The I/O error from fork, the child's setup or exec.
+        /// The I/O error from the launch, the child's set-up or exec.
         source: std::io::Error,
+        /// The step of the backend's confinement that failed, when it said
+        /// ([`SandboxBackend::step_name`](crate::SandboxBackend::step_name)).
+        step: Option<&'static str>,
     },
 }
 

@@ -62,6 +62,7 @@ pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, Wra
 pub use child::{ExitOutcome, RunningChild};
 pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
+pub use launch::LaunchError;
 pub use policy::{
     LimitRaiseError, LimitScope, LimitScopeError, LimitScopes, Limits, Network, SandboxPolicy,
 };

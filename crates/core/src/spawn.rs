@@ -262,11 +262,13 @@ impl Spawner {
             Some(d) => d.min(self.config.setup_timeout),
             None => self.config.setup_timeout,
         };
-        let child =
-            crate::launch::launch(cmd, setup_timeout).map_err(|source| SpawnError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
+        let child = crate::launch::launch(cmd, setup_timeout).map_err(|e| SpawnError::Spawn {
+            program: program.clone(),
+            source: e.source,
+            step: e
+                .step
+                .and_then(|id| self.backend.as_ref().and_then(|b| b.step_name(id))),
+        })?;
         // The child has exec'd (or failed, reported above): the parent's
         // copy of the verified program fd is no longer needed.
         drop(program_file);

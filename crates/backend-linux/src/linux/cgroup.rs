@@ -391,6 +391,19 @@ fn write(path: &Path, value: u64) -> std::io::Result<()> {
     f.write_all(value.to_string().as_bytes())
 }
 
+/// Moves the calling process into the sandbox's cgroups: writes `0` to
+/// each `tasks` (v1) or `cgroup.procs` (v2) fd, opened by the host (whose
+/// credentials the kernel checks). Async-signal-safe.
+pub(crate) fn join(fds: &[libc::c_int]) -> std::io::Result<()> {
+    for fd in fds {
+        // SAFETY: a write of a static byte to an fd the plan holds open.
+        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// What the Linux backend holds for one sandbox: its cgroups if any, the
 /// memory of its init (with a PID namespace), and the pid of the init,
 /// whose subtree is the sandbox.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use cordon_core::Availability;
 
-use super::{cgroup, filter, namespace_names, probe, uid};
+use super::{cgroup, namespace_names, probe, seccomp, uid};
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
 /// Why the backend cannot run here, one reason per missing mechanism.
@@ -23,7 +23,7 @@ fn missing(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Vec<String> {
     if let Err(r) = probe::seccomp() {
         reasons.push(r);
     }
-    if let Err(r) = filter::programs() {
+    if let Err(r) = seccomp::programs() {
         reasons.push(r);
     }
     if let Err(r) = probe::namespaces(layers) {
@@ -87,7 +87,7 @@ pub(crate) fn host_facts(
     f.insert(
         "seccomp".into(),
         match probe::seccomp() {
-            Ok(()) => filter::description(layers.seccomp_allowlist).into(),
+            Ok(()) => seccomp::description(layers.seccomp_allowlist).into(),
             Err(r) => format!("unavailable: {r}"),
         },
     );

@@ -17,8 +17,139 @@
 //! kernel asks of a map's writer) and exits. Raw syscalls only: it runs
 //! beside the launcher, in the same memory and thread-local storage.
 
-use super::child::IdMaps;
-use super::sys::raw;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::sys::{check_long, raw};
+
+/// `"deny"` for `/proc/self/setgroups` and the one-line maps.
+pub(crate) struct IdMaps {
+    pub uid_map: Vec<u8>,
+    pub gid_map: Vec<u8>,
+}
+
+impl IdMaps {
+    /// Writes `setgroups` (`deny`, required before an unprivileged
+    /// `gid_map`), then the uid and gid maps of the calling process.
+    /// Async-signal-safe.
+    pub(crate) fn write(&self) -> std::io::Result<()> {
+        write_file(c"/proc/self/setgroups", b"deny")?;
+        write_file(c"/proc/self/uid_map", &self.uid_map)?;
+        write_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+
+    /// Maps `inside` (the ids the program sees) to `outside` (its ids on
+    /// the host). On an unprivileged host they are the same, the caller's;
+    /// on a root host the program is `nobody` inside and has a uid of its
+    /// own outside.
+    pub(crate) fn new(inside: (u32, u32), outside: (u32, u32)) -> IdMaps {
+        IdMaps {
+            uid_map: format!("{} {} 1\n", inside.0, outside.0).into_bytes(),
+            gid_map: format!("{} {} 1\n", inside.1, outside.1).into_bytes(),
+        }
+    }
+}
+
+/// Writes `data` to the file at `path` (one `write`).
+fn write_file(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
+    // SAFETY: raw syscalls on a NUL-terminated path and a byte slice.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(if n < 0 {
+                err
+            } else {
+                std::io::Error::from_raw_os_error(libc::EIO)
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The step that leaves the new user namespace mapped: the root helper
+/// `writer` finishes, or (a host that keeps its uid) the launcher writes
+/// its own maps, or (no mount namespace, test layers only) nothing.
+/// Async-signal-safe.
+pub(crate) fn write(writer: Option<MapWriter>, maps: Option<&IdMaps>) -> std::io::Result<()> {
+    match (writer, maps) {
+        (Some(writer), _) => writer.finish(),
+        (None, Some(maps)) => {
+            // A host that keeps its uid writes its own maps, which needs its
+            // `/proc/self` files to be its own: its (the host's) memory
+            // dumpable. It is put back after, and launches of this host
+            // take turns here, or one could put it back while another
+            // writes.
+            let turn = CredTurn::take()?;
+            // SAFETY: prctl on integers.
+            check_long(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) }.into())?;
+            maps.write()?;
+            turn.end()
+        }
+        (None, None) => Ok(()),
+    }
+}
+
+/// Whose turn it is to change the shared dumpable flag (a host that keeps
+/// its uid): every launcher of this host shares this word (they run in its
+/// memory).
+static CRED_TURN: AtomicBool = AtomicBool::new(false);
+
+/// Holding the turn, with the host's dumpable flag as it was; dropping it
+/// puts the flag back (on every path, errors included) and passes the turn
+/// on. A spin lock with a bound: no futex or allocation in a launcher, and
+/// a launcher that died holding it (only with the host itself) makes the
+/// next spawns fail, not hang.
+struct CredTurn {
+    dumpable: libc::c_int,
+}
+
+impl CredTurn {
+    fn take() -> std::io::Result<CredTurn> {
+        // About a second of yields: the turn is held for a few syscalls.
+        for _ in 0..200_000 {
+            if CRED_TURN
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // SAFETY: prctl on integers.
+                let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+                return Ok(CredTurn { dumpable });
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        Err(std::io::Error::from_raw_os_error(libc::EBUSY))
+    }
+
+    /// Puts the flag back and passes the turn on, reporting a failure.
+    fn end(self) -> std::io::Result<()> {
+        let r = self.restore();
+        std::mem::forget(self);
+        CRED_TURN.store(false, Ordering::Release);
+        r
+    }
+
+    fn restore(&self) -> std::io::Result<()> {
+        if self.dumpable >= 0 {
+            // SAFETY: prctl on integers.
+            let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, self.dumpable, 0, 0, 0) };
+            check_long(r.into())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CredTurn {
+    fn drop(&mut self) {
+        let _ = self.restore();
+        CRED_TURN.store(false, Ordering::Release);
+    }
+}
 
 /// What the writer reads, on the launcher's stack (alive until the writer
 /// is reaped).
@@ -89,6 +220,8 @@ impl MapWriter {
             (maps.uid_map.as_ptr(), maps.uid_map.len()),
             (maps.gid_map.as_ptr(), maps.gid_map.len()),
         ];
+        // CLONE_UNTRACED: a tracer of the launcher must not follow it into
+        // a process that stays root.
         // SAFETY: the writer runs `writer_main` on its own stack with
         // `args`, which outlive it (the launcher reaps it before either
         // goes away).
@@ -96,7 +229,7 @@ impl MapWriter {
             libc::clone(
                 writer_main,
                 stack_top as *mut libc::c_void,
-                libc::CLONE_VM | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_UNTRACED | libc::SIGCHLD,
                 args as *mut WriterArgs as *mut libc::c_void,
             )
         };

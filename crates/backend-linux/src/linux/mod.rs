@@ -8,25 +8,32 @@ use cordon_core::{Limits, SandboxPolicy, WrapError};
 
 use crate::Layers;
 
+mod caps;
 mod cgroup;
-mod child;
+mod confine;
+mod creds;
 mod facts;
-mod filter;
+mod landlock_rules;
 mod maps;
 mod mounts;
+mod namespaces;
 mod net;
+mod plan;
 mod probe;
 mod quotas;
-mod rules;
+mod rlimits;
+mod seccomp;
 mod sys;
 mod tree;
 pub(crate) mod uid;
 
-use child::{ChildPlan, IdMaps};
+pub(crate) use confine::Step;
 pub(crate) use facts::{availability, host_facts};
+use landlock_rules::{Grant, PathRule};
+use maps::IdMaps;
 pub(crate) use mounts::shared_mountpoint;
 use mounts::MountPlan;
-use rules::{Grant, PathRule};
+use plan::ChildPlan;
 use uid::SandboxIds;
 
 const NAME: &str = "linux";
@@ -37,7 +44,10 @@ fn wrap_err(message: impl Into<String>) -> WrapError {
 
 /// The system directories every sandbox may read and execute from.
 pub(crate) fn exec_dirs() -> Vec<PathBuf> {
-    rules::SYSTEM_EXEC_DIRS.iter().map(PathBuf::from).collect()
+    landlock_rules::SYSTEM_EXEC_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// The seccomp filters, compiled once per process: they depend on nothing
@@ -45,77 +55,26 @@ pub(crate) fn exec_dirs() -> Vec<PathBuf> {
 /// spawn cost more than the rest of `wrap`.
 /// `egress`: the variant for an egress allowlist (TCP sockets allowed;
 /// the legacy pair already allows them).
-fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<filter::Program>>, String> {
-    type Compiled = Result<Arc<Vec<filter::Program>>, String>;
+fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<seccomp::Program>>, String> {
+    type Compiled = Result<Arc<Vec<seccomp::Program>>, String>;
     static FULL: OnceLock<Compiled> = OnceLock::new();
     static EGRESS: OnceLock<Compiled> = OnceLock::new();
     static LEGACY: OnceLock<Compiled> = OnceLock::new();
     if allowlist && egress {
         EGRESS
-            .get_or_init(|| filter::egress_programs().map(Arc::new))
+            .get_or_init(|| seccomp::egress_programs().map(Arc::new))
             .clone()
     } else if allowlist {
-        FULL.get_or_init(|| filter::programs().map(Arc::new))
+        FULL.get_or_init(|| seccomp::programs().map(Arc::new))
             .clone()
     } else {
         LEGACY
-            .get_or_init(|| filter::legacy_programs().map(Arc::new))
+            .get_or_init(|| seccomp::legacy_programs().map(Arc::new))
             .clone()
     }
 }
 
-/// `CLONE_NEWUSER` plus the namespaces of the enabled layers (the user
-/// namespace is created first, so the others belong to it).
-pub(crate) fn unshare_flags(layers: Layers) -> libc::c_int {
-    let mut flags = libc::CLONE_NEWUSER;
-    if layers.uts_namespace {
-        flags |= libc::CLONE_NEWUTS;
-    }
-    if layers.mount_namespace {
-        flags |= libc::CLONE_NEWNS;
-    }
-    if layers.pid_namespace {
-        flags |= libc::CLONE_NEWPID;
-    }
-    if layers.ipc_namespace {
-        flags |= libc::CLONE_NEWIPC;
-    }
-    flags
-}
-
-/// The namespaces a sandbox gets with `layers`, for facts and messages.
-pub(crate) fn namespace_names(layers: Layers) -> Vec<&'static str> {
-    let mut names = vec!["user"];
-    if layers.uts_namespace {
-        names.push("uts");
-    }
-    if layers.pid_namespace {
-        names.push("pid");
-    }
-    if layers.ipc_namespace {
-        names.push("ipc");
-    }
-    if layers.mount_namespace {
-        names.push("mount");
-    }
-    names
-}
-
-/// The sandbox's own helper process that shares its user namespace, and so
-/// its `RLIMIT_NPROC` count, with a PID namespace: the init. It is added to
-/// the limit so that the program's processes number `max_processes`. (The
-/// launcher is counted too until it exits, a few microseconds after the
-/// program's exec: a program that forks at once may meanwhile find one
-/// process fewer, never one more.)
-const HELPER_PROCESSES: u64 = 1;
-
-/// Address space each process may reserve beyond `memory_bytes` when no
-/// cgroup holds memory. Runtimes reserve far more than they touch (a JVM
-/// reserves its heap, 1 GiB of compressed class space and its code cache
-/// up front; it does not start under a 2 GiB address-space limit, and
-/// does under 1 GiB of data plus 3 GiB of headroom); what a process can
-/// actually write privately is held to `memory_bytes` by `RLIMIT_DATA`.
-pub(crate) const ADDRESS_SPACE_HEADROOM: u64 = 3 << 30;
+pub(crate) use namespaces::{names as namespace_names, unshare_flags};
 
 /// The smallest sandbox-wide memory limit a sandbox is started with.
 /// Until its exec the program shares the host's memory, and what the
@@ -137,49 +96,6 @@ fn check_memory_floor(limits: &Limits) -> Result<(), WrapError> {
         ))),
         _ => Ok(()),
     }
-}
-
-/// The rlimits of the sandbox. `cgroup_memory`: a cgroup holds memory for
-/// the sandbox as a whole, so no per-process memory rlimit is set (it
-/// would only stop the runtimes that reserve large ranges). With
-/// `Layers::kernel_quotas`, the quotas' rlimits too (`quotas.rs`).
-fn rlimits(
-    l: &Limits,
-    layers: Layers,
-    cgroup_memory: bool,
-) -> [(libc::__rlimit_resource_t, Option<u64>); 10] {
-    let helpers = if layers.pid_namespace {
-        HELPER_PROCESSES
-    } else {
-        0
-    };
-    let memory = l.memory_bytes.filter(|_| !cgroup_memory);
-    [
-        (
-            libc::RLIMIT_NPROC,
-            l.max_processes.map(|n| n.saturating_add(helpers)),
-        ),
-        // Private writable memory (heap, anonymous private maps, thread
-        // stacks), counted when mapped writable.
-        (libc::RLIMIT_DATA, memory),
-        // Everything mapped, shared memory included, with the headroom.
-        (
-            libc::RLIMIT_AS,
-            memory.map(|m| m.saturating_add(ADDRESS_SPACE_HEADROOM)),
-        ),
-        (libc::RLIMIT_NOFILE, l.open_files),
-        (libc::RLIMIT_CPU, l.cpu_seconds),
-        (libc::RLIMIT_FSIZE, l.file_size_bytes),
-        (libc::RLIMIT_CORE, Some(0)),
-        quota_rlimit(0, layers),
-        quota_rlimit(1, layers),
-        quota_rlimit(2, layers),
-    ]
-}
-
-fn quota_rlimit(i: usize, layers: Layers) -> (libc::__rlimit_resource_t, Option<u64>) {
-    let (resource, _, value) = quotas::RLIMITS[i];
-    (resource, layers.kernel_quotas.then_some(value))
 }
 
 pub(crate) fn wrap(
@@ -207,7 +123,7 @@ fn wrap_inner(
     // Paths: canonical, existing; the scratch dir must be a directory.
     let mut path_rules: Vec<PathRule> = Vec::new();
     let (scratch, scratch_is_dir) =
-        rules::canonical_grant("scratch", &policy.scratch_dir).map_err(wrap_err)?;
+        landlock_rules::canonical_grant("scratch", &policy.scratch_dir).map_err(wrap_err)?;
     if !scratch_is_dir {
         return Err(wrap_err(format!(
             "scratch path `{}` is not a directory",
@@ -221,7 +137,7 @@ fn wrap_inner(
         optional: false,
     });
     for f in &policy.program_files {
-        let (path, is_dir) = rules::canonical_grant("program", f).map_err(wrap_err)?;
+        let (path, is_dir) = landlock_rules::canonical_grant("program", f).map_err(wrap_err)?;
         path_rules.push(PathRule {
             path,
             is_dir,
@@ -230,7 +146,7 @@ fn wrap_inner(
         });
     }
     if let Some(pkg) = &policy.package_dir {
-        let (path, is_dir) = rules::canonical_grant("package", pkg).map_err(wrap_err)?;
+        let (path, is_dir) = landlock_rules::canonical_grant("package", pkg).map_err(wrap_err)?;
         path_rules.push(PathRule {
             path,
             is_dir,
@@ -239,7 +155,8 @@ fn wrap_inner(
         });
     }
     for p in &policy.read_only {
-        let (path, is_dir) = rules::canonical_grant("read-only grant", p).map_err(wrap_err)?;
+        let (path, is_dir) =
+            landlock_rules::canonical_grant("read-only grant", p).map_err(wrap_err)?;
         path_rules.push(PathRule {
             path,
             is_dir,
@@ -248,7 +165,8 @@ fn wrap_inner(
         });
     }
     for p in &policy.read_write {
-        let (path, is_dir) = rules::canonical_grant("read-write grant", p).map_err(wrap_err)?;
+        let (path, is_dir) =
+            landlock_rules::canonical_grant("read-write grant", p).map_err(wrap_err)?;
         path_rules.push(PathRule {
             path,
             is_dir,
@@ -256,9 +174,9 @@ fn wrap_inner(
             optional: false,
         });
     }
-    rules::check_no_read_only_under_writable(&path_rules).map_err(wrap_err)?;
+    landlock_rules::check_no_read_only_under_writable(&path_rules).map_err(wrap_err)?;
     // A scratch dir backed by a private tmpfs gets its Landlock rule in the
-    // child, on the tmpfs root (see child::add_scratch_rule): a rule on the
+    // child, on the tmpfs root (see landlock_rules::add_scratch_rule): a rule on the
     // host directory underneath would not apply to it.
     let scratch_is_private = layers.mount_namespace && !policy.scratch_persists;
     if scratch_is_private {
@@ -269,10 +187,10 @@ fn wrap_inner(
         .filter(|r| r.grant == Grant::ReadWrite)
         .map(|r| r.path.clone())
         .collect();
-    path_rules.extend(rules::system_rules());
+    path_rules.extend(landlock_rules::system_rules());
 
     let connect_port = allow_hosts.as_ref().map(|_| PROXY_PORT);
-    let ruleset = rules::build(abi, &path_rules, connect_port).map_err(wrap_err)?;
+    let ruleset = landlock_rules::build(abi, &path_rules, connect_port).map_err(wrap_err)?;
     let seccomp =
         compiled_filters(layers.seccomp_allowlist, allow_hosts.is_some()).map_err(wrap_err)?;
     if seccomp.is_empty() {
@@ -392,8 +310,9 @@ fn wrap_inner(
         mounts,
         quotas,
         hostname: layers.uts_namespace,
-        scratch_rights: rules::rights(landlock::ABI::from(abi), Grant::Scratch, true).bits(),
-        rlimits: rlimits(&policy.limits, layers, cgroup.is_some()),
+        scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
+            .bits(),
+        rlimits: rlimits::plan(&policy.limits, layers, cgroup.is_some()),
         last_cap: probe::last_cap(),
         ruleset,
         seccomp,
@@ -422,7 +341,7 @@ fn wrap_inner(
     // SAFETY: `confine` only issues raw syscalls on data prepared above and
     // builds io::Error from errno (no allocation): async-signal-safe.
     unsafe {
-        cmd.pre_exec(move |ctx| child::confine(&plan, ctx));
+        cmd.pre_exec(move |ctx| confine::confine(&plan, ctx));
     }
     Ok(
         (layers.sandbox_limits

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use super::child::IdMaps;
+use super::maps::IdMaps;
 use super::{mounts, namespace_names, unshare_flags};
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 

@@ -1520,8 +1520,9 @@ fn child_step_fails_closed(
     conds: Vec<seccompiler::SeccompRule>,
     errno: i32,
     private_scratch: bool,
+    step: &str,
 ) -> Outcome {
-    child_step_fails_closed_with(nr, conds, errno, private_scratch, Network::Deny)
+    child_step_fails_closed_with(nr, conds, errno, private_scratch, Network::Deny, step)
 }
 
 /// [`child_step_fails_closed`] for a policy with `network`.
@@ -1531,6 +1532,7 @@ fn child_step_fails_closed_with(
     errno: i32,
     private_scratch: bool,
     network: Network,
+    step: &str,
 ) -> Outcome {
     let scratch = existing_scratch();
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -1548,9 +1550,15 @@ fn child_step_fails_closed_with(
     install_fake_kernel(&[(nr, conds, errno as u32)]);
     match cmd.run_for_backend_tests(std::time::Duration::from_secs(30)) {
         Ok(out) => return Err(format!("spawned anyway: {:?}", out.status)),
-        Err(e) => ensure(e.raw_os_error() == Some(errno), || {
-            format!("spawn failed with {e}, expected errno {errno}")
-        })?,
+        Err(e) => {
+            ensure(e.source.raw_os_error() == Some(errno), || {
+                format!("spawn failed with {e}, expected errno {errno}")
+            })?;
+            let named = e.step.and_then(|id| LinuxBackend::new().step_name(id));
+            ensure(named == Some(step), || {
+                format!("spawn failed with {e}, named step {named:?}, expected {step}")
+            })?;
+        }
     }
     ensure(!marker.exists(), || "the program ran".into())
 }
@@ -1578,6 +1586,7 @@ fn child_fails_closed_when_the_init_cannot_start_the_program() -> Outcome {
         init_clone_of_the_program(),
         libc::EAGAIN,
         true,
+        "process_tree",
     )
 }
 
@@ -1590,7 +1599,14 @@ fn allow_example() -> Network {
 /// network (`listen`, which nothing else of the launch calls, fails):
 /// the spawn fails and nothing runs.
 fn egress_fails_closed_without_the_listener() -> Outcome {
-    child_step_fails_closed_with(libc::SYS_listen, vec![], libc::EPERM, true, allow_example())
+    child_step_fails_closed_with(
+        libc::SYS_listen,
+        vec![],
+        libc::EPERM,
+        true,
+        allow_example(),
+        "egress_listener",
+    )
 }
 
 /// The egress allowlist: `lo` cannot be brought up (`SIOCSIFFLAGS`
@@ -1605,15 +1621,23 @@ fn egress_fails_closed_without_loopback() -> Outcome {
     )
     .unwrap()])
     .unwrap()];
-    child_step_fails_closed_with(libc::SYS_ioctl, rule, libc::EPERM, true, allow_example())
+    child_step_fails_closed_with(
+        libc::SYS_ioctl,
+        rule,
+        libc::EPERM,
+        true,
+        allow_example(),
+        "egress_listener",
+    )
 }
 
 /// Root host: the helper that writes the maps cannot be made (a rule on
-/// its exact clone flags, `CLONE_VM | SIGCHLD`, which no other process of
-/// the launch uses): the spawn fails with that errno and nothing runs.
+/// its exact clone flags, `CLONE_VM | CLONE_UNTRACED | SIGCHLD`, which no
+/// other process of the launch uses): the spawn fails with that errno at
+/// that step and nothing runs.
 fn child_fails_closed_without_the_map_writer() -> Outcome {
     use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
-    let flags = (libc::CLONE_VM | libc::SIGCHLD) as u64;
+    let flags = (libc::CLONE_VM | libc::CLONE_UNTRACED | libc::SIGCHLD) as u64;
     let rule = vec![SeccompRule::new(vec![SeccompCondition::new(
         0,
         SeccompCmpArgLen::Qword,
@@ -1622,7 +1646,7 @@ fn child_fails_closed_without_the_map_writer() -> Outcome {
     )
     .unwrap()])
     .unwrap()];
-    child_step_fails_closed(libc::SYS_clone, rule, libc::EAGAIN, true)
+    child_step_fails_closed(libc::SYS_clone, rule, libc::EAGAIN, true, "map_writer")
 }
 
 fn prctl_option(option: i32) -> Vec<seccompiler::SeccompRule> {
@@ -1643,15 +1667,16 @@ fn child_fails_closed_without_restrict_self() -> Outcome {
         vec![],
         libc::ENOSYS,
         false,
+        "landlock_restrict_self",
     )
 }
 
 fn child_fails_closed_without_seccomp() -> Outcome {
-    child_step_fails_closed(libc::SYS_seccomp, vec![], libc::ENOSYS, false)
+    child_step_fails_closed(libc::SYS_seccomp, vec![], libc::ENOSYS, false, "seccomp")
 }
 
 fn child_fails_closed_without_userns() -> Outcome {
-    child_step_fails_closed(libc::SYS_unshare, vec![], libc::EPERM, false)
+    child_step_fails_closed(libc::SYS_unshare, vec![], libc::EPERM, false, "unshare")
 }
 
 /// Root only: the drop to uid 65534 is a step of its own.
@@ -1660,11 +1685,11 @@ fn child_fails_closed_without_setresuid() -> Outcome {
     if unsafe { libc::geteuid() } != 0 {
         return Err("this scenario needs root (only a root host drops its uid)".into());
     }
-    child_step_fails_closed(libc::SYS_setresuid, vec![], libc::EPERM, false)
+    child_step_fails_closed(libc::SYS_setresuid, vec![], libc::EPERM, false, "setresuid")
 }
 
 fn child_fails_closed_without_capset() -> Outcome {
-    child_step_fails_closed(libc::SYS_capset, vec![], libc::EPERM, false)
+    child_step_fails_closed(libc::SYS_capset, vec![], libc::EPERM, false, "capabilities")
 }
 
 fn child_fails_closed_without_no_new_privs() -> Outcome {
@@ -1673,25 +1698,38 @@ fn child_fails_closed_without_no_new_privs() -> Outcome {
         prctl_option(libc::PR_SET_NO_NEW_PRIVS),
         libc::EINVAL,
         false,
+        "no_new_privs",
     )
 }
 
 fn child_fails_closed_without_setrlimit() -> Outcome {
     // glibc's setrlimit is the prlimit64 syscall.
-    child_step_fails_closed(libc::SYS_prlimit64, vec![], libc::EPERM, false)
+    child_step_fails_closed(libc::SYS_prlimit64, vec![], libc::EPERM, false, "setrlimit")
 }
 
 fn child_fails_closed_without_mount() -> Outcome {
-    child_step_fails_closed(libc::SYS_mount, vec![], libc::EPERM, true)
+    child_step_fails_closed(libc::SYS_mount, vec![], libc::EPERM, true, "mounts")
 }
 
 fn child_fails_closed_without_mount_setattr() -> Outcome {
-    child_step_fails_closed(libc::SYS_mount_setattr, vec![], libc::ENOSYS, false)
+    child_step_fails_closed(
+        libc::SYS_mount_setattr,
+        vec![],
+        libc::ENOSYS,
+        false,
+        "mounts",
+    )
 }
 
 /// The rule for a private tmpfs scratch is added in the child.
 fn child_fails_closed_without_landlock_add_rule() -> Outcome {
-    child_step_fails_closed(libc::SYS_landlock_add_rule, vec![], libc::ENOSYS, true)
+    child_step_fails_closed(
+        libc::SYS_landlock_add_rule,
+        vec![],
+        libc::ENOSYS,
+        true,
+        "landlock_add_rule",
+    )
 }
 
 /// Breach: the program's own directory used to be granted read + execute,

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::ffi::{CString, OsString};
 
 use super::wait::{setup_timed_out, wait_launch, Waited};
+use super::LaunchError;
 use super::*;
 use crate::command::Hook;
 use crate::sys::raw;
@@ -122,7 +123,7 @@ fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
 pub(crate) fn launch(
     cmd: ChildCommand,
     setup_timeout: std::time::Duration,
-) -> std::io::Result<Launched> {
+) -> Result<Launched, LaunchError> {
     let ChildCommand {
         program,
         arg0,
@@ -241,7 +242,7 @@ pub(crate) fn launch(
         Ok(pid) => pid,
         Err(e) => {
             stack.give_back();
-            return Err(e);
+            return Err(e.into());
         }
     };
     // Our copy of the report's write end goes now (or EOF never
@@ -280,7 +281,7 @@ pub(crate) fn launch(
             for p in std::iter::once(pid).chain(report.announced()) {
                 reap_now(p);
             }
-            return Err(setup_timed_out(setup_timeout));
+            return Err(setup_timed_out(setup_timeout).into());
         }
         Waited::Stuck => {
             // A process of the launch may still run on this memory:
@@ -288,7 +289,7 @@ pub(crate) fn launch(
             // its mapping stays, unused).
             let _ = stack;
             Box::leak(state);
-            return Err(setup_timed_out(setup_timeout));
+            return Err(setup_timed_out(setup_timeout).into());
         }
     };
     stack.give_back();
@@ -301,7 +302,10 @@ pub(crate) fn launch(
         for p in report.announced().filter(|&p| p != pid) {
             kill_and_reap(p);
         }
-        return Err(std::io::Error::from_raw_os_error(errno));
+        return Err(LaunchError {
+            source: std::io::Error::from_raw_os_error(errno),
+            step: report.step,
+        });
     }
     if leader != pid {
         // The process we cloned handed over and has exited.
@@ -316,7 +320,8 @@ pub(crate) fn launch(
                 format!(
                     "cannot watch the child (pidfds and waitid(P_PIDFD) need Linux >= 5.4): {e}"
                 ),
-            ));
+            )
+            .into());
         }
     };
     let [i, o, e] = ours;
@@ -335,7 +340,7 @@ pub(crate) fn launch(
         Err(e) => {
             // The program runs: it must not outlive a failed spawn.
             kill_and_reap(leader);
-            return Err(e);
+            return Err(e.into());
         }
     };
     Ok(Launched {

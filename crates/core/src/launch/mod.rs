@@ -43,6 +43,25 @@ pub(crate) struct Launched {
     pub stderr: Option<ChildStderr>,
 }
 
+/// Why a launch failed: the error, and the backend's step that reported it
+/// ([`ChildContext::report_step`](crate::ChildContext::report_step)), if
+/// one did. [`SandboxBackend::step_name`](crate::SandboxBackend::step_name)
+/// names the step.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}{}", step.map(|s| format!(" (at step {s})")).unwrap_or_default())]
+pub struct LaunchError {
+    /// The error the launch or the step reported (its errno kept).
+    pub source: std::io::Error,
+    /// The id of the last step the child reported before it failed.
+    pub step: Option<u32>,
+}
+
+impl From<std::io::Error> for LaunchError {
+    fn from(source: std::io::Error) -> Self {
+        LaunchError { source, step: None }
+    }
+}
+
 /// How the runner waits for the child.
 pub(crate) enum Leader {
     /// Linux: a pidfd (readable once the process has exited); the process
@@ -58,7 +77,7 @@ pub(crate) enum Leader {
 pub(crate) fn launch(
     cmd: ChildCommand,
     _setup_timeout: std::time::Duration,
-) -> std::io::Result<Launched> {
+) -> Result<Launched, LaunchError> {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let ChildCommand {

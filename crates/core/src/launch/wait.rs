@@ -3,7 +3,7 @@
 //! it passes. Raw syscalls only and no allocation while the child may run:
 //! it shares this thread's memory and thread-local storage.
 
-use crate::command::{REPORT_ERROR, REPORT_HANDED_OVER, REPORT_STARTED};
+use crate::command::{REPORT_ERROR, REPORT_HANDED_OVER, REPORT_STARTED, REPORT_STEP};
 use crate::sys::raw;
 
 pub(super) fn setup_timed_out(timeout: std::time::Duration) -> std::io::Error {
@@ -29,6 +29,8 @@ pub(super) struct Report {
     /// The process handed over to, if any.
     pub(super) leader: Option<libc::pid_t>,
     pub(super) error: Option<libc::c_int>,
+    /// The first step a hook reported failing at.
+    pub(super) step: Option<u32>,
     announced: [libc::pid_t; MAX_ANNOUNCED],
     n_announced: usize,
 }
@@ -40,6 +42,7 @@ impl Report {
             len: 0,
             leader: None,
             error: None,
+            step: None,
             announced: [0; MAX_ANNOUNCED],
             n_announced: 0,
         }
@@ -79,6 +82,9 @@ impl Report {
                 self.announce(value);
             }
             REPORT_STARTED if value > 0 => self.announce(value),
+            REPORT_STEP => {
+                self.step.get_or_insert(value as u32);
+            }
             _ => {
                 self.error.get_or_insert(libc::EPROTO);
             }

@@ -249,21 +249,24 @@ pub(crate) unsafe fn split(slot: usize, ctx: &ChildContext) -> std::io::Result<(
 pub(crate) use super::sys::raw;
 
 /// The init could not start the program: reports `errno` as the launch's
-/// failure (so the spawn fails instead of looking like the program's exit)
+/// failure, at [`Step::ProcessTree`](super::confine::Step::ProcessTree) (so the spawn fails instead of looking like the program's exit)
 /// and exits. Raw syscalls only.
 fn init_fail(shared: &Shared, errno: isize) -> ! {
-    let rec = cordon_core::ChildContext::error_record(errno as libc::c_int);
+    let step = ChildContext::step_record(super::confine::Step::ProcessTree as u32);
+    let rec = ChildContext::error_record(errno as libc::c_int);
     let fd = shared.report_fd.load(Ordering::Relaxed);
-    // SAFETY: a write of a local buffer, then the exit.
+    // SAFETY: writes of local buffers, then the exit.
     unsafe {
         if fd >= 0 {
-            raw(
-                libc::SYS_write,
-                fd as usize,
-                rec.as_ptr() as usize,
-                rec.len(),
-                0,
-            );
+            for r in [&step, &rec] {
+                raw(
+                    libc::SYS_write,
+                    fd as usize,
+                    r.as_ptr() as usize,
+                    r.len(),
+                    0,
+                );
+            }
         }
         raw(libc::SYS_exit_group, 1, 0, 0, 0);
     }

@@ -338,6 +338,64 @@ pub(crate) fn build(
     fd.ok_or_else(|| "the Landlock ruleset has no file descriptor (Landlock unsupported)".into())
 }
 
+/// `struct landlock_path_beneath_attr` (packed in the kernel's UAPI).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_uint = 1;
+
+/// Adds a rule for the private tmpfs now mounted on the cwd (the
+/// scratch) with `rights` to `ruleset`, before `landlock_restrict_self`
+/// snapshots it: Landlock ignores a rule on a mount point hidden under a
+/// mount, so the rule must name the tmpfs root, which exists only in the
+/// child. Async-signal-safe.
+pub(crate) fn add_scratch_rule(ruleset: &std::os::fd::OwnedFd, rights: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: raw syscalls on a NUL-terminated string, an fd we own and a
+    // struct the kernel reads `size_of` bytes from.
+    unsafe {
+        let dir = libc::open(
+            c".".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: rights,
+            parent_fd: dir,
+        };
+        let r = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(dir);
+        if r < 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// `landlock_restrict_self(ruleset, 0)`: the calling thread (the whole
+/// program, single-threaded here) is confined by the ruleset from now on,
+/// and so is everything it starts. Async-signal-safe.
+pub(crate) fn restrict_self(ruleset: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a raw syscall on an fd we own.
+    super::sys::check_long(unsafe {
+        libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,206 @@
+//! The confinement, as the list of its steps: what runs in the child
+//! between its launch and its `exec`, in this order, each step a function
+//! of the module of its mechanism (read [`confine`] top to bottom).
+//!
+//! Everything here is async-signal-safe: raw syscalls on data prepared in
+//! the parent ([`ChildPlan`]), `io::Error` built from errno, no
+//! allocation, no locks. The first step that fails ends the launch: it
+//! reports its [`Step`] on the launch's report pipe
+//! ([`ChildContext::report_step`]) and returns the errno, which core turns
+//! into a spawn error naming the step ("EPERM at landlock_restrict_self");
+//! the program is never executed.
+//!
+//! It runs in core's launcher, a `clone(CLONE_VM)` child in the host's
+//! memory. With a PID namespace the launcher hands over to the init once
+//! the namespaces exist, and the steps after [`Step::ProcessTree`] run in
+//! the program process that [`tree::split`](super::tree::split) creates
+//! inside the new namespace.
+
+use cordon_core::ChildContext;
+
+use super::plan::ChildPlan;
+use super::{caps, cgroup, creds, landlock_rules, maps, namespaces, net, quotas, rlimits, seccomp};
+
+/// One step of the confinement, by a stable id (its number on the report
+/// pipe) and name (in errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Step {
+    /// Join the sandbox's cgroups (`cgroup.rs`).
+    CgroupJoin = 1,
+    /// Start the root helper that writes the maps (`maps.rs`).
+    MapWriter = 2,
+    /// Become the sandbox's uid and gid (`creds.rs`).
+    Credentials = 3,
+    /// Unshare the user namespace and the others (`namespaces.rs`).
+    Namespaces = 4,
+    /// Write the uid/gid maps (`maps.rs`).
+    IdMaps = 5,
+    /// The quotas of the new user namespace (`quotas.rs`).
+    Quotas = 6,
+    /// The UTS namespace's hostname (`quotas.rs`).
+    Hostname = 7,
+    /// Re-arm the parent-death signal (`creds.rs`).
+    ParentDeath = 8,
+    /// Open the egress proxy's listener and send it out (`net.rs`).
+    EgressListener = 9,
+    /// Make the init and the program (`tree/`).
+    ProcessTree = 10,
+    /// The mount namespace (`mounts.rs`).
+    Mounts = 11,
+    /// The Landlock rule of the private scratch (`landlock_rules.rs`).
+    ScratchRule = 12,
+    /// The rlimits (`rlimits.rs`).
+    Rlimits = 13,
+    /// Drop every capability (`caps.rs`).
+    Capabilities = 14,
+    /// `PR_SET_NO_NEW_PRIVS` (`caps.rs`).
+    NoNewPrivs = 15,
+    /// `landlock_restrict_self` (`landlock_rules.rs`).
+    Landlock = 16,
+    /// Install the seccomp filters (`seccomp/`).
+    Seccomp = 17,
+}
+
+impl Step {
+    /// Every step, in the order [`confine`] takes them.
+    pub(crate) const ALL: [Step; 17] = [
+        Step::CgroupJoin,
+        Step::MapWriter,
+        Step::Credentials,
+        Step::Namespaces,
+        Step::IdMaps,
+        Step::Quotas,
+        Step::Hostname,
+        Step::ParentDeath,
+        Step::EgressListener,
+        Step::ProcessTree,
+        Step::Mounts,
+        Step::ScratchRule,
+        Step::Rlimits,
+        Step::Capabilities,
+        Step::NoNewPrivs,
+        Step::Landlock,
+        Step::Seccomp,
+    ];
+
+    /// The name errors give it: what failed, by the call or mechanism.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Step::CgroupJoin => "cgroup_join",
+            Step::MapWriter => "map_writer",
+            Step::Credentials => "setresuid",
+            Step::Namespaces => "unshare",
+            Step::IdMaps => "uid_map",
+            Step::Quotas => "user_namespace_quotas",
+            Step::Hostname => "sethostname",
+            Step::ParentDeath => "parent_death_signal",
+            Step::EgressListener => "egress_listener",
+            Step::ProcessTree => "process_tree",
+            Step::Mounts => "mounts",
+            Step::ScratchRule => "landlock_add_rule",
+            Step::Rlimits => "setrlimit",
+            Step::Capabilities => "capabilities",
+            Step::NoNewPrivs => "no_new_privs",
+            Step::Landlock => "landlock_restrict_self",
+            Step::Seccomp => "seccomp",
+        }
+    }
+
+    /// The step with report id `id`.
+    pub(crate) fn from_id(id: u32) -> Option<Step> {
+        Step::ALL.into_iter().find(|s| *s as u32 == id)
+    }
+}
+
+/// Runs in the child before exec. Returns only in the process that is to
+/// execute the program; with a PID namespace the launcher hands over and
+/// the init never returns (both exit).
+pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<()> {
+    let at = |step: Step| {
+        move |e: std::io::Error| {
+            ctx.report_step(step as u32);
+            e
+        }
+    };
+    // Into the sandbox's cgroups first, while still allowed to write there:
+    // everything it makes is counted from now on. With a PID namespace the
+    // program joins instead (below): the init shares the host's memory,
+    // and the cgroup's OOM killer, which kills every process sharing its
+    // victim's memory, must never pick it.
+    if plan.tree_slot.is_none() {
+        cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
+    }
+    // A root host's maps are written by a helper that stays root, made
+    // before the uid changes: this process shares the host's memory, which
+    // must not be dumpable while it runs as the sandbox's uid (maps.rs).
+    let mut writer_args = maps::WriterArgs::new();
+    let writer = match (plan.map_writer_stack, &plan.id_maps) {
+        // SAFETY: the stack is the slot's, owned by this launch.
+        (Some(stack), Some(m)) => Some(
+            unsafe { maps::MapWriter::start(m, stack, &mut writer_args) }
+                .map_err(at(Step::MapWriter))?,
+        ),
+        _ => None,
+    };
+    if let Some((uid, gid)) = plan.drop_to {
+        creds::become_ids(uid, gid).map_err(at(Step::Credentials))?;
+    }
+    namespaces::enter(plan.unshare_flags).map_err(at(Step::Namespaces))?;
+    maps::write(writer, plan.id_maps.as_ref()).map_err(at(Step::IdMaps))?;
+    // While this process holds the new user namespace's capabilities.
+    if let Some(q) = &plan.quotas {
+        q.apply().map_err(at(Step::Quotas))?;
+    }
+    if plan.hostname {
+        quotas::set_hostname().map_err(at(Step::Hostname))?;
+    }
+    creds::rearm_parent_death(plan.parent_pid).map_err(at(Step::ParentDeath))?;
+    if let Some(egress) = &plan.egress {
+        // SAFETY: between the launch and the exec, with the plan's socket
+        // open (the plan owns it).
+        unsafe { net::open_way_out(egress) }.map_err(at(Step::EgressListener))?;
+    }
+    // From here on, with a PID namespace, this is the program (pid 2).
+    if let Some(slot) = plan.tree_slot {
+        // SAFETY: the slot is held by the resources, which outlive the
+        // launch.
+        unsafe { super::tree::split(slot, ctx) }.map_err(at(Step::ProcessTree))?;
+        cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
+    }
+    if let Some(mounts) = &plan.mounts {
+        mounts
+            .apply(plan.tree_slot.is_some())
+            .map_err(at(Step::Mounts))?;
+        if mounts.scratch_is_private() {
+            landlock_rules::add_scratch_rule(&plan.ruleset, plan.scratch_rights)
+                .map_err(at(Step::ScratchRule))?;
+        }
+    }
+    rlimits::apply(&plan.rlimits).map_err(at(Step::Rlimits))?;
+    caps::drop_all(plan.last_cap).map_err(at(Step::Capabilities))?;
+    caps::no_new_privs().map_err(at(Step::NoNewPrivs))?;
+    landlock_rules::restrict_self(&plan.ruleset).map_err(at(Step::Landlock))?;
+    // Last, so nothing above is itself filtered; the program can neither
+    // trace nor signal the init (this filter, no capabilities, Landlock's
+    // ptrace and signal scoping).
+    seccomp::install(&plan.seccomp).map_err(at(Step::Seccomp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Step;
+
+    #[test]
+    fn step_ids_are_stable_and_distinct() {
+        for (i, s) in Step::ALL.iter().enumerate() {
+            assert_eq!(*s as u32, i as u32 + 1);
+            assert_eq!(Step::from_id(*s as u32), Some(*s));
+        }
+        let mut names: Vec<_> = Step::ALL.iter().map(|s| s.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Step::ALL.len());
+        assert_eq!(Step::from_id(0), None);
+    }
+}
