@@ -133,113 +133,27 @@ pub(crate) fn launch(
         stdio,
         hooks,
     } = cmd;
-    // Every byte the child needs, made here: it must not allocate.
-    let path = cstring("program path", program.as_bytes())?;
-    let argv_c = std::iter::once(&arg0)
-        .chain(&args)
-        .map(|a| cstring("argument", a.as_bytes()))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let envp_c = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv: OsString = k.clone();
-            kv.push("=");
-            kv.push(v);
-            cstring("environment", kv.as_bytes())
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let cwd = cstring("working directory", cwd.as_os_str().as_bytes())?;
-    let argv: Vec<*const libc::c_char> = argv_c
-        .iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = envp_c
-        .iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-
-    // Stdio: the child's ends (closed here once it has started) and
-    // ours.
-    let mut child_ends: Vec<OwnedFd> = Vec::with_capacity(3);
-    let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
-    let mut child_fds = [-1; 3];
-    for (i, s) in stdio.into_iter().enumerate() {
-        let end = match s {
-            ChildStdio::Fd(fd) => fd,
-            ChildStdio::Piped => {
-                let (r, w) = pipe()?;
-                let (theirs, mine) = if i == 0 { (r, w) } else { (w, r) };
-                ours[i] = Some(mine);
-                theirs
-            }
-        };
-        child_fds[i] = end.as_raw_fd();
-        child_ends.push(end);
-    }
+    let mut ends = StdioEnds::make(stdio)?;
     let (report_r, report_w) = pipe()?;
     // On a host started without fds 0–2 the report pipe could be one of
     // them, which the child's stdio then replaces: its errors would be
     // lost. Keep it above.
     let report_w = above_stdio(report_w)?;
-    let mut state = Box::new(ChildState {
-        path,
-        _argv_c: argv_c,
-        _envp_c: envp_c,
-        cwd,
-        argv,
-        envp,
-        stdio: child_fds,
+    let mut state = Box::new(ChildState::new(
+        &program,
+        std::iter::once(&arg0).chain(&args),
+        &env,
+        &cwd,
+        ends.child_fds,
         hooks,
-        ctx: ChildContext {
-            report_fd: report_w.as_raw_fd(),
-        },
-    });
+        report_w.as_raw_fd(),
+    )?);
     let stack = Stack::take()?;
     let deadline = std::time::Instant::now() + setup_timeout;
-
-    let all: u64 = !0;
-    let mut old: u64 = 0;
-    // SAFETY: every signal is blocked around the clone, so none is
-    // handled in the child (by a host handler, on the host's memory)
-    // before it has reset the handlers; the raw syscall blocks glibc's
-    // internal signals too. They stay blocked on this thread until the
-    // launch has ended (`wait_launch`), as with vfork: the child shares
-    // this thread's thread-local storage, which a handler here could
-    // change under it. The child runs `child_main` on `stack` with
-    // `state`, both of which outlive it (released only after the
-    // report's EOF, or leaked).
-    let pid = unsafe {
-        raw(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK as usize,
-            &all as *const u64 as usize,
-            &mut old as *mut u64 as usize,
-            8,
-        );
-        let pid = libc::clone(
-            child_main,
-            stack.top(),
-            libc::CLONE_VM | libc::SIGCHLD,
-            &mut *state as *mut ChildState as *mut libc::c_void,
-        );
-        if pid < 0 {
-            let err = std::io::Error::last_os_error();
-            raw(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK as usize,
-                &old as *const u64 as usize,
-                0,
-                8,
-            );
-            Err(err)
-        } else {
-            Ok(pid)
-        }
-    };
-    let pid = match pid {
-        Ok(pid) => pid,
+    // SAFETY: `state` and `stack` outlive the child: they are released
+    // only after the report's EOF, or leaked.
+    let (pid, mask) = match unsafe { clone_child(&mut state, &stack) } {
+        Ok(started) => started,
         Err(e) => {
             stack.give_back();
             return Err(e.into());
@@ -263,16 +177,9 @@ pub(crate) fn launch(
     // before it): only then can another launch have the stack.
     let waited = wait_launch(report_r.as_raw_fd(), pid, deadline);
     // SAFETY: restoring this thread's signal mask.
-    unsafe {
-        raw(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK as usize,
-            &old as *const u64 as usize,
-            0,
-            8,
-        )
-    };
-    drop(child_ends);
+    unsafe { set_signal_mask(&mask, None) };
+    // The child's ends: it has its copies (or has ended).
+    ends.child_ends.clear();
     let report = match waited {
         Waited::Ended(report) => report,
         Waited::Killed(report) => {
@@ -294,23 +201,7 @@ pub(crate) fn launch(
     };
     stack.give_back();
     drop(state);
-    let leader = report.leader.unwrap_or(pid);
-    if let Some(errno) = report.error {
-        // Nothing ran. Reap what was started (an init handed over to
-        // ends as soon as its program has).
-        reap_now(pid);
-        for p in report.announced().filter(|&p| p != pid) {
-            kill_and_reap(p);
-        }
-        return Err(LaunchError {
-            source: std::io::Error::from_raw_os_error(errno),
-            step: report.step,
-        });
-    }
-    if leader != pid {
-        // The process we cloned handed over and has exited.
-        reap_now(pid);
-    }
+    let leader = leader_of(&report, pid)?;
     let pidfd = match pidfd_open(leader) {
         Ok(fd) => fd,
         Err(e) => {
@@ -324,18 +215,7 @@ pub(crate) fn launch(
             .into());
         }
     };
-    let [i, o, e] = ours;
-    let stdio = (|| {
-        Ok::<_, std::io::Error>((
-            i.map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd)))
-                .transpose()?,
-            o.map(|fd| ChildStdout::from_std(std::process::ChildStdout::from(fd)))
-                .transpose()?,
-            e.map(|fd| ChildStderr::from_std(std::process::ChildStderr::from(fd)))
-                .transpose()?,
-        ))
-    })();
-    let (stdin, stdout, stderr) = match stdio {
+    let (stdin, stdout, stderr) = match ends.into_tokio() {
         Ok(s) => s,
         Err(e) => {
             // The program runs: it must not outlive a failed spawn.
@@ -350,6 +230,176 @@ pub(crate) fn launch(
         stdout,
         stderr,
     })
+}
+
+impl ChildState {
+    /// Every byte the child needs, made here: it must not allocate.
+    fn new<'a>(
+        program: &std::ffi::OsStr,
+        argv: impl Iterator<Item = &'a OsString>,
+        env: &[(OsString, OsString)],
+        cwd: &std::path::Path,
+        stdio: [libc::c_int; 3],
+        hooks: Vec<Hook>,
+        report_fd: libc::c_int,
+    ) -> std::io::Result<ChildState> {
+        let path = cstring("program path", program.as_bytes())?;
+        let argv_c = argv
+            .map(|a| cstring("argument", a.as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let envp_c = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv: OsString = k.clone();
+                kv.push("=");
+                kv.push(v);
+                cstring("environment", kv.as_bytes())
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let cwd = cstring("working directory", cwd.as_os_str().as_bytes())?;
+        let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
+            strings
+                .iter()
+                .map(|c| c.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Ok(ChildState {
+            path,
+            argv: pointers(&argv_c),
+            envp: pointers(&envp_c),
+            _argv_c: argv_c,
+            _envp_c: envp_c,
+            cwd,
+            stdio,
+            hooks,
+            ctx: ChildContext { report_fd },
+        })
+    }
+}
+
+/// The child's stdio: its ends (closed here once it has started) and
+/// ours, for the pipes.
+struct StdioEnds {
+    child_ends: Vec<OwnedFd>,
+    child_fds: [libc::c_int; 3],
+    ours: [Option<OwnedFd>; 3],
+}
+
+impl StdioEnds {
+    fn make(stdio: [ChildStdio; 3]) -> std::io::Result<StdioEnds> {
+        let mut ends = StdioEnds {
+            child_ends: Vec::with_capacity(3),
+            child_fds: [-1; 3],
+            ours: [None, None, None],
+        };
+        for (i, s) in stdio.into_iter().enumerate() {
+            let end = match s {
+                ChildStdio::Fd(fd) => fd,
+                ChildStdio::Piped => {
+                    let (r, w) = pipe()?;
+                    let (theirs, mine) = if i == 0 { (r, w) } else { (w, r) };
+                    ends.ours[i] = Some(mine);
+                    theirs
+                }
+            };
+            ends.child_fds[i] = end.as_raw_fd();
+            ends.child_ends.push(end);
+        }
+        Ok(ends)
+    }
+
+    /// Our ends of the pipes, for tokio.
+    #[allow(clippy::type_complexity)]
+    fn into_tokio(
+        self,
+    ) -> std::io::Result<(Option<ChildStdin>, Option<ChildStdout>, Option<ChildStderr>)> {
+        let [i, o, e] = self.ours;
+        Ok((
+            i.map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd)))
+                .transpose()?,
+            o.map(|fd| ChildStdout::from_std(std::process::ChildStdout::from(fd)))
+                .transpose()?,
+            e.map(|fd| ChildStderr::from_std(std::process::ChildStderr::from(fd)))
+                .transpose()?,
+        ))
+    }
+}
+
+/// Sets this thread's signal mask to `mask` (the old one into `old`), by
+/// raw syscall: glibc's wrapper would keep its internal signals.
+///
+/// # Safety
+/// Changes what this thread may be interrupted by.
+unsafe fn set_signal_mask(mask: &u64, old: Option<&mut u64>) {
+    let old = old.map_or(0, |o| o as *mut u64 as usize);
+    // SAFETY: as promised by the caller; the masks are locals of ours.
+    unsafe {
+        raw(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as usize,
+            mask as *const u64 as usize,
+            old,
+            8,
+        )
+    };
+}
+
+/// Clones the child onto `stack` to run `child_main` with `state`, with
+/// every signal blocked; returns its pid and the mask to restore once the
+/// launch has ended.
+///
+/// Every signal is blocked around the clone, so none is handled in the
+/// child (by a host handler, on the host's memory) before it has reset
+/// the handlers; the raw syscall blocks glibc's internal signals too.
+/// They stay blocked on this thread until the launch has ended
+/// (`wait_launch`), as with vfork: the child shares this thread's
+/// thread-local storage, which a handler here could change under it.
+///
+/// # Safety
+/// `state` and `stack` must outlive the child's use of them.
+unsafe fn clone_child(state: &mut ChildState, stack: &Stack) -> std::io::Result<(i32, u64)> {
+    let all: u64 = !0;
+    let mut old: u64 = 0;
+    // SAFETY: as promised by the caller.
+    unsafe {
+        set_signal_mask(&all, Some(&mut old));
+        let pid = libc::clone(
+            child_main,
+            stack.top(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            state as *mut ChildState as *mut libc::c_void,
+        );
+        if pid < 0 {
+            let err = std::io::Error::last_os_error();
+            set_signal_mask(&old, None);
+            return Err(err);
+        }
+        Ok((pid, old))
+    }
+}
+
+/// The process the runner waits for, once the launch has ended: the one
+/// cloned, or the one it handed over to. On a reported error nothing ran:
+/// what was started is reaped (an init handed over to ends as soon as
+/// its program has) and the error, with its step, is returned.
+fn leader_of(report: &super::wait::Report, pid: libc::pid_t) -> Result<libc::pid_t, LaunchError> {
+    let leader = report.leader.unwrap_or(pid);
+    if let Some(errno) = report.error {
+        reap_now(pid);
+        for p in report.announced().filter(|&p| p != pid) {
+            kill_and_reap(p);
+        }
+        return Err(LaunchError {
+            source: std::io::Error::from_raw_os_error(errno),
+            step: report.step,
+        });
+    }
+    if leader != pid {
+        // The process we cloned handed over and has exited.
+        reap_now(pid);
+    }
+    Ok(leader)
 }
 
 fn pidfd_open(pid: libc::pid_t) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {

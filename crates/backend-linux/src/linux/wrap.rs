@@ -1,0 +1,292 @@
+//! `wrap`, in the parent: checks the policy and the host, prepares
+//! everything the child's steps need ([`ChildPlan`]: the Landlock ruleset,
+//! the seccomp filter, the mounts, the ids and maps, the cgroup, the init's
+//! memory, the egress socketpair), and installs [`confine`] as the
+//! command's pre-exec hook. Any error here means nothing is started.
+//!
+//! [`confine`]: super::confine::confine
+
+use std::path::{Path, PathBuf};
+
+use cordon_core::egress::PROXY_PORT;
+use cordon_core::{SandboxPolicy, WrapError};
+
+use super::landlock_rules::{self, Grant, PathRule};
+use super::maps::IdMaps;
+use super::mounts::{self, MountPlan};
+use super::plan::ChildPlan;
+use super::uid::{self, SandboxIds};
+use super::{
+    cgroup, check_memory_floor, compiled_filters, confine, net, probe, quotas, rlimits, tree,
+    unshare_flags, wrap_err,
+};
+use crate::Layers;
+
+pub(crate) fn wrap(
+    cmd: &mut cordon_core::ChildCommand,
+    policy: &SandboxPolicy,
+    layers: Layers,
+    pool: Result<&uid::UidPool, &str>,
+) -> Result<cordon_core::WrapResources, WrapError> {
+    wrap_inner(cmd, policy, layers, pool).inspect_err(|e| {
+        tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
+    })
+}
+
+fn wrap_inner(
+    cmd: &mut cordon_core::ChildCommand,
+    policy: &SandboxPolicy,
+    layers: Layers,
+    pool: Result<&uid::UidPool, &str>,
+) -> Result<cordon_core::WrapResources, WrapError> {
+    let allow_hosts = net::allowlist(&policy.network, layers).map_err(wrap_err)?;
+    let abi = probe::landlock_abi().map_err(wrap_err)?;
+    probe::seccomp().map_err(wrap_err)?;
+
+    let grants = Grants::of(policy, layers)?;
+    let connect_port = allow_hosts.as_ref().map(|_| PROXY_PORT);
+    let ruleset = landlock_rules::build(abi, &grants.rules, connect_port).map_err(wrap_err)?;
+    let seccomp =
+        compiled_filters(layers.seccomp_allowlist, allow_hosts.is_some()).map_err(wrap_err)?;
+    if seccomp.is_empty() {
+        return Err(wrap_err(
+            "no seccomp filter was built: refusing to run unfiltered",
+        ));
+    }
+
+    // SAFETY: geteuid/getegid/getpid have no preconditions.
+    let (euid, egid, parent_pid) = unsafe { (libc::geteuid(), libc::getegid(), libc::getpid()) };
+    let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;
+    let mounts = mount_plan(policy, layers, &grants, &ids, (euid, egid))?;
+    let cgroup = sandbox_cgroup(policy, layers)?;
+    let id_maps = layers
+        .mount_namespace
+        .then(|| IdMaps::new(ids.inside, ids.host));
+    // A root host's maps are written by a helper that stays root (maps.rs),
+    // on the slot's stack; with a PID namespace the slot holds the init's
+    // memory and the status it leaves too (kept by the resources for the
+    // child's whole life).
+    let map_writer = ids.root_host && id_maps.is_some();
+    let tree = if layers.pid_namespace || map_writer {
+        Some(tree::TreeSlot::reserve().map_err(|e| {
+            wrap_err(format!("cannot reserve the sandbox's init stack: {e}")).with_source(e)
+        })?)
+    } else {
+        None
+    };
+    if ids.root_host {
+        make_non_dumpable()?;
+    }
+    // The egress allowlist: a network namespace of its own, whose listener
+    // comes out over a socketpair (net.rs), and the proxy variables.
+    let (egress_plan, egress_session) = match allow_hosts {
+        Some(hosts) => {
+            let (plan, session) = net::prepare(cmd, hosts).map_err(|e| {
+                wrap_err(format!("cannot make the egress proxy's socketpair: {e}")).with_source(e)
+            })?;
+            (Some(plan), Some(session))
+        }
+        None => (None, None),
+    };
+    let mut unshare = unshare_flags(layers);
+    if egress_plan.is_some() {
+        unshare |= libc::CLONE_NEWNET;
+    }
+    let plan = ChildPlan {
+        cgroup_join: cgroup
+            .as_ref()
+            .map(cgroup::SandboxCgroup::join_fds)
+            .unwrap_or_default(),
+        drop_to: ids.root_host.then_some(ids.host),
+        parent_pid,
+        unshare_flags: unshare,
+        id_maps,
+        mounts,
+        quotas: layers.kernel_quotas.then(quotas::QuotaPlan::new),
+        hostname: layers.uts_namespace,
+        scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
+            .bits(),
+        rlimits: rlimits::plan(&policy.limits, layers, cgroup.is_some()),
+        last_cap: probe::last_cap(),
+        ruleset,
+        seccomp,
+        tree_slot: tree
+            .as_ref()
+            .filter(|_| layers.pid_namespace)
+            .map(tree::TreeSlot::addr),
+        map_writer_stack: tree
+            .as_ref()
+            .filter(|_| map_writer)
+            .map(tree::TreeSlot::stack_top),
+        egress: egress_plan,
+    };
+    tracing::debug!(
+        landlock_abi = abi,
+        rules = grants.rules.len(),
+        scratch = %grants.scratch.display(),
+        scratch_is_private = grants.scratch_is_private,
+        sandbox_uid = ids.host.0,
+        ?layers,
+        seccomp_insns = plan.seccomp.iter().map(Vec::len).sum::<usize>(),
+        "linux backend confining child"
+    );
+    // SAFETY: `confine` only issues raw syscalls on data prepared above and
+    // builds io::Error from errno (no allocation): async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move |ctx| confine::confine(&plan, ctx));
+    }
+    let holds_something =
+        layers.sandbox_limits || tree.is_some() || egress_session.is_some() || ids.lease.is_some();
+    Ok(holds_something.then(|| {
+        Box::new(cgroup::LinuxResources::new(
+            cgroup,
+            layers.sandbox_limits && layers.pid_namespace,
+            tree,
+            egress_session,
+            ids.lease,
+        )) as Box<dyn cordon_core::SandboxResources>
+    }))
+}
+
+/// The policy's paths as Landlock rules: canonical, existing, none
+/// read-only inside a writable one; the system set added.
+struct Grants {
+    rules: Vec<PathRule>,
+    /// The scratch dir, canonical.
+    scratch: PathBuf,
+    /// The read-write grants, canonical.
+    read_write: Vec<PathBuf>,
+    /// The scratch is a private tmpfs (its rule is added in the child).
+    scratch_is_private: bool,
+}
+
+impl Grants {
+    fn of(policy: &SandboxPolicy, layers: Layers) -> Result<Grants, WrapError> {
+        let (scratch, scratch_is_dir) =
+            landlock_rules::canonical_grant("scratch", &policy.scratch_dir).map_err(wrap_err)?;
+        if !scratch_is_dir {
+            return Err(wrap_err(format!(
+                "scratch path `{}` is not a directory",
+                policy.scratch_dir.display()
+            )));
+        }
+        let mut rules = vec![PathRule {
+            path: scratch.clone(),
+            is_dir: true,
+            grant: Grant::Scratch,
+            optional: false,
+        }];
+        let sets: [(&str, &[PathBuf], Grant); 4] = [
+            ("program", &policy.program_files, Grant::ReadExec),
+            ("package", policy.package_dir.as_slice(), Grant::ReadExec),
+            ("read-only grant", &policy.read_only, Grant::ReadOnly),
+            ("read-write grant", &policy.read_write, Grant::ReadWrite),
+        ];
+        for (what, paths, grant) in sets {
+            for p in paths {
+                let (path, is_dir) = landlock_rules::canonical_grant(what, p).map_err(wrap_err)?;
+                rules.push(PathRule {
+                    path,
+                    is_dir,
+                    grant,
+                    optional: false,
+                });
+            }
+        }
+        landlock_rules::check_no_read_only_under_writable(&rules).map_err(wrap_err)?;
+        // A scratch dir backed by a private tmpfs gets its Landlock rule in
+        // the child, on the tmpfs root (landlock_rules::add_scratch_rule): a
+        // rule on the host directory underneath would not apply to it.
+        let scratch_is_private = layers.mount_namespace && !policy.scratch_persists;
+        if scratch_is_private {
+            rules.retain(|r| r.grant != Grant::Scratch);
+        }
+        let read_write = rules
+            .iter()
+            .filter(|r| r.grant == Grant::ReadWrite)
+            .map(|r| r.path.clone())
+            .collect();
+        rules.extend(landlock_rules::system_rules());
+        Ok(Grants {
+            rules,
+            scratch,
+            read_write,
+            scratch_is_private,
+        })
+    }
+}
+
+/// The mount namespace's plan. On a root host every host directory the
+/// sandbox may write is mounted idmapped from the caller's ids to the
+/// sandbox's (mounts.rs): what it creates there is the caller's.
+fn mount_plan(
+    policy: &SandboxPolicy,
+    layers: Layers,
+    grants: &Grants,
+    ids: &SandboxIds,
+    caller: (u32, u32),
+) -> Result<Option<MountPlan>, WrapError> {
+    if !layers.mount_namespace {
+        // Without a mount namespace (test layers only) a fresh scratch is
+        // the host's dir itself: the sandbox's uid must own it.
+        if ids.root_host && policy.scratch_is_fresh {
+            let (uid, gid) = ids.host;
+            std::os::unix::fs::chown(&grants.scratch, Some(uid), Some(gid)).map_err(|e| {
+                wrap_err(format!(
+                    "cannot give the scratch dir `{}` to uid {uid}: {e}",
+                    grants.scratch.display()
+                ))
+                .with_source(e)
+            })?;
+        }
+        return Ok(None);
+    }
+    let persistent_writable = policy.scratch_persists || !grants.read_write.is_empty();
+    let idmap = if ids.root_host && persistent_writable {
+        Some(mounts::Idmap::new(caller, ids.host).map_err(wrap_err)?)
+    } else {
+        None
+    };
+    let rw: Vec<&Path> = grants.read_write.iter().map(PathBuf::as_path).collect();
+    let plan = MountPlan::prepare(policy, &grants.scratch, &rw, ids.inside, idmap.as_ref())
+        .map_err(wrap_err)?;
+    debug_assert_eq!(grants.scratch_is_private, plan.scratch_is_private());
+    Ok(Some(plan))
+}
+
+/// Sandbox-wide limits: a cgroup where this process can make one.
+fn sandbox_cgroup(
+    policy: &SandboxPolicy,
+    layers: Layers,
+) -> Result<Option<cgroup::SandboxCgroup>, WrapError> {
+    let (true, Some(h)) = (layers.sandbox_limits, cgroup::hierarchy()) else {
+        return Ok(None);
+    };
+    check_memory_floor(&policy.limits)?;
+    cgroup::SandboxCgroup::create(h, &policy.limits)
+        .map(Some)
+        .map_err(|e| {
+            wrap_err(format!(
+                "cannot make the sandbox's cgroup under {h:?}: {e}; nothing was run"
+            ))
+            .with_source(e)
+        })
+}
+
+/// The launcher, the init and the program until its exec share this
+/// process's memory while they run as the sandbox's uid: were it
+/// dumpable, a process of that uid could trace them and write it
+/// (maps.rs). No host process has a sandbox's own uid; this holds for the
+/// shared uid of the test layers too.
+fn make_non_dumpable() -> Result<(), WrapError> {
+    // SAFETY: prctl on integers.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    Err(wrap_err(format!(
+        "cannot make this process non-dumpable, which a root host must be before it starts \
+         sandboxes: {e}"
+    ))
+    .with_source(e))
+}
