@@ -76,8 +76,9 @@ pub(crate) const HOST_PID_DENIED: [i32; 3] = [libc::EPERM, libc::EACCES, libc::E
 /// the host knows to be alive.
 pub(crate) const PROC_PID_DENIED: [i32; 3] = [libc::EPERM, libc::EACCES, libc::ENOENT];
 
-/// Collects and prints check lines.
-pub(crate) struct Reporter {
+/// What a probe child reports to the host: one line per check on stdout
+/// (the protocol above).
+pub struct Reporter {
     out: std::io::Stdout,
 }
 
@@ -88,7 +89,9 @@ impl Reporter {
         }
     }
 
-    pub(crate) fn check(&mut self, name: &str, status: ProbeStatus, detail: impl AsRef<str>) {
+    /// Reports check `name` with `status` (`Unproven` is reported as
+    /// unreachable: only the host can judge that) and a one-line detail.
+    pub fn check(&mut self, name: &str, status: ProbeStatus, detail: impl AsRef<str>) {
         let s = match status {
             ProbeStatus::Pass => "pass",
             ProbeStatus::Fail => "fail",
@@ -99,7 +102,8 @@ impl Reporter {
         let _ = self.out.flush();
     }
 
-    pub(crate) fn info(&mut self, key: &str, value: impl std::fmt::Display) {
+    /// Reports a fact for the host (`INFO key value`), not a check.
+    pub fn info(&mut self, key: &str, value: impl std::fmt::Display) {
         let _ = writeln!(self.out, "INFO\t{key}\t{value}");
         let _ = self.out.flush();
     }
@@ -123,14 +127,15 @@ impl Reporter {
         }
     }
 
-    pub(crate) fn done(&mut self) {
+    /// Ends the report (`DONE`); the harness then expects a clean exit.
+    pub fn done(&mut self) {
         let _ = writeln!(self.out, "DONE");
         let _ = self.out.flush();
     }
 
     /// A forbidden action: `Ok` is a breach; an errno in `denials` is a pass;
     /// any other errno is inconclusive.
-    pub(crate) fn forbidden(&mut self, name: &str, result: Result<String, i32>, denials: &[i32]) {
+    pub fn forbidden(&mut self, name: &str, result: Result<String, i32>, denials: &[i32]) {
         match result {
             Ok(what) => self.check(name, ProbeStatus::Fail, format!("succeeded: {what}")),
             Err(e) if denials.contains(&e) => self.check(
@@ -150,7 +155,7 @@ impl Reporter {
     }
 
     /// A positive control: it must work, or the probe cannot decide.
-    pub(crate) fn control(&mut self, name: &str, result: Result<(), String>) {
+    pub fn control(&mut self, name: &str, result: Result<(), String>) {
         match result {
             Ok(()) => self.check(name, ProbeStatus::Pass, "works"),
             Err(e) => self.check(

@@ -10,35 +10,42 @@
 //! (`checks_expected`); a report whose probe reported another number of
 //! checks never conforms.
 //!
-//! The lists are the probes' declarations, next to nothing but the
-//! conditions that add a check on some hosts (root, several CPUs, a
-//! sandbox-wide limit claimed, the host's own addresses). When a probe
-//! gains or loses a check, this file changes with it.
+//! Each probe declares its own checks ([`Probe::checks`], in its file),
+//! from nothing but the conditions that add a check on some hosts
+//! ([`HostConditions`]: root, several CPUs, a sandbox-wide limit claimed,
+//! the host's own addresses). When a probe gains or loses a check, its
+//! declaration changes with it.
 
 use std::collections::BTreeMap;
 
-use cordon_core::{CheckResult, Evidence, ProbeId, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, ProbeStatus};
 
+use crate::registry::{Manifest, Probe};
 use crate::verdict::unreachable;
 
-/// What adds a check on some hosts.
+/// What adds a check on some hosts: a probe's
+/// [`checks`](crate::Probe::checks) depend on nothing else.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Conditions {
+#[non_exhaustive]
+pub struct HostConditions {
     /// The host runs as root.
     pub as_root: bool,
     /// The host may run on more than one CPU (a change of affinity shows).
     pub several_cpus: bool,
-    /// The backend claims memory, CPU and disk limits sandbox-wide.
+    /// The backend claims its memory limit sandbox-wide.
     pub sandbox_memory: bool,
+    /// The backend claims its CPU limit sandbox-wide.
     pub sandbox_cpu: bool,
+    /// The backend claims its disk limit sandbox-wide.
     pub sandbox_disk: bool,
     /// The host's own non-loopback addresses, IPv4 and IPv6, as P8 names
     /// them (`fe80::1%2` with its interface for a link-local one).
     pub addrs: Vec<String>,
 }
 
-/// The positive controls every probe child runs first (`child.rs`).
-const CONTROLS: [&str; 5] = [
+/// The positive controls every probe child runs first (`child.rs`): each
+/// probe's manifest has them besides its own checks.
+pub const POSITIVE_CONTROLS: [&str; 5] = [
     "control-scratch-rw",
     "control-package-read",
     "control-fork-wait",
@@ -46,174 +53,9 @@ const CONTROLS: [&str; 5] = [
     "control-socketpair",
 ];
 
-use Evidence::{Child as C, Host as H};
-
-const P1: &[(&str, Evidence)] = &[
-    ("host-process-alive", H),
-    ("host-abstract-listener", H),
-    ("host-pathname-listener", H),
-    ("host-pty-unchanged", H),
-    ("host-sysv-msg-empty", H),
-    ("host-sysv-shm-unchanged", H),
-    ("host-sysv-sem-unchanged", H),
-    ("host-posix-mq-empty", H),
-    ("host-ipc-left-behind", H),
-    ("control-sacrificial-has-program-uid", H),
-    ("own-uts-namespace", H),
-    ("hostname-hidden", C),
-    ("ptrace-attach", C),
-    ("process-vm-readv", C),
-    ("proc-environ", C),
-    ("proc-mem", C),
-    ("pidfd-open", C),
-    ("getpgid", C),
-    ("enumerate-host-pids", C),
-    ("prlimit-cpu", C),
-    ("prlimit-nofile", C),
-    ("setpriority", C),
-    ("sched-setscheduler", C),
-    ("sched-setaffinity", C),
-    ("ioprio-set", C),
-    ("abstract-unix-connect", C),
-    ("pathname-unix-connect", C),
-    ("sysv-msgsnd", C),
-    ("sysv-shmat", C),
-    ("sysv-semop", C),
-    ("posix-mq-send", C),
-    ("open-host-pty", C),
-    ("controlling-tty", H),
-    ("not-root", H),
-    ("host-not-traced", H),
-    ("host-sacrificial-priority", H),
-    ("host-sacrificial-scheduler", H),
-    ("host-sacrificial-ioprio", H),
-    ("host-sacrificial-rlimits", H),
-    ("signal-0", C),
-    ("signal-cont", C),
-    ("signal-kill", C),
-];
-
-/// P1's attacks from a host process of another uid (a root host only).
-pub(crate) const P1_OTHER_USER: &[&str] = &[
-    "other-user-ptrace",
-    "other-user-proc-mem",
-    "other-user-proc-environ",
-    "other-user-proc-root",
-    "other-user-setns",
-    "other-user-pidfd-getfd",
-    "other-user-signal",
-];
-
-const P2: &[(&str, Evidence)] = &[
-    ("env-canary", H),
-    ("control-granted-env", C),
-    ("read-tmp-canary", C),
-    ("read-home-canary", C),
-    ("read-host-environ", C),
-];
-
-const P3: &[(&str, Evidence)] = &[
-    ("inherited-fds", H),
-    ("reopen-host-fd-via-proc", C),
-    ("pidfd-getfd", C),
-    ("host-fd-not-fetched", H),
-];
-
-const P4: &[(&str, Evidence)] = &[
-    ("host-unix-dgram-listener", H),
-    ("host-abstract-dgram-listener", H),
-    ("host-tcp4-listener", H),
-    ("host-tcp6-listener", H),
-    ("host-udp-socket", H),
-    ("tcp4-connect", C),
-    ("tcp6-connect", C),
-    ("udp-send", C),
-    ("raw-socket", C),
-    ("packet-socket", C),
-    ("icmp-socket", C),
-    ("io-uring-connect", C),
-    ("unix-dgram-sendto", C),
-    ("unix-dgram-connect", C),
-    ("unix-dgram-sendto-abstract", C),
-];
-
-const P5: &[(&str, Evidence)] = &[
-    ("host-out_tmp-absent", H),
-    ("host-out_home-absent", H),
-    ("host-out_pkg-absent", H),
-    ("host-rename_to-absent", H),
-    ("host-canary-unchanged", H),
-    ("host-meta-unchanged", H),
-    ("read-outside-canary", C),
-    ("create-out_tmp", C),
-    ("create-out_home", C),
-    ("create-out_pkg", C),
-    ("write-canary", C),
-    ("truncate-canary", C),
-    ("rename-out-of-scratch", C),
-    ("read-via-symlink", C),
-    ("write-via-symlink", C),
-    ("hardlink-outside-file", C),
-    ("chmod-outside", C),
-    ("chmod-setid-outside", C),
-    ("fchmodat-outside", C),
-    ("utimensat-outside", C),
-    ("setxattr-outside", C),
-    ("chown-outside", C),
-    ("host-canary-not-linked", H),
-    ("host-setid-scratch-mount", H),
-    ("control-package-exec", C),
-];
-
-const P6: &[(&str, Evidence)] = &[
-    ("fd-limit", H),
-    ("process-limit", H),
-    ("cpu-limit", H),
-    ("file-size-limit", H),
-    ("memory-limit", H),
-    ("deadline-kills-tree", H),
-    ("parent-killed-leaves-nothing", H),
-];
-
-const P7: &[(&str, Evidence)] = &[
-    ("no-new-privs", H),
-    ("seccomp-filter", H),
-    ("capability-sets", H),
-    ("bounding-set", H),
-    ("ambient-set", H),
-    ("bpf", C),
-    ("perf_event_open", C),
-    ("userfaultfd", C),
-    ("keyctl", C),
-    ("kexec_load", C),
-    ("init_module", C),
-    ("mount", C),
-    ("setuid-0", H),
-    ("new-user-namespace", H),
-];
-
-const P8: &[(&str, Evidence)] = &[
-    ("host-listed-target-reached", H),
-    ("host-bystander-tcp", H),
-    ("host-bystander-tcp6", H),
-    ("host-udp-socket", H),
-    ("control-proxy", C),
-    ("proxy-unlisted-port", C),
-    ("proxy-ip-literal", C),
-    ("proxy-private-name", C),
-    ("direct-tcp4", C),
-    ("direct-tcp6", C),
-    ("tcp-fast-open", C),
-    ("udp-send", C),
-    ("dns-udp", C),
-    ("raw-socket", C),
-    ("packet-socket", C),
-    ("netlink-socket", C),
-];
-
-impl Conditions {
+impl HostConditions {
     /// This host's, for a backend claiming `scopes`.
-    pub(crate) fn of_host(scopes: &crate::scope::LimitScopes) -> Conditions {
+    pub(crate) fn of_host(scopes: &crate::scope::LimitScopes) -> HostConditions {
         // SAFETY: geteuid cannot fail.
         let as_root = unsafe { libc::geteuid() } == 0;
         let cpus = std::fs::read_to_string("/proc/self/status")
@@ -224,7 +66,7 @@ impl Conditions {
                     .map(|v| v.trim().to_string())
             })
             .unwrap_or_default();
-        Conditions {
+        HostConditions {
             as_root,
             several_cpus: cpus.contains([',', '-']),
             sandbox_memory: scopes.memory.is_sandbox(),
@@ -238,67 +80,21 @@ impl Conditions {
     }
 }
 
-/// The checks `id` must report on a host with `c`, and the evidence of
-/// each.
-pub(crate) fn checks(id: ProbeId, c: &Conditions) -> BTreeMap<String, Evidence> {
-    let mut out: BTreeMap<String, Evidence> = BTreeMap::new();
-    let mut add = |name: &str, e: Evidence| {
-        out.insert(name.to_string(), e);
-    };
-    for name in CONTROLS {
-        add(name, C);
-    }
-    let table = match id {
-        ProbeId::P1 => P1,
-        ProbeId::P2 => P2,
-        ProbeId::P3 => P3,
-        ProbeId::P4 => P4,
-        ProbeId::P5 => P5,
-        ProbeId::P6 => P6,
-        ProbeId::P7 => P7,
-        ProbeId::P8 => P8,
-    };
-    for (name, e) in table {
-        add(name, *e);
-    }
-    match id {
-        ProbeId::P1 => {
-            if c.as_root {
-                for name in P1_OTHER_USER {
-                    add(name, H);
-                }
-            }
-            if c.several_cpus {
-                add("host-sacrificial-affinity", H);
-            }
-        }
-        ProbeId::P5 if c.as_root => add("host-setid-scratch-exec", H),
-        ProbeId::P6 => {
-            if c.sandbox_memory {
-                add("sandbox-memory-limit", H);
-            }
-            if c.sandbox_cpu {
-                add("sandbox-cpu-limit", H);
-            }
-            if c.sandbox_disk {
-                add("sandbox-disk-limit", H);
-            }
-        }
-        ProbeId::P8 => {
-            for ip in &c.addrs {
-                add(&format!("direct-{ip}"), C);
-                add(&format!("proxy-port-{ip}"), C);
-            }
-        }
-        _ => {}
-    }
+/// The checks `probe` must report on a host with `c`: the positive
+/// controls every probe child runs first, then the probe's own.
+pub(crate) fn checks(probe: &dyn Probe, c: &HostConditions) -> Manifest {
+    let mut out: Manifest = POSITIVE_CONTROLS
+        .iter()
+        .map(|name| (name.to_string(), Evidence::Child))
+        .collect();
+    out.extend(probe.checks(c));
     out
 }
 
 /// Holds `checks` to the manifest `expected`: one `Unreachable` check
 /// `manifest` naming every missing, repeated, undeclared or mislabelled
 /// check (the probe then cannot pass).
-pub(crate) fn enforce(expected: &BTreeMap<String, Evidence>, checks: &mut Vec<CheckResult>) {
+pub(crate) fn enforce(expected: &Manifest, checks: &mut Vec<CheckResult>) {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for c in checks.iter() {
         *seen.entry(c.name.as_str()).or_default() += 1;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cordon_core::{
-    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, Network, ProbeStatus, RunnerConfig,
-    RunningChild, Spawner,
+    CheckResult, ChildSpec, Evidence, ExitOutcome, Limits, Network, ProbeId, ProbeStatus,
+    RunnerConfig, RunningChild, Spawner,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -29,43 +29,47 @@ pub(crate) struct Ids {
     pub gid: u32,
 }
 
-/// Everything the probes share for one suite run.
-pub(crate) struct Ctx {
-    pub spawner: Spawner,
+/// Everything the probes share for one suite run, on one side (the
+/// backend's, or the unconfined baseline's): the spawner, the suite's
+/// directories and the targets planted in them, the host's facts. A
+/// probe's [`host`](crate::Probe::host) side starts its child through it
+/// ([`run_child`](Self::run_child)).
+pub struct ProbeContext {
+    pub(crate) spawner: Spawner,
     /// Suite-private temp dir (0755), removed at the end.
-    pub root: tempfile::TempDir,
-    pub pkg_dir: PathBuf,
+    pub(crate) root: tempfile::TempDir,
+    pub(crate) pkg_dir: PathBuf,
     /// The probe executable, copied into the package dir.
-    pub exe: PathBuf,
-    pub package_file: PathBuf,
+    pub(crate) exe: PathBuf,
+    pub(crate) package_file: PathBuf,
     /// A world-writable (0777) suite dir outside every grant: where the
     /// canaries and other targets sit, so that only the sandbox, not file
     /// modes, stands between them and the child.
-    pub outside_dir: PathBuf,
+    pub(crate) outside_dir: PathBuf,
     /// A stand-in for a home directory (0777, under the suite dir), so no
     /// probe depends on `$HOME`.
-    pub home_dir: PathBuf,
-    pub canary_file: PathBuf,
-    pub canary_content: Vec<u8>,
-    pub granted_value: String,
-    pub timeout: Duration,
-    pub host_uid: u32,
+    pub(crate) home_dir: PathBuf,
+    pub(crate) canary_file: PathBuf,
+    pub(crate) canary_content: Vec<u8>,
+    pub(crate) granted_value: String,
+    pub(crate) timeout: Duration,
+    pub(crate) host_uid: u32,
     /// Who the sandboxed program runs as (the backend's `sandbox_uid` fact,
     /// else the host's own ids).
-    pub sandbox: Ids,
+    pub(crate) sandbox: Ids,
     /// Which probed syscalls the running kernel has.
-    pub kernel: KernelFacts,
+    pub(crate) kernel: KernelFacts,
     /// The scope the backend claims for each limit (P6 checks each at it).
-    pub scopes: LimitScopes,
+    pub(crate) scopes: LimitScopes,
     /// True for the unconfined baseline's context (see `baseline.rs`).
-    pub baseline: bool,
+    pub(crate) baseline: bool,
     /// The watchdog that kills what bears the suite's tokens if the host
     /// dies mid-run (`watchdog.rs`): the baseline's unconfined probe
     /// processes above all. Nothing bearing a token is started before the
-    /// token is registered there ([`Ctx::guard`]).
-    pub watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
+    /// token is registered there ([`ProbeContext::guard`]).
+    pub(crate) watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
     /// What adds a check on this host (`expected.rs`).
-    pub conditions: crate::expected::Conditions,
+    pub(crate) conditions: crate::expected::HostConditions,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -91,19 +95,19 @@ pub(crate) struct Hold<'a> {
 pub(crate) type OnHold<'a> = &'a mut (dyn FnMut(&Hold<'_>) -> Vec<CheckResult> + Send);
 
 /// Lines a probe child reported, and how it ended.
-pub(crate) struct ChildRun {
+pub struct ChildRun {
     /// The child's token (empty if it could not be started).
-    pub token: String,
-    pub checks: Vec<CheckResult>,
-    pub info: BTreeMap<String, String>,
+    pub(crate) token: String,
+    pub(crate) checks: Vec<CheckResult>,
+    pub(crate) info: BTreeMap<String, String>,
     /// Labels of the `HOLD`s the host answered.
-    pub held: BTreeSet<String>,
-    pub done: bool,
-    pub outcome: Option<ExitOutcome>,
-    pub stderr: String,
+    pub(crate) held: BTreeSet<String>,
+    pub(crate) done: bool,
+    pub(crate) outcome: Option<ExitOutcome>,
+    pub(crate) stderr: String,
     /// The backend's sandbox-wide memory limit killed a process of the
     /// child's sandbox (a cgroup's OOM event, as the runner sees it).
-    pub memory_limit_hit: bool,
+    pub(crate) memory_limit_hit: bool,
 }
 
 impl ChildRun {
@@ -150,7 +154,7 @@ impl ChildRun {
 
     /// `Unreachable` results for host checks `names` if the child never
     /// reached hold `label` (so they were never made).
-    pub fn missed_hold(&self, label: &str, names: &[&str]) -> Vec<CheckResult> {
+    pub(crate) fn missed_hold(&self, label: &str, names: &[&str]) -> Vec<CheckResult> {
         if self.held.contains(label) {
             return Vec::new();
         }
@@ -173,7 +177,7 @@ fn write_mode(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-impl Ctx {
+impl ProbeContext {
     /// Prepares the suite dir: the package dir with a copy of the probe
     /// executable, and the world-accessible dirs holding the targets.
     pub(crate) fn new(
@@ -183,7 +187,7 @@ impl Ctx {
         sandbox: Ids,
         kernel: KernelFacts,
         scopes: LimitScopes,
-    ) -> std::io::Result<Ctx> {
+    ) -> std::io::Result<ProbeContext> {
         // World-readable dirs, so that only the sandbox — not file
         // permissions — stands between the child and the canaries.
         let root = tempfile::Builder::new()
@@ -211,8 +215,8 @@ impl Ctx {
         let canary_content = format!("cordon canary {}\n", random_token()).into_bytes();
         write_mode(&canary_file, &canary_content, 0o666)?;
         let root = root.path().canonicalize().map(|_| root)?;
-        let conditions = crate::expected::Conditions::of_host(&scopes);
-        Ok(Ctx {
+        let conditions = crate::expected::HostConditions::of_host(&scopes);
+        Ok(ProbeContext {
             spawner,
             pkg_dir: pkg_dir.canonicalize()?,
             exe: exe.canonicalize()?,
@@ -260,7 +264,8 @@ impl Ctx {
     }
 
     /// Spawns the probe child for `mode` with `key=value` arguments and a
-    /// fresh token.
+    /// fresh token, under `limits` (its deadline the per-probe timeout
+    /// unless `limits` has one).
     pub(crate) fn spawn(
         &self,
         mode: &str,
@@ -270,14 +275,17 @@ impl Ctx {
         self.spawn_on(&self.spawner, mode, args, limits)
     }
 
-    /// [`Ctx::spawn`] with `spawner` instead of the context's own.
+    /// [`ProbeContext::spawn`] with `spawner` instead of the context's own.
     fn spawn_on(
         &self,
         spawner: &Spawner,
         mode: &str,
         args: &[(String, String)],
-        limits: Limits,
+        mut limits: Limits,
     ) -> Result<Spawned, cordon_core::SpawnError> {
+        if limits.deadline.is_none() {
+            limits.deadline = Some(self.timeout);
+        }
         let token = random_token();
         self.guard(&token).map_err(|e| {
             cordon_core::SpawnError::Wrap(cordon_core::WrapError::new(
@@ -297,6 +305,13 @@ impl Ctx {
         spec.label = Some(format!("conformance {mode}"));
         let child = spawner.spawn(&spec)?;
         Ok(Spawned { child, token })
+    }
+
+    /// Starts `probe`'s child in the sandbox with `args` (each
+    /// `key=value`, read back by [`Probe::child`](crate::Probe::child)),
+    /// waits for it and collects its report. The child must not hold.
+    pub async fn run_child(&self, probe: ProbeId, args: &[(String, String)]) -> ChildRun {
+        self.run(&probe.to_string(), args).await
     }
 
     /// Spawns the probe child and collects its report; it must not hold.

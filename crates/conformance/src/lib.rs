@@ -163,6 +163,8 @@ mod kernel;
 #[cfg(target_os = "linux")]
 mod probes;
 #[cfg(target_os = "linux")]
+mod registry;
+#[cfg(target_os = "linux")]
 mod scope;
 mod suite;
 #[cfg(target_os = "linux")]
@@ -171,6 +173,11 @@ mod watchdog;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod verdict;
 
+#[cfg(target_os = "linux")]
+pub use registry::{
+    ChildRun, HostConditions, Manifest, Probe, ProbeArgs, ProbeContext, ProbeRegistry, Reporter,
+    POSITIVE_CONTROLS,
+};
 pub use suite::{ProbeExecutable, StandardSuite};
 
 /// The first argument that switches a binary into probe-child mode.
@@ -186,28 +193,41 @@ pub const CANARY_ENV: &str = "CORDON_CONFORMANCE_CANARY";
 /// Call it first thing in `main`, before any thread exists (it may set an
 /// environment variable, which is only sound while single-threaded).
 pub fn dispatch_probe_child() {
+    #[cfg(target_os = "linux")]
+    dispatch_probe_child_with(&ProbeRegistry::standard());
+    #[cfg(not(target_os = "linux"))]
+    dispatch(|_| {
+        eprintln!("cordon probe child: the conformance probes run on Linux only");
+        2
+    });
+}
+
+/// [`dispatch_probe_child`] for a suite run with `registry`
+/// ([`StandardSuite::with_registry`]): a probe child runs that
+/// registry's probe. Call it first thing in `main`, as above.
+#[cfg(target_os = "linux")]
+pub fn dispatch_probe_child_with(registry: &ProbeRegistry) {
+    dispatch(|args| run_probe_child(registry, args));
+}
+
+fn dispatch(run: impl FnOnce(&[String]) -> i32) {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(PROBE_ARG) {
-        std::process::exit(run_probe_child(&args[2..]));
+        std::process::exit(run(&args[2..]));
     }
     if std::env::var_os(CANARY_ENV).is_none() {
         std::env::set_var(CANARY_ENV, format!("secret-{}", verdict::random_token()));
     }
 }
 
-/// No probe child outside Linux: the suite never starts one there.
-#[cfg(not(target_os = "linux"))]
-fn run_probe_child(_: &[String]) -> i32 {
-    eprintln!("cordon probe child: the conformance probes run on Linux only");
-    2
-}
-
+/// Runs the probe child mode `args[0]`: one of the harness's own (`noop`,
+/// the watchdog, the keeper, …), a probe's id (its positive controls,
+/// then its [`Probe::child`]), or `<id>-<name>` (the probe's
+/// [`Probe::helper`] `name`).
 #[cfg(target_os = "linux")]
-fn run_probe_child(args: &[String]) -> i32 {
-    let mut r = child::Reporter::new();
+fn run_probe_child(registry: &ProbeRegistry, args: &[String]) -> i32 {
     let mode = args.first().map(String::as_str).unwrap_or("");
     let kv = child::arg_map(args.get(1..).unwrap_or(&[]));
-    let package_file = kv.get("package_file").cloned().unwrap_or_default();
     match mode {
         "noop" => return 0,
         watchdog::MODE => return watchdog::run(&kv),
@@ -226,46 +246,28 @@ fn run_probe_child(args: &[String]) -> i32 {
             println!("IDS\t{}\t{}", ids.0, ids.1);
             return 0;
         }
-        "sacrificial" => {
-            probes::p1::sacrificial(&kv);
-            return 0;
-        }
-        "reach" => return probes::p1::host_user::reach(&kv),
-        "P6-tree" => {
-            probes::p6::tree(&mut r);
-            return 0;
-        }
-        // The sandbox-wide checks run alone in their own sandbox, without
-        // the controls: they may end it (by design).
-        "P6-memory" => {
-            probes::p6::memory::child(&mut r, &kv);
-            r.done();
-            return 0;
-        }
-        "P6-cpu" => {
-            probes::p6::cpu::child(&mut r, &kv);
-            r.done();
-            return 0;
-        }
         _ => {}
+    }
+    let (id, helper) = match mode.split_once('-') {
+        Some((id, name)) => (id, Some(name)),
+        None => (mode, None),
+    };
+    let Some(probe) = cordon_core::ProbeId::parse(id).and_then(|id| registry.get(id)) else {
+        eprintln!("cordon probe child: unknown mode {mode:?}");
+        return 2;
+    };
+    if let Some(name) = helper {
+        return probe.helper(name, &kv).unwrap_or_else(|| {
+            eprintln!("cordon probe child: {} has no helper {name:?}", probe.id());
+            2
+        });
     }
     // Positive controls first: a probe that kills its child (P6's memory
     // limit) must not take them with it.
+    let mut r = child::Reporter::new();
+    let package_file = kv.get("package_file").cloned().unwrap_or_default();
     child::common_controls(&mut r, &package_file);
-    match mode {
-        "P1" => probes::p1::child(&mut r, &kv),
-        "P2" => probes::p2::child(&mut r, &kv),
-        "P3" => probes::p3::child(&mut r, &kv),
-        "P4" => probes::p4::child(&mut r, &kv),
-        "P5" => probes::p5::child(&mut r, &kv),
-        "P6" => probes::p6::child(&mut r, &kv),
-        "P7" => probes::p7::child(&mut r, &kv),
-        "P8" => probes::p8::child(&mut r, &kv),
-        other => {
-            eprintln!("cordon probe child: unknown mode {other:?}");
-            return 2;
-        }
-    }
+    probe.child(&mut r, &kv);
     r.done();
     0
 }

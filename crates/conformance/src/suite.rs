@@ -1,5 +1,5 @@
-//! [`StandardSuite`]: runs P1–P7 (and P8 for a backend that claims the
-//! egress allowlist) against a backend (and, beside it, the
+//! [`StandardSuite`]: runs the registry's probes a backend must pass
+//! (P1–P7, and P8 for one that claims the egress allowlist) against it (and, beside it, the
 //! unconfined baseline) and builds the report.
 
 use std::path::PathBuf;
@@ -16,11 +16,11 @@ use cordon_core::{Limits, RunnerConfig, Spawner};
 #[cfg(target_os = "linux")]
 use crate::baseline::{self, Unconfined};
 #[cfg(target_os = "linux")]
-use crate::harness::{Ctx, Ids};
+use crate::harness::{Ids, ProbeContext};
 #[cfg(target_os = "linux")]
 use crate::kernel::KernelFacts;
 #[cfg(target_os = "linux")]
-use crate::probes;
+use crate::registry::ProbeRegistry;
 #[cfg(target_os = "linux")]
 use crate::scope::LimitScopes;
 use crate::verdict::{fold, unreachable};
@@ -54,6 +54,8 @@ pub enum ProbeExecutable {
 /// ```
 #[derive(Debug, Clone)]
 pub struct StandardSuite {
+    #[cfg(target_os = "linux")]
+    registry: ProbeRegistry,
     exe: ProbeExecutable,
     only: Option<Vec<ProbeId>>,
     accept_unproven: Vec<ProbeId>,
@@ -73,6 +75,8 @@ impl StandardSuite {
     /// with a 5 s per-probe timeout.
     pub fn new() -> Self {
         StandardSuite {
+            #[cfg(target_os = "linux")]
+            registry: ProbeRegistry::standard(),
             exe: ProbeExecutable::CurrentExe,
             only: None,
             accept_unproven: Vec::new(),
@@ -80,6 +84,22 @@ impl StandardSuite {
             #[cfg(feature = "test-hooks")]
             hygiene: None,
         }
+    }
+
+    /// Runs the probes of `registry` instead of the standard ones (a
+    /// registry with a probe of your own added, say). The probe executable
+    /// must dispatch its children through the same registry
+    /// ([`dispatch_probe_child_with`](crate::dispatch_probe_child_with)).
+    #[cfg(target_os = "linux")]
+    pub fn with_registry(mut self, registry: ProbeRegistry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// The probes this suite runs from.
+    #[cfg(target_os = "linux")]
+    pub fn registry(&self) -> &ProbeRegistry {
+        &self.registry
     }
 
     /// Uses an explicit probe binary.
@@ -137,8 +157,11 @@ impl StandardSuite {
     #[cfg(target_os = "linux")]
     fn spawner(&self, backend: Arc<dyn SandboxBackend>) -> Spawner {
         let config = RunnerConfig {
+            // The ceiling lets the one check that needs more wall time
+            // than the per-probe timeout have it (each spawn's own
+            // deadline is the timeout unless its probe says otherwise).
             ceilings: Limits {
-                deadline: Some(self.timeout),
+                deadline: Some(self.timeout.max(crate::probes::p6::cpu::DEADLINE)),
                 ..Limits::probe()
             },
             ..RunnerConfig::default()
@@ -148,26 +171,6 @@ impl StandardSuite {
             return Spawner::without_hygiene_for_tests(backend, config, o);
         }
         Spawner::confined(backend, config)
-    }
-
-    #[cfg(target_os = "linux")]
-    async fn run_probe(ctx: &Ctx, id: ProbeId) -> ProbeResult {
-        let started = Instant::now();
-        let manifest = crate::expected::checks(id, &ctx.conditions);
-        let mut checks = match id {
-            ProbeId::P1 => probes::p1::host(ctx).await,
-            ProbeId::P2 => probes::p2::host(ctx).await,
-            ProbeId::P3 => probes::p3::host(ctx).await,
-            ProbeId::P4 => probes::p4::host(ctx).await,
-            ProbeId::P5 => probes::p5::host(ctx).await,
-            ProbeId::P6 => probes::p6::host(ctx).await,
-            ProbeId::P7 => probes::p7::host(ctx).await,
-            ProbeId::P8 => probes::p8::host(ctx).await,
-        };
-        crate::expected::enforce(&manifest, &mut checks);
-        let result = fold(id, checks, manifest.len(), started);
-        tracing::debug!(probe = %id, status = ?result.status, ms = result.duration_ms, "probe finished");
-        result
     }
 }
 
@@ -180,14 +183,12 @@ impl ConformanceSuite for StandardSuite {
         if !availability.is_available() {
             return ConformanceReport::new(backend.name(), availability, host, Vec::new(), 0.0);
         }
-        // P8 runs for a backend that claims the egress allowlist.
-        let ids = self.only.clone().unwrap_or_else(|| {
-            let mut ids = ProbeId::ALL.to_vec();
-            if backend.claims_egress_allowlist() {
-                ids.extend(ProbeId::CLAIMED);
-            }
-            ids
-        });
+        // What the backend must pass (P8 for one that claims the egress
+        // allowlist), from the registry's probes.
+        let ids = self
+            .only
+            .clone()
+            .unwrap_or_else(|| self.default_ids(backend.as_ref()));
         let name = backend.name().to_string();
         let probes = self.run_probes(backend, &host, &ids).await;
         let report = ConformanceReport::new(
@@ -206,7 +207,80 @@ impl ConformanceSuite for StandardSuite {
     }
 }
 
+/// A probe side's task, aborted (and its children with it) if the suite's
+/// run is dropped before it ends.
+#[cfg(target_os = "linux")]
+struct ProbeTask(tokio::task::JoinHandle<ProbeResult>);
+
+#[cfg(target_os = "linux")]
+impl Drop for ProbeTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl StandardSuite {
+    /// Starts one side (`ctx`) of probe `id` as a task.
+    #[cfg(target_os = "linux")]
+    fn spawn_probe(&self, ctx: &Arc<ProbeContext>, id: ProbeId) -> ProbeTask {
+        let ctx = Arc::clone(ctx);
+        let probe = self.registry.get(id).cloned();
+        let title = self.registry.title(id);
+        let known = self.registry.ids();
+        ProbeTask(tokio::spawn(async move {
+            let started = Instant::now();
+            let Some(probe) = probe else {
+                let why = format!("no probe {id} in this suite's registry (it has {known:?})");
+                return fold(id, title, vec![unreachable("registry", why)], 0, started);
+            };
+            let manifest = crate::expected::checks(probe.as_ref(), &ctx.conditions);
+            let mut checks = probe.host(&ctx).await;
+            crate::expected::enforce(&manifest, &mut checks);
+            let result = fold(id, title, checks, manifest.len(), started);
+            tracing::debug!(probe = %id, baseline = ctx.baseline, status = ?result.status,
+                ms = result.duration_ms, "probe finished");
+            result
+        }))
+    }
+
+    /// The result of a probe side's task; a task that panicked is an
+    /// `Unreachable` probe saying so.
+    #[cfg(target_os = "linux")]
+    async fn joined(&self, id: ProbeId, mut task: ProbeTask) -> ProbeResult {
+        let started = Instant::now();
+        match (&mut task.0).await {
+            Ok(result) => result,
+            Err(e) => {
+                let why = if e.is_panic() {
+                    format!(
+                        "the probe panicked: {}",
+                        cordon_core::panic_message(&*e.into_panic())
+                    )
+                } else {
+                    format!("the probe's task ended early: {e}")
+                };
+                fold(
+                    id,
+                    self.registry.title(id),
+                    vec![unreachable("probe-task", why)],
+                    0,
+                    started,
+                )
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn default_ids(&self, backend: &dyn SandboxBackend) -> Vec<ProbeId> {
+        self.registry.required_of(backend)
+    }
+
+    /// Outside Linux there is no registry: the probes core requires.
+    #[cfg(not(target_os = "linux"))]
+    fn default_ids(&self, backend: &dyn SandboxBackend) -> Vec<ProbeId> {
+        ProbeId::required_of(backend)
+    }
+
     /// Outside Linux no probe is written yet: each is `Unreachable`, so no
     /// backend conforms there (fail closed, and the report says why).
     #[cfg(not(target_os = "linux"))]
@@ -223,7 +297,14 @@ impl StandardSuite {
                     "the conformance probes are written for Linux; none exists for {os} yet, \
                      so no backend can be shown to confine here"
                 );
-                fold(*id, vec![unreachable("platform", why)], 0, Instant::now())
+                let title = "(no probe for this platform)";
+                fold(
+                    *id,
+                    title,
+                    vec![unreachable("platform", why)],
+                    0,
+                    Instant::now(),
+                )
             })
             .collect()
     }
@@ -242,7 +323,7 @@ impl StandardSuite {
         let contexts = self.probe_exe().and_then(|exe| {
             let kernel = KernelFacts::learn(&exe);
             let watchdog = Arc::new(crate::watchdog::Watchdog::start(&exe, sandbox)?);
-            let mut real = Ctx::new(
+            let mut real = ProbeContext::new(
                 self.spawner(backend),
                 &exe,
                 self.timeout,
@@ -250,7 +331,7 @@ impl StandardSuite {
                 kernel.clone(),
                 scopes.clone(),
             )?;
-            let mut base = Ctx::new(
+            let mut base = ProbeContext::new(
                 self.spawner(Arc::new(Unconfined)),
                 &exe,
                 self.timeout,
@@ -270,15 +351,27 @@ impl StandardSuite {
         match contexts {
             // The probes are independent, and so is the baseline: run them
             // all concurrently.
+            // Each side of each probe is a task of its own, so that one
+            // side's host work at a hold (an attacker process it waits
+            // for, say) never stalls another's children past their
+            // deadlines, and a probe that panics fails alone.
             Ok((real, base)) => {
-                let runs = ids.iter().map(|id| async {
-                    let (r, b) =
-                        futures_join2(Self::run_probe(&real, *id), Self::run_probe(&base, *id))
-                            .await;
-                    (r, b)
-                });
-                let (mut real, base): (Vec<_>, Vec<_>) =
-                    futures_join_all(runs).await.into_iter().unzip();
+                let (real, base) = (Arc::new(real), Arc::new(base));
+                let runs: Vec<_> = ids
+                    .iter()
+                    .map(|id| {
+                        (
+                            *id,
+                            self.spawn_probe(&real, *id),
+                            self.spawn_probe(&base, *id),
+                        )
+                    })
+                    .collect();
+                let (mut real, mut base) = (Vec::new(), Vec::new());
+                for (id, r, b) in runs {
+                    real.push(self.joined(id, r).await);
+                    base.push(self.joined(id, b).await);
+                }
                 baseline::mark(&mut real, &base);
                 real
             }
@@ -287,6 +380,7 @@ impl StandardSuite {
                 .map(|id| {
                     fold(
                         *id,
+                        self.registry.title(*id),
                         vec![unreachable(
                             "setup",
                             format!("cannot prepare the probe environment: {e}"),
@@ -336,67 +430,4 @@ fn primary_gid(uid: u32) -> Option<u32> {
         let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
         (rc == 0 && !out.is_null()).then_some(pw.pw_gid)
     }
-}
-
-/// Polls two futures concurrently on the current task.
-#[cfg(target_os = "linux")]
-async fn futures_join2<A: std::future::Future, B: std::future::Future>(
-    a: A,
-    b: B,
-) -> (A::Output, B::Output) {
-    let mut a = Box::pin(a);
-    let mut b = Box::pin(b);
-    let mut ra = None;
-    let mut rb = None;
-    std::future::poll_fn(|cx| {
-        if ra.is_none() {
-            if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
-                ra = Some(v);
-            }
-        }
-        if rb.is_none() {
-            if let std::task::Poll::Ready(v) = b.as_mut().poll(cx) {
-                rb = Some(v);
-            }
-        }
-        if ra.is_some() && rb.is_some() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    (
-        ra.expect("polled to completion"),
-        rb.expect("polled to completion"),
-    )
-}
-
-/// Polls futures concurrently on the current task and keeps their order.
-#[cfg(target_os = "linux")]
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output> {
-    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in set.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => out[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter()
-        .map(|o| o.expect("every future completed"))
-        .collect()
 }

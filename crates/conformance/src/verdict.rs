@@ -49,6 +49,7 @@ pub(crate) fn verdict(name: &str, ok: bool, detail: impl Into<String>) -> CheckR
 /// the probe's manifest on this host (`expected.rs`).
 pub(crate) fn fold(
     id: ProbeId,
+    title: &str,
     checks: Vec<CheckResult>,
     checks_expected: usize,
     started: Instant,
@@ -72,7 +73,7 @@ pub(crate) fn fold(
     };
     ProbeResult {
         id,
-        title: id.title().to_string(),
+        title: title.to_string(),
         status,
         detail,
         checks_expected,

@@ -93,7 +93,7 @@ const DIR: &str = "dir";
 const IDS: &str = "ids";
 
 /// Whether `dir` is a suite dir the watchdog may remove: an absolute path
-/// with no `..`, named `cordon-conformance-*` (`Ctx::new` makes them).
+/// with no `..`, named `cordon-conformance-*` (`ProbeContext::new` makes them).
 fn is_suite_dir(dir: &Path) -> bool {
     use std::path::Component;
     dir.is_absolute()

@@ -263,7 +263,7 @@ impl ChildContext {
     }
 
     /// Names the step of the backend's confinement that is failing, before
-    /// the hook returns its error: the spawn error then says "at <step>",
+    /// the hook returns its error: the spawn error then says "at `<step>`",
     /// with the name [`SandboxBackend::step_name`] gives `step`. The first
     /// step reported counts. Async-signal-safe.
     ///

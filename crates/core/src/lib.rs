@@ -49,6 +49,7 @@ pub mod egress;
 mod error;
 mod launch;
 mod policy;
+mod probe_id;
 mod program;
 mod relay;
 mod report;

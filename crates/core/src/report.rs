@@ -16,8 +16,8 @@
 //!     "os": "linux", "kernel_release": "6.18.0", "uid": 0,
 //!     "backend_facts": {"landlock_abi": "7", ...}   // SandboxBackend::host_facts()
 //!   },
-//!   "probes": [                                // P1..P7 in order, then P8 if claimed;
-//!                                              // empty if unavailable
+//!   "probes": [                                // P1..P7, then P8 if claimed, then any
+//!                                              // the suite added; empty if unavailable
 //!     {"id": "P1", "title": "Process isolation",
 //!      "status": "pass" | "fail" | "unreachable" | "unproven",
 //!      "detail": "...",                        // why, for anything not pass
@@ -59,79 +59,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Availability, SandboxBackend};
+pub use crate::probe_id::ProbeId;
 
 /// The schema tag written into every report.
 pub const REPORT_SCHEMA: &str = "cordon.conformance/1";
-
-/// The conformance probes, in order: the seven every backend must pass
-/// ([`ProbeId::ALL`]), then the ones that run only for what a backend
-/// claims ([`ProbeId::CLAIMED`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum ProbeId {
-    /// Process isolation.
-    P1,
-    /// No inherited secret.
-    P2,
-    /// No inherited file descriptor.
-    P3,
-    /// No network egress.
-    P4,
-    /// Filesystem confinement.
-    P5,
-    /// Resource limits.
-    P6,
-    /// No privilege re-escalation.
-    P7,
-    /// The egress allowlist holds (`Network::Allow`): run only for a
-    /// backend that claims it
-    /// ([`SandboxBackend::claims_egress_allowlist`]).
-    P8,
-}
-
-impl ProbeId {
-    /// All probes, P1 to P7.
-    pub const ALL: [ProbeId; 7] = [
-        ProbeId::P1,
-        ProbeId::P2,
-        ProbeId::P3,
-        ProbeId::P4,
-        ProbeId::P5,
-        ProbeId::P6,
-        ProbeId::P7,
-    ];
-
-    /// The probes that run only for a backend that claims what they test:
-    /// P8, the egress allowlist.
-    pub const CLAIMED: [ProbeId; 1] = [ProbeId::P8];
-
-    /// Short title.
-    pub fn title(self) -> &'static str {
-        match self {
-            ProbeId::P1 => "Process isolation",
-            ProbeId::P2 => "No inherited secret",
-            ProbeId::P3 => "No inherited fd",
-            ProbeId::P4 => "No network egress",
-            ProbeId::P5 => "Filesystem confinement",
-            ProbeId::P6 => "Resource limits",
-            ProbeId::P7 => "No privilege re-escalation",
-            ProbeId::P8 => "Egress allowlist holds",
-        }
-    }
-
-    /// Parses `P1`..`P8` (case-insensitive).
-    pub fn parse(s: &str) -> Option<ProbeId> {
-        ProbeId::ALL
-            .into_iter()
-            .chain(ProbeId::CLAIMED)
-            .find(|p| format!("{p:?}").eq_ignore_ascii_case(s.trim()))
-    }
-}
-
-impl std::fmt::Display for ProbeId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?}")
-    }
-}
 
 /// The outcome of one probe or check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -365,18 +296,26 @@ impl ConformanceReport {
     }
 
     fn compute_conforms(&self) -> bool {
-        // P1..P7 in order, then each claimed probe at most once, in
-        // `CLAIMED` order; every one passed.
-        let mut claimed = ProbeId::CLAIMED.iter();
+        // Every required probe ran, no probe ran twice, and every probe
+        // that ran passed (one a suite adds can only make it stricter).
+        let mut ids: Vec<ProbeId> = self.probes.iter().map(|p| p.id).collect();
+        ids.sort();
+        ids.dedup();
         self.availability.is_available()
-            && self.probes.len() >= ProbeId::ALL.len()
-            && self.probes.iter().enumerate().all(|(i, p)| {
-                self.passed(p)
-                    && match ProbeId::ALL.get(i) {
-                        Some(id) => p.id == *id,
-                        None => claimed.any(|id| *id == p.id),
-                    }
-            })
+            && ids.len() == self.probes.len()
+            && ProbeId::REQUIRED.iter().all(|id| ids.contains(id))
+            && self.probes.iter().all(|p| self.passed(p))
+    }
+
+    /// Whether the report has every probe `backend` must pass
+    /// ([`ProbeId::required_of`]), P8 for one that claims the egress
+    /// allowlist: [`SandboxRunner::new`](crate::SandboxRunner::new)
+    /// admits a backend only on a report that has them all and
+    /// [`conforms`](Self::conforms).
+    pub fn covers(&self, backend: &dyn SandboxBackend) -> bool {
+        ProbeId::required_of(backend)
+            .iter()
+            .all(|id| self.probes.iter().any(|p| p.id == *id))
     }
 
     /// A probe counts as passed: `Pass` (or `Unproven` and accepted), with
@@ -387,13 +326,13 @@ impl ConformanceReport {
         status && p.checks_expected > 0 && p.checks_expected == p.checks.len()
     }
 
-    /// True only when the backend is available, each of P1..P7 ran once,
-    /// in order, and passed (`Pass`, or `Unproven` and accepted, with
-    /// every check it declared reported), and each probe of what it claims
-    /// (P8) that ran, after them, passed too: a backend that claims more
-    /// than it holds is refused altogether. Whether every probe a backend
-    /// claims *ran* is checked against the backend by
-    /// [`SandboxRunner::new`](crate::SandboxRunner::new).
+    /// True only when the backend is available, each of P1..P7 ran, no
+    /// probe ran twice, and every probe that ran passed (`Pass`, or
+    /// `Unproven` and accepted, with every check it declared reported):
+    /// a backend that claims more than it holds (P8 failing) is refused
+    /// altogether. Whether every probe a backend claims *ran* is
+    /// [`covers`](Self::covers), which
+    /// [`SandboxRunner::new`](crate::SandboxRunner::new) checks too.
     pub fn conforms(&self) -> bool {
         self.compute_conforms()
     }
@@ -512,7 +451,7 @@ impl ConformanceReport {
             );
         }
         if self.availability.is_available()
-            && self.probes.len() >= ProbeId::ALL.len()
+            && !self.probes.is_empty()
             && !self.probes.iter().any(|p| p.id == ProbeId::P8)
         {
             let _ = writeln!(
@@ -521,12 +460,18 @@ impl ConformanceReport {
                  Network::Allow (cordon run --allow-host) is refused"
             );
         }
-        if self.availability.is_available() && self.probes.len() < ProbeId::ALL.len() {
+        let missing: Vec<String> = ProbeId::REQUIRED
+            .iter()
+            .filter(|id| !self.probes.iter().any(|p| p.id == **id))
+            .map(ProbeId::to_string)
+            .collect();
+        if self.availability.is_available() && !missing.is_empty() {
             let _ = writeln!(
                 s,
-                "only {} of {} probes ran: a partial run never conforms",
-                self.probes.len(),
-                ProbeId::ALL.len()
+                "{} of the {} required probes did not run ({}): a partial run never conforms",
+                missing.len(),
+                ProbeId::REQUIRED.len(),
+                missing.join(", ")
             );
         }
         let _ = write!(
@@ -555,198 +500,5 @@ pub trait ConformanceSuite: Send + Sync {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(name: &str, status: ProbeStatus) -> CheckResult {
-        CheckResult {
-            name: name.into(),
-            status,
-            detail: String::new(),
-            evidence: Evidence::Child,
-            passes_without_sandbox: false,
-            discriminates: true,
-        }
-    }
-
-    fn probe(id: ProbeId, status: ProbeStatus) -> ProbeResult {
-        ProbeResult {
-            id,
-            title: id.title().into(),
-            status,
-            detail: String::new(),
-            checks_expected: 1,
-            checks: vec![check("c", status)],
-            duration_ms: 1.0,
-        }
-    }
-
-    fn report(statuses: &[ProbeStatus]) -> ConformanceReport {
-        let probes = ProbeId::ALL
-            .iter()
-            .zip(statuses)
-            .map(|(id, s)| probe(*id, *s))
-            .collect();
-        ConformanceReport::new(
-            "x",
-            Availability::Available,
-            HostFacts::default(),
-            probes,
-            7.0,
-        )
-    }
-
-    #[test]
-    fn conforms_needs_all_seven_pass() {
-        assert!(report(&[ProbeStatus::Pass; 7]).conforms());
-        assert!(!report(&[ProbeStatus::Pass; 6]).conforms());
-        let mut s = [ProbeStatus::Pass; 7];
-        s[3] = ProbeStatus::Unreachable;
-        assert!(!report(&s).conforms());
-    }
-
-    #[test]
-    fn every_declared_check_must_be_reported() {
-        let mut r = report(&[ProbeStatus::Pass; 7]);
-        assert!(r.conforms());
-        r.probes[2].checks_expected = 2;
-        let r = ConformanceReport::new(
-            "x",
-            Availability::Available,
-            HostFacts::default(),
-            r.probes,
-            1.0,
-        );
-        assert!(
-            !r.conforms(),
-            "a probe that reported fewer checks than declared"
-        );
-        // A report from before manifests (0 declared) never conforms.
-        let mut old = report(&[ProbeStatus::Pass; 7]);
-        for p in &mut old.probes {
-            p.checks_expected = 0;
-        }
-        let old = ConformanceReport::new(
-            "x",
-            Availability::Available,
-            HostFacts::default(),
-            old.probes,
-            1.0,
-        );
-        assert!(!old.conforms());
-    }
-
-    #[test]
-    fn an_unproven_probe_conforms_only_when_accepted() {
-        let mut s = [ProbeStatus::Pass; 7];
-        s[6] = ProbeStatus::Unproven;
-        let r = report(&s);
-        assert!(!r.conforms());
-        assert_eq!(r.unproven(), vec![ProbeId::P7]);
-        assert!(r.summary().contains("P7 UNPROVEN"), "{}", r.summary());
-        let r = r.accepting_unproven(vec![ProbeId::P7]);
-        assert!(r.conforms() && r.unproven().is_empty());
-        assert!(r.summary().contains("accepted by the operator"));
-        // Accepting another probe does not help; the JSON keeps it.
-        let json = serde_json::to_string(&r).unwrap();
-        let back: ConformanceReport = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.accepted_unproven, vec![ProbeId::P7]);
-        assert!(!report(&s).accepting_unproven(vec![ProbeId::P6]).conforms());
-    }
-
-    #[test]
-    fn a_claimed_probe_must_pass_once_after_the_seven() {
-        let with = |extra: &[(ProbeId, ProbeStatus)]| {
-            let mut r = report(&[ProbeStatus::Pass; 7]);
-            r.probes.extend(extra.iter().map(|(id, s)| probe(*id, *s)));
-            ConformanceReport::new(
-                "x",
-                Availability::Available,
-                HostFacts::default(),
-                r.probes,
-                1.0,
-            )
-        };
-        let plain = with(&[]);
-        assert!(plain.conforms() && !plain.proves_egress_allowlist());
-        assert!(plain
-            .summary()
-            .contains("P8 (egress allowlist) did not run"));
-        let proven = with(&[(ProbeId::P8, ProbeStatus::Pass)]);
-        assert!(proven.conforms() && proven.proves_egress_allowlist());
-        for bad in [
-            vec![(ProbeId::P8, ProbeStatus::Fail)],
-            vec![(ProbeId::P8, ProbeStatus::Unreachable)],
-            vec![
-                (ProbeId::P8, ProbeStatus::Pass),
-                (ProbeId::P8, ProbeStatus::Pass),
-            ],
-            vec![(ProbeId::P1, ProbeStatus::Pass)],
-        ] {
-            let r = with(&bad);
-            assert!(!r.conforms() && !r.proves_egress_allowlist(), "{bad:?}");
-        }
-        // P8 alone (a partial run) proves nothing.
-        let alone = ConformanceReport::new(
-            "x",
-            Availability::Available,
-            HostFacts::default(),
-            vec![probe(ProbeId::P8, ProbeStatus::Pass)],
-            1.0,
-        );
-        assert!(!alone.proves_egress_allowlist());
-        assert_eq!(ProbeId::parse("p8"), Some(ProbeId::P8));
-    }
-
-    #[test]
-    fn json_round_trip_and_tamper_detection() {
-        let r = report(&[ProbeStatus::Pass; 7]);
-        let json = serde_json::to_string(&r).unwrap();
-        let back: ConformanceReport = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, r);
-        let tampered = json.replace("\"status\":\"pass\"", "\"status\":\"fail\"");
-        assert!(serde_json::from_str::<ConformanceReport>(&tampered).is_err());
-    }
-
-    #[test]
-    fn reports_without_evidence_fields_still_read() {
-        let r = report(&[ProbeStatus::Pass; 7]);
-        let mut json: serde_json::Value = serde_json::to_value(&r).unwrap();
-        json["probes"][0]["checks"] = serde_json::json!([
-            {"name": "old", "status": "pass", "detail": ""}
-        ]);
-        let back: ConformanceReport = serde_json::from_value(json).unwrap();
-        let c = &back.probes[0].checks[0];
-        assert_eq!(c.evidence, Evidence::Child);
-        assert!(!c.passes_without_sandbox);
-    }
-
-    #[test]
-    fn summary_lists_checks_that_pass_without_a_sandbox() {
-        let mut r = report(&[ProbeStatus::Pass; 7]);
-        r.probes[3].checks = vec![CheckResult {
-            name: "icmp-socket".into(),
-            status: ProbeStatus::Pass,
-            detail: String::new(),
-            evidence: Evidence::Child,
-            passes_without_sandbox: true,
-            discriminates: false,
-        }];
-        let text = r.summary();
-        assert!(text.contains("P4 icmp-socket"), "{text}");
-        assert!(
-            // The fixture's other six probes report one child check each.
-            text.contains("0 of 7 checks verified by the host"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn summary_names_failures() {
-        let mut s = [ProbeStatus::Pass; 7];
-        s[0] = ProbeStatus::Fail;
-        let text = report(&s).summary();
-        assert!(text.contains("P1"));
-        assert!(text.ends_with("NOT CONFORMING"));
-    }
-}
+#[path = "report/tests.rs"]
+mod tests;

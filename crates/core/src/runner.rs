@@ -108,16 +108,14 @@ impl SandboxRunner {
             });
         }
         let report = suite.run(Arc::clone(&backend)).await;
-        // Every probe the backend must pass ran: P8 for a backend that
-        // claims the egress allowlist (a report without it, whatever its
-        // other probes, does not admit such a backend).
-        if backend.claims_egress_allowlist()
-            && !report.probes.iter().any(|p| p.id == crate::ProbeId::P8)
-        {
+        // Every probe the backend must pass ran (ProbeId::required_of): P8
+        // for a backend that claims the egress allowlist (a report without
+        // it, whatever its other probes, does not admit such a backend).
+        if !report.covers(backend.as_ref()) {
             tracing::warn!(
                 backend = backend.name(),
-                "the backend claims the egress allowlist but its report has no P8; untrusted \
-                 children will not run"
+                "the report lacks a probe the backend must pass (P8 for one that claims the \
+                 egress allowlist); untrusted children will not run"
             );
             return Err(SandboxUnavailable {
                 report: Box::new(report),

@@ -278,7 +278,7 @@ impl ConformanceSuite for WithP8 {
         let mut r = FixedSuite(self.0).run(Arc::clone(&backend)).await;
         r.probes.push(ProbeResult {
             id: ProbeId::P8,
-            title: ProbeId::P8.title().into(),
+            title: "Egress allowlist holds".into(),
             status: ProbeStatus::Pass,
             detail: "fixed".into(),
             checks_expected: 1,
@@ -326,14 +326,109 @@ async fn an_allowlist_needs_a_backend_that_proved_it() {
     );
 }
 
+/// A backend that claims the egress allowlist (and confines nothing).
+struct ClaimsAllowlist;
+
+impl SandboxBackend for ClaimsAllowlist {
+    fn name(&self) -> &str {
+        "claims-allowlist"
+    }
+    fn availability(&self) -> Availability {
+        Availability::Available
+    }
+    fn claims_egress_allowlist(&self) -> bool {
+        true
+    }
+    fn wrap(
+        &self,
+        _: &mut ChildCommand,
+        _: &SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, WrapError> {
+        Err(WrapError::new(self.name(), "confines nothing"))
+    }
+}
+
+/// Core holds a backend to every probe it must pass: one that claims the
+/// egress allowlist is refused on a report without P8 even when P1–P7
+/// pass and no allowlist is asked for, and admitted with P8 passing.
+#[tokio::test]
+async fn a_backend_that_claims_the_allowlist_must_show_p8() {
+    let backend = || Arc::new(ClaimsAllowlist) as Arc<dyn SandboxBackend>;
+    assert_eq!(
+        ProbeId::required_of(backend().as_ref()).last(),
+        Some(&ProbeId::P8)
+    );
+    let without = FixedSuite(ProbeStatus::Pass).run(backend()).await;
+    assert!(without.conforms() && !without.covers(backend().as_ref()));
+    assert!(SandboxRunner::new(
+        backend(),
+        &FixedSuite(ProbeStatus::Pass),
+        RunnerConfig::default()
+    )
+    .await
+    .is_err());
+    assert!(SandboxRunner::new(
+        backend(),
+        &WithP8(ProbeStatus::Pass),
+        RunnerConfig::default()
+    )
+    .await
+    .is_ok());
+}
+
+/// A probe a suite adds beyond the required ones counts: failing, it
+/// refuses the backend; run twice, the report does not conform.
+#[tokio::test]
+async fn every_probe_that_ran_must_pass_once() {
+    let backend = Arc::new(FailingBackend { panic: false }) as Arc<dyn SandboxBackend>;
+    let base = FixedSuite(ProbeStatus::Pass)
+        .run(Arc::clone(&backend))
+        .await;
+    let with = |extra: Vec<ProbeResult>| {
+        let mut probes = base.probes.clone();
+        probes.extend(extra);
+        ConformanceReport::new(
+            base.backend.clone(),
+            base.availability.clone(),
+            base.host.clone(),
+            probes,
+            0.0,
+        )
+    };
+    let extra = |id: ProbeId, status: ProbeStatus| ProbeResult {
+        id,
+        title: "extra".into(),
+        status,
+        detail: String::new(),
+        checks_expected: 1,
+        checks: vec![fixed_check(status)],
+        duration_ms: 0.0,
+    };
+    let p9 = ProbeId::new(9).unwrap();
+    assert!(with(vec![extra(p9, ProbeStatus::Pass)]).conforms());
+    assert!(!with(vec![extra(p9, ProbeStatus::Fail)]).conforms());
+    assert!(!with(vec![extra(ProbeId::P3, ProbeStatus::Pass)]).conforms());
+    let mut missing = base.probes.clone();
+    missing.remove(2);
+    let r = ConformanceReport::new(
+        "failing",
+        base.availability.clone(),
+        base.host.clone(),
+        missing,
+        0.0,
+    );
+    assert!(!r.conforms());
+    assert!(r.summary().contains("(P3)"), "{}", r.summary());
+}
+
 #[async_trait::async_trait]
 impl ConformanceSuite for FixedSuite {
     async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
-        let probes = ProbeId::ALL
+        let probes = ProbeId::REQUIRED
             .iter()
             .map(|id| ProbeResult {
                 id: *id,
-                title: id.title().into(),
+                title: format!("fixed {id}"),
                 status: self.0,
                 detail: "fixed".into(),
                 checks_expected: 1,

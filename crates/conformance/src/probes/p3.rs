@@ -5,48 +5,116 @@
 //! `pidfd_getfd`, keeps whatever it got open and is held again: the host
 //! confirms no fd of the program refers to the host's file.
 
-use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 
-use cordon_core::{CheckResult, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, ProbeId, ProbeStatus};
 
 use crate::child::{self, errno, Reporter, HOST_PID_DENIED, PROC_PID_DENIED};
-use crate::harness::{unreachable, verdict, Ctx, Hold};
+use crate::harness::{unreachable, verdict, ProbeContext, Hold};
 use crate::inspect;
+use crate::registry::{manifest, HostConditions, Manifest, Probe, ProbeArgs};
 
-pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    use std::os::unix::fs::MetadataExt;
-    let leaked = match std::fs::File::open(&ctx.package_file) {
-        Ok(f) => f,
-        Err(e) => return vec![unreachable("leak-fd", e.to_string())],
-    };
-    let fd = leaked.as_raw_fd();
-    let target = leaked.metadata().map(|m| (m.dev(), m.ino())).ok();
-    // SAFETY: clearing FD_CLOEXEC on an fd we own.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+/// P3 in the registry (`probes/mod.rs`).
+pub(crate) struct P3;
+
+#[async_trait::async_trait]
+impl Probe for P3 {
+    fn id(&self) -> ProbeId {
+        ProbeId::P3
     }
-    let mut on_hold = |h: &Hold<'_>| match h.label {
-        "start" => vec![inherited(h.pid)],
-        _ => vec![not_fetched(h.pid, target)],
-    };
-    let run = ctx
-        .run_held(
-            "P3",
-            &[
-                ("fd".into(), fd.to_string()),
-                ("host_pid".into(), std::process::id().to_string()),
-            ],
-            &mut on_hold,
-        )
-        .await;
-    drop(leaked);
-    let mut checks = run.missed_hold("start", &["inherited-fds"]);
-    checks.extend(run.missed_hold("fetched", &["host-fd-not-fetched"]));
-    checks.extend(run.into_checks());
-    checks
+
+    fn title(&self) -> &'static str {
+        "No inherited fd"
+    }
+
+    fn checks(&self, _: &HostConditions) -> Manifest {
+        manifest(CHECKS)
+    }
+
+    async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
+        use std::os::unix::fs::MetadataExt;
+        let leaked = match std::fs::File::open(&ctx.package_file) {
+            Ok(f) => f,
+            Err(e) => return vec![unreachable("leak-fd", e.to_string())],
+        };
+        let fd = leaked.as_raw_fd();
+        let target = leaked.metadata().map(|m| (m.dev(), m.ino())).ok();
+        // SAFETY: clearing FD_CLOEXEC on an fd we own.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+        }
+        let mut on_hold = |h: &Hold<'_>| match h.label {
+            "start" => vec![inherited(h.pid)],
+            _ => vec![not_fetched(h.pid, target)],
+        };
+        let run = ctx
+            .run_held(
+                "P3",
+                &[
+                    ("fd".into(), fd.to_string()),
+                    ("host_pid".into(), std::process::id().to_string()),
+                ],
+                &mut on_hold,
+            )
+            .await;
+        drop(leaked);
+        let mut checks = run.missed_hold("start", &["inherited-fds"]);
+        checks.extend(run.missed_hold("fetched", &["host-fd-not-fetched"]));
+        checks.extend(run.into_checks());
+        checks
+    }
+
+    fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        r.hold("start");
+        let leaked: i32 = args.get("fd").and_then(|s| s.parse().ok()).unwrap_or(-1);
+        let Some(host_pid) = args.get("host_pid").and_then(|s| s.parse::<i32>().ok()) else {
+            r.check("args", ProbeStatus::Unreachable, "no host pid given");
+            return;
+        };
+        let mut got = Vec::new();
+        let reopened = child::open(&format!("/proc/{host_pid}/fd/{leaked}"), libc::O_RDONLY);
+        if let Ok(fd) = reopened {
+            got.push(fd);
+        }
+        r.forbidden(
+            "reopen-host-fd-via-proc",
+            reopened.map(|_| "reopened the host's fd".to_string()),
+            &PROC_PID_DENIED,
+        );
+        // SAFETY: raw pidfd syscalls on integers.
+        let fetched = unsafe {
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, host_pid, 0);
+            if pidfd < 0 {
+                Err(errno())
+            } else {
+                let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, leaked, 0);
+                let e = errno();
+                libc::close(pidfd as i32);
+                if fd >= 0 {
+                    got.push(fd as i32);
+                    Ok("copied the host's fd".to_string())
+                } else {
+                    Err(e)
+                }
+            }
+        };
+        r.forbidden("pidfd-getfd", fetched, &HOST_PID_DENIED);
+        // The host looks for the fetched fds while they are open.
+        r.hold("fetched");
+        for fd in got {
+            child::close(fd);
+        }
+    }
 }
+
+/// Every check P3 makes on any host.
+const CHECKS: &[(&str, Evidence)] = &[
+    ("inherited-fds", Evidence::Host),
+    ("reopen-host-fd-via-proc", Evidence::Child),
+    ("pidfd-getfd", Evidence::Child),
+    ("host-fd-not-fetched", Evidence::Host),
+];
 
 /// At the first hold: the program has fds 0, 1, 2 and nothing else.
 fn inherited(pid: Option<i32>) -> CheckResult {
@@ -110,44 +178,3 @@ fn not_fetched(pid: Option<i32>, target: Option<(u64, u64)>) -> CheckResult {
     }
 }
 
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    r.hold("start");
-    let leaked: i32 = args.get("fd").and_then(|s| s.parse().ok()).unwrap_or(-1);
-    let Some(host_pid) = args.get("host_pid").and_then(|s| s.parse::<i32>().ok()) else {
-        r.check("args", ProbeStatus::Unreachable, "no host pid given");
-        return;
-    };
-    let mut got = Vec::new();
-    let reopened = child::open(&format!("/proc/{host_pid}/fd/{leaked}"), libc::O_RDONLY);
-    if let Ok(fd) = reopened {
-        got.push(fd);
-    }
-    r.forbidden(
-        "reopen-host-fd-via-proc",
-        reopened.map(|_| "reopened the host's fd".to_string()),
-        &PROC_PID_DENIED,
-    );
-    // SAFETY: raw pidfd syscalls on integers.
-    let fetched = unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, host_pid, 0);
-        if pidfd < 0 {
-            Err(errno())
-        } else {
-            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, leaked, 0);
-            let e = errno();
-            libc::close(pidfd as i32);
-            if fd >= 0 {
-                got.push(fd as i32);
-                Ok("copied the host's fd".to_string())
-            } else {
-                Err(e)
-            }
-        }
-    };
-    r.forbidden("pidfd-getfd", fetched, &HOST_PID_DENIED);
-    // The host looks for the fetched fds while they are open.
-    r.hold("fetched");
-    for fd in got {
-        child::close(fd);
-    }
-}

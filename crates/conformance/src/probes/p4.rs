@@ -19,183 +19,221 @@
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};
 
-use cordon_core::{CheckResult, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, ProbeId, ProbeStatus};
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 use crate::child::{errno, Reporter};
-use crate::harness::{fail, pass, random_token, unreachable, Ctx};
+use crate::harness::{fail, pass, random_token, unreachable, ProbeContext};
 use crate::probes::p1::unix_addr;
+use crate::registry::{manifest, HostConditions, Manifest, Probe, ProbeArgs};
 
-pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    let mut checks = Vec::new();
-    let tcp4 = TcpListener::bind("127.0.0.1:0");
-    let tcp6 = TcpListener::bind("[::1]:0");
-    let udp = UdpSocket::bind("127.0.0.1:0");
-    let mut args = Vec::new();
-    if let Ok(l) = &tcp4 {
-        args.push((
-            "tcp4".to_string(),
-            l.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
-        ));
+/// P4 in the registry (`probes/mod.rs`).
+pub(crate) struct P4;
+
+#[async_trait::async_trait]
+impl Probe for P4 {
+    fn id(&self) -> ProbeId {
+        ProbeId::P4
     }
-    if let Ok(l) = &tcp6 {
-        args.push((
-            "tcp6".to_string(),
-            l.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
-        ));
+
+    fn title(&self) -> &'static str {
+        "No network egress"
     }
-    if let Ok(u) = &udp {
-        args.push((
-            "udp".to_string(),
-            u.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
-        ));
+
+    fn checks(&self, _: &HostConditions) -> Manifest {
+        manifest(CHECKS)
     }
-    // Host UNIX sockets: a pathname and an abstract datagram socket;
-    // world-writable so that only the sandbox stands in the way.
-    let dgram_path = ctx.root.path().join("p4-dgram.sock");
-    let dgram = UnixDatagram::bind(&dgram_path);
-    let abstract_name = format!("cordon-p4-{}", random_token());
-    let abstract_dgram = SocketAddr::from_abstract_name(abstract_name.as_bytes())
-        .and_then(|a| UnixDatagram::bind_addr(&a));
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&dgram_path, std::fs::Permissions::from_mode(0o777));
-    }
-    args.push(("dgram_path".into(), dgram_path.display().to_string()));
-    args.push(("dgram_abstract".into(), abstract_name));
-    args.push(("kernel_missing".into(), ctx.kernel.missing_arg()));
-    let run = ctx.run("P4", &args).await;
-    for (name, sock) in [
-        ("host-unix-dgram-listener", dgram),
-        ("host-abstract-dgram-listener", abstract_dgram),
-    ] {
-        checks.push(match sock {
-            Ok(s) => {
-                let _ = s.set_nonblocking(true);
+
+    async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
+        let mut checks = Vec::new();
+        let tcp4 = TcpListener::bind("127.0.0.1:0");
+        let tcp6 = TcpListener::bind("[::1]:0");
+        let udp = UdpSocket::bind("127.0.0.1:0");
+        let mut args = Vec::new();
+        if let Ok(l) = &tcp4 {
+            args.push((
+                "tcp4".to_string(),
+                l.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
+            ));
+        }
+        if let Ok(l) = &tcp6 {
+            args.push((
+                "tcp6".to_string(),
+                l.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
+            ));
+        }
+        if let Ok(u) = &udp {
+            args.push((
+                "udp".to_string(),
+                u.local_addr().map(|a| a.port()).unwrap_or(0).to_string(),
+            ));
+        }
+        // Host UNIX sockets: a pathname and an abstract datagram socket;
+        // world-writable so that only the sandbox stands in the way.
+        let dgram_path = ctx.root.path().join("p4-dgram.sock");
+        let dgram = UnixDatagram::bind(&dgram_path);
+        let abstract_name = format!("cordon-p4-{}", random_token());
+        let abstract_dgram = SocketAddr::from_abstract_name(abstract_name.as_bytes())
+            .and_then(|a| UnixDatagram::bind_addr(&a));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&dgram_path, std::fs::Permissions::from_mode(0o777));
+        }
+        args.push(("dgram_path".into(), dgram_path.display().to_string()));
+        args.push(("dgram_abstract".into(), abstract_name));
+        args.push(("kernel_missing".into(), ctx.kernel.missing_arg()));
+        let run = ctx.run("P4", &args).await;
+        for (name, sock) in [
+            ("host-unix-dgram-listener", dgram),
+            ("host-abstract-dgram-listener", abstract_dgram),
+        ] {
+            checks.push(match sock {
+                Ok(s) => {
+                    let _ = s.set_nonblocking(true);
+                    let mut buf = [0u8; 16];
+                    match s.recv(&mut buf) {
+                        Ok(_) => fail(name, "received a datagram from the child"),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            pass(name, "no datagram arrived")
+                        }
+                        Err(e) => unreachable(name, e.to_string()),
+                    }
+                }
+                Err(e) => unreachable(name, format!("the host cannot bind: {e}")),
+            });
+        }
+        let _ = std::fs::remove_file(&dgram_path);
+        for (name, listener) in [("host-tcp4-listener", tcp4), ("host-tcp6-listener", tcp6)] {
+            match listener {
+                Ok(l) => {
+                    let _ = l.set_nonblocking(true);
+                    match l.accept() {
+                        Ok((_, from)) => {
+                            checks.push(fail(name, format!("accepted a connection from {from}")))
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            checks.push(pass(name, "no connection arrived"))
+                        }
+                        Err(e) => checks.push(unreachable(name, e.to_string())),
+                    }
+                }
+                Err(e) => checks.push(unreachable(name, format!("the host cannot listen: {e}"))),
+            }
+        }
+        match udp {
+            Ok(u) => {
+                let _ = u.set_nonblocking(true);
                 let mut buf = [0u8; 16];
-                match s.recv(&mut buf) {
-                    Ok(_) => fail(name, "received a datagram from the child"),
+                match u.recv_from(&mut buf) {
+                    Ok((_, from)) => checks.push(fail(
+                        "host-udp-socket",
+                        format!("received a datagram from {from}"),
+                    )),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        pass(name, "no datagram arrived")
+                        checks.push(pass("host-udp-socket", "no datagram arrived"))
                     }
-                    Err(e) => unreachable(name, e.to_string()),
+                    Err(e) => checks.push(unreachable("host-udp-socket", e.to_string())),
                 }
             }
-            Err(e) => unreachable(name, format!("the host cannot bind: {e}")),
-        });
-    }
-    let _ = std::fs::remove_file(&dgram_path);
-    for (name, listener) in [("host-tcp4-listener", tcp4), ("host-tcp6-listener", tcp6)] {
-        match listener {
-            Ok(l) => {
-                let _ = l.set_nonblocking(true);
-                match l.accept() {
-                    Ok((_, from)) => {
-                        checks.push(fail(name, format!("accepted a connection from {from}")))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        checks.push(pass(name, "no connection arrived"))
-                    }
-                    Err(e) => checks.push(unreachable(name, e.to_string())),
-                }
-            }
-            Err(e) => checks.push(unreachable(name, format!("the host cannot listen: {e}"))),
+            Err(e) => checks.push(unreachable(
+                "host-udp-socket",
+                format!("the host cannot bind: {e}"),
+            )),
         }
+        checks.extend(run.into_checks());
+        checks
     }
-    match udp {
-        Ok(u) => {
-            let _ = u.set_nonblocking(true);
-            let mut buf = [0u8; 16];
-            match u.recv_from(&mut buf) {
-                Ok((_, from)) => checks.push(fail(
-                    "host-udp-socket",
-                    format!("received a datagram from {from}"),
-                )),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    checks.push(pass("host-udp-socket", "no datagram arrived"))
-                }
-                Err(e) => checks.push(unreachable("host-udp-socket", e.to_string())),
-            }
+
+    fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        let port = |k: &str| args.get(k).and_then(|p| p.parse::<u16>().ok());
+        match port("tcp4") {
+            Some(p) => r.forbidden("tcp4-connect", tcp_connect(v4(p)), &DENIED),
+            None => r.check(
+                "tcp4-connect",
+                ProbeStatus::Unreachable,
+                "the host had no IPv4 listener",
+            ),
         }
-        Err(e) => checks.push(unreachable(
-            "host-udp-socket",
-            format!("the host cannot bind: {e}"),
-        )),
+        match port("tcp6") {
+            Some(p) => r.forbidden("tcp6-connect", tcp_connect(v6(p)), &DENIED),
+            None => r.check(
+                "tcp6-connect",
+                ProbeStatus::Unreachable,
+                "the host had no ::1 listener",
+            ),
+        }
+        match port("udp") {
+            Some(p) => r.forbidden("udp-send", udp_send(v4(p)), &DENIED),
+            None => r.check(
+                "udp-send",
+                ProbeStatus::Unreachable,
+                "the host had no UDP socket",
+            ),
+        }
+        for (name, domain, ty, proto) in [
+            (
+                "raw-socket",
+                libc::AF_INET,
+                libc::SOCK_RAW,
+                libc::IPPROTO_ICMP,
+            ),
+            ("packet-socket", libc::AF_PACKET, libc::SOCK_RAW, 0),
+            (
+                "icmp-socket",
+                libc::AF_INET,
+                libc::SOCK_DGRAM,
+                libc::IPPROTO_ICMP,
+            ),
+        ] {
+            // SAFETY: socket() on integers; closed if created.
+            let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
+            let res = if fd >= 0 {
+                // SAFETY: closes the fd just created here.
+                unsafe { libc::close(fd) };
+                Ok(format!("created socket({domain}, {ty}, {proto})"))
+            } else {
+                Err(errno())
+            };
+            r.forbidden(name, res, &DENIED);
+        }
+        let kernel_missing: Vec<&str> = args
+            .get("kernel_missing")
+            .map(|s| s.split(',').collect())
+            .unwrap_or_default();
+        match port("tcp4") {
+            Some(p) => io_uring_connect(r, p, &kernel_missing),
+            None => r.check(
+                "io-uring-connect",
+                ProbeStatus::Unreachable,
+                "the host had no IPv4 listener",
+            ),
+        }
+        unix_datagrams(r, args);
     }
-    checks.extend(run.into_checks());
-    checks
 }
+
+/// Every check P4 makes on any host.
+const CHECKS: &[(&str, Evidence)] = &[
+    ("host-unix-dgram-listener", Evidence::Host),
+    ("host-abstract-dgram-listener", Evidence::Host),
+    ("host-tcp4-listener", Evidence::Host),
+    ("host-tcp6-listener", Evidence::Host),
+    ("host-udp-socket", Evidence::Host),
+    ("tcp4-connect", Evidence::Child),
+    ("tcp6-connect", Evidence::Child),
+    ("udp-send", Evidence::Child),
+    ("raw-socket", Evidence::Child),
+    ("packet-socket", Evidence::Child),
+    ("icmp-socket", Evidence::Child),
+    ("io-uring-connect", Evidence::Child),
+    ("unix-dgram-sendto", Evidence::Child),
+    ("unix-dgram-connect", Evidence::Child),
+    ("unix-dgram-sendto-abstract", Evidence::Child),
+];
 
 const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
-
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    let port = |k: &str| args.get(k).and_then(|p| p.parse::<u16>().ok());
-    match port("tcp4") {
-        Some(p) => r.forbidden("tcp4-connect", tcp_connect(v4(p)), &DENIED),
-        None => r.check(
-            "tcp4-connect",
-            ProbeStatus::Unreachable,
-            "the host had no IPv4 listener",
-        ),
-    }
-    match port("tcp6") {
-        Some(p) => r.forbidden("tcp6-connect", tcp_connect(v6(p)), &DENIED),
-        None => r.check(
-            "tcp6-connect",
-            ProbeStatus::Unreachable,
-            "the host had no ::1 listener",
-        ),
-    }
-    match port("udp") {
-        Some(p) => r.forbidden("udp-send", udp_send(v4(p)), &DENIED),
-        None => r.check(
-            "udp-send",
-            ProbeStatus::Unreachable,
-            "the host had no UDP socket",
-        ),
-    }
-    for (name, domain, ty, proto) in [
-        (
-            "raw-socket",
-            libc::AF_INET,
-            libc::SOCK_RAW,
-            libc::IPPROTO_ICMP,
-        ),
-        ("packet-socket", libc::AF_PACKET, libc::SOCK_RAW, 0),
-        (
-            "icmp-socket",
-            libc::AF_INET,
-            libc::SOCK_DGRAM,
-            libc::IPPROTO_ICMP,
-        ),
-    ] {
-        // SAFETY: socket() on integers; closed if created.
-        let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
-        let res = if fd >= 0 {
-            // SAFETY: closes the fd just created here.
-            unsafe { libc::close(fd) };
-            Ok(format!("created socket({domain}, {ty}, {proto})"))
-        } else {
-            Err(errno())
-        };
-        r.forbidden(name, res, &DENIED);
-    }
-    let kernel_missing: Vec<&str> = args
-        .get("kernel_missing")
-        .map(|s| s.split(',').collect())
-        .unwrap_or_default();
-    match port("tcp4") {
-        Some(p) => io_uring_connect(r, p, &kernel_missing),
-        None => r.check(
-            "io-uring-connect",
-            ProbeStatus::Unreachable,
-            "the host had no IPv4 listener",
-        ),
-    }
-    unix_datagrams(r, args);
-}
 
 /// A `socketpair` of `ty`, or the errno.
 fn pair(ty: i32) -> Result<[i32; 2], i32> {

@@ -41,14 +41,250 @@
 //! all, which is the property checked, and the host confirms the target
 //! is absent.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cordon_core::{CheckResult, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, ProbeId, ProbeStatus};
 
 use crate::child::{self, errno, Reporter, DENIED, PROBE_ARG};
-use crate::harness::{fail, pass, random_token, unreachable, verdict, Ctx, Hold, Ids};
+use crate::harness::{fail, pass, random_token, unreachable, verdict, ProbeContext, Hold, Ids};
 use crate::inspect;
+use crate::registry::{manifest, HostConditions, Manifest, Probe, ProbeArgs};
+
+/// P5 in the registry (`probes/mod.rs`).
+pub(crate) struct P5;
+
+#[async_trait::async_trait]
+impl Probe for P5 {
+    fn id(&self) -> ProbeId {
+        ProbeId::P5
+    }
+
+    fn title(&self) -> &'static str {
+        "Filesystem confinement"
+    }
+
+    fn checks(&self, host: &HostConditions) -> Manifest {
+        let mut m = manifest(CHECKS);
+        if host.as_root {
+            m.insert("host-setid-scratch-exec".into(), Evidence::Host);
+        }
+        m
+    }
+
+    async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
+        use std::os::unix::fs::MetadataExt;
+        let token = random_token();
+        let tmp_dir = std::env::temp_dir()
+            .canonicalize()
+            .unwrap_or_else(|_| std::env::temp_dir());
+        let targets: Vec<(&str, PathBuf)> = vec![
+            ("out_tmp", tmp_dir.join(format!("cordon-p5-{token}"))),
+            ("out_home", ctx.home_dir.join(format!(".cordon-p5-{token}"))),
+            ("out_pkg", ctx.pkg_dir.join(format!("p5-{token}"))),
+            (
+                "rename_to",
+                tmp_dir.join(format!("cordon-p5-renamed-{token}")),
+            ),
+        ];
+        let mut args: Vec<(String, String)> = targets
+            .iter()
+            .map(|(k, p)| (k.to_string(), p.display().to_string()))
+            .collect();
+        args.push(("canary".into(), ctx.canary_file.display().to_string()));
+        let same_fs = {
+            let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+            let scratch_base = ctx.spawner.config().scratch_base.clone();
+            let d = dev(&ctx.canary_file);
+            d.is_some() && d == dev(&scratch_base) && d == dev(&tmp_dir)
+        };
+        args.push(("same_fs".into(), same_fs.to_string()));
+        args.push(("exe".into(), ctx.exe.display().to_string()));
+        let mut checks = Vec::new();
+        let meta_path = ctx.outside_dir.join(format!("meta-{token}.txt"));
+        let meta_before = match plant_meta(&meta_path, ctx.sandbox, ctx.host_uid) {
+            Ok(m) => {
+                args.push(("meta".into(), meta_path.display().to_string()));
+                Some(m)
+            }
+            Err(e) => {
+                checks.push(unreachable(
+                    "host-meta-unchanged",
+                    format!("cannot plant {}: {e}", meta_path.display()),
+                ));
+                None
+            }
+        };
+
+        let exe_bytes = std::fs::read(&ctx.exe).unwrap_or_default();
+        let mut on_hold = |h: &Hold<'_>| {
+            let mut out = vec![canary_links(&ctx.canary_file)];
+            out.extend(setid_planted(h, ctx, &exe_bytes));
+            out
+        };
+        let run = ctx.run_held("P5", &args, &mut on_hold).await;
+        let mut hold_checks = vec!["host-canary-not-linked", "host-setid-scratch-mount"];
+        if ctx.host_uid == 0 {
+            hold_checks.push("host-setid-scratch-exec");
+        }
+        checks.extend(run.missed_hold("planted", &hold_checks));
+
+        for (key, path) in &targets {
+            let name = format!("host-{key}-absent");
+            if path.symlink_metadata().is_ok() {
+                checks.push(fail(&name, format!("the child created {}", path.display())));
+                let _ = std::fs::remove_file(path);
+            } else {
+                checks.push(pass(&name, "nothing was created"));
+            }
+        }
+        match std::fs::read(&ctx.canary_file) {
+            Ok(c) if c == ctx.canary_content => {
+                checks.push(pass("host-canary-unchanged", "canary intact"))
+            }
+            Ok(_) => checks.push(fail(
+                "host-canary-unchanged",
+                "the child modified the canary file",
+            )),
+            Err(e) => checks.push(fail("host-canary-unchanged", format!("canary gone: {e}"))),
+        }
+        if let Some(before) = meta_before {
+            checks.push(match meta_of(&meta_path) {
+                Ok(now) => verdict(
+                    "host-meta-unchanged",
+                    now == before,
+                    if now == before {
+                        "mode, owner, times and xattr unchanged".to_string()
+                    } else {
+                        format!("the child changed the host file's metadata: {before:?} -> {now:?}")
+                    },
+                ),
+                Err(e) => fail("host-meta-unchanged", format!("the host file is gone: {e}")),
+            });
+        }
+        checks.extend(run.into_checks());
+        checks
+    }
+
+    fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        let get = |k: &str| args.get(k).cloned().unwrap_or_default();
+        let rename_to = get("rename_to");
+        let cross_denied: &[i32] = if get("same_fs") == "true" || on_different_mounts(".", &rename_to) {
+            &[libc::EACCES, libc::EPERM, libc::EXDEV]
+        } else {
+            &DENIED
+        };
+        let canary = get("canary");
+        r.forbidden("read-outside-canary", child::read_file(&canary), &DENIED);
+        for key in ["out_tmp", "out_home", "out_pkg"] {
+            if let Some(p) = args.get(key) {
+                r.forbidden(
+                    &format!("create-{key}"),
+                    child::write_file(p, libc::O_CREAT | libc::O_EXCL),
+                    &META_DENIED,
+                );
+            }
+        }
+        r.forbidden(
+            "write-canary",
+            child::write_file(&canary, libc::O_APPEND),
+            &META_DENIED,
+        );
+        r.forbidden(
+            "truncate-canary",
+            child::write_file(&canary, libc::O_TRUNC),
+            &META_DENIED,
+        );
+
+        // Rename a scratch file out of scratch.
+        let _ = std::fs::write("to-move", b"x");
+        let (from, to) = (child::cstr("to-move"), child::cstr(&rename_to));
+        // SAFETY: valid C strings.
+        let rc = unsafe { libc::rename(from.as_ptr(), to.as_ptr()) };
+        r.forbidden(
+            "rename-out-of-scratch",
+            if rc == 0 {
+                Ok(format!("moved to {rename_to}"))
+            } else {
+                Err(errno())
+            },
+            cross_denied,
+        );
+
+        // A symlink in scratch pointing outside: creating it is harmless, using it is not.
+        let link = child::cstr("link-out");
+        let target = child::cstr(&canary);
+        // SAFETY: valid C strings.
+        if unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) } == 0 {
+            r.forbidden("read-via-symlink", child::read_file("link-out"), &DENIED);
+            r.forbidden(
+                "write-via-symlink",
+                child::write_file("link-out", libc::O_APPEND),
+                &META_DENIED,
+            );
+        } else {
+            r.check(
+                "read-via-symlink",
+                ProbeStatus::Unreachable,
+                format!(
+                    "cannot create a symlink in scratch: {}",
+                    child::errno_name(errno())
+                ),
+            );
+        }
+        // The link, if made, stays until the host has counted the canary's links.
+        let hard = child::cstr("hard-out");
+        // SAFETY: valid C strings.
+        let rc = unsafe { libc::link(target.as_ptr(), hard.as_ptr()) };
+        r.forbidden(
+            "hardlink-outside-file",
+            if rc == 0 {
+                Ok("linked the canary into scratch".into())
+            } else {
+                Err(errno())
+            },
+            cross_denied,
+        );
+
+        if let Some(meta) = args.get("meta") {
+            metadata_writes(r, meta);
+        }
+        plant_setid(r, &get("exe"));
+        r.hold("planted");
+
+        // Positive control: a program in the package dir can be executed.
+        r.control("control-package-exec", exec_package(&get("exe")));
+    }
+}
+
+/// Every check P5 makes on any host (those of some hosts only are added
+/// in [`P5::checks`]).
+const CHECKS: &[(&str, Evidence)] = &[
+    ("host-out_tmp-absent", Evidence::Host),
+    ("host-out_home-absent", Evidence::Host),
+    ("host-out_pkg-absent", Evidence::Host),
+    ("host-rename_to-absent", Evidence::Host),
+    ("host-canary-unchanged", Evidence::Host),
+    ("host-meta-unchanged", Evidence::Host),
+    ("read-outside-canary", Evidence::Child),
+    ("create-out_tmp", Evidence::Child),
+    ("create-out_home", Evidence::Child),
+    ("create-out_pkg", Evidence::Child),
+    ("write-canary", Evidence::Child),
+    ("truncate-canary", Evidence::Child),
+    ("rename-out-of-scratch", Evidence::Child),
+    ("read-via-symlink", Evidence::Child),
+    ("write-via-symlink", Evidence::Child),
+    ("hardlink-outside-file", Evidence::Child),
+    ("chmod-outside", Evidence::Child),
+    ("chmod-setid-outside", Evidence::Child),
+    ("fchmodat-outside", Evidence::Child),
+    ("utimensat-outside", Evidence::Child),
+    ("setxattr-outside", Evidence::Child),
+    ("chown-outside", Evidence::Child),
+    ("host-canary-not-linked", Evidence::Host),
+    ("host-setid-scratch-mount", Evidence::Host),
+    ("control-package-exec", Evidence::Child),
+];
 
 /// The xattr the host plants on the metadata target.
 const XATTR: &str = "user.cordon";
@@ -142,100 +378,6 @@ fn plant_meta(path: &Path, sandbox: Ids, host_uid: u32) -> std::io::Result<Meta>
     meta_of(path)
 }
 
-pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    use std::os::unix::fs::MetadataExt;
-    let token = random_token();
-    let tmp_dir = std::env::temp_dir()
-        .canonicalize()
-        .unwrap_or_else(|_| std::env::temp_dir());
-    let targets: Vec<(&str, PathBuf)> = vec![
-        ("out_tmp", tmp_dir.join(format!("cordon-p5-{token}"))),
-        ("out_home", ctx.home_dir.join(format!(".cordon-p5-{token}"))),
-        ("out_pkg", ctx.pkg_dir.join(format!("p5-{token}"))),
-        (
-            "rename_to",
-            tmp_dir.join(format!("cordon-p5-renamed-{token}")),
-        ),
-    ];
-    let mut args: Vec<(String, String)> = targets
-        .iter()
-        .map(|(k, p)| (k.to_string(), p.display().to_string()))
-        .collect();
-    args.push(("canary".into(), ctx.canary_file.display().to_string()));
-    let same_fs = {
-        let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
-        let scratch_base = ctx.spawner.config().scratch_base.clone();
-        let d = dev(&ctx.canary_file);
-        d.is_some() && d == dev(&scratch_base) && d == dev(&tmp_dir)
-    };
-    args.push(("same_fs".into(), same_fs.to_string()));
-    args.push(("exe".into(), ctx.exe.display().to_string()));
-    let mut checks = Vec::new();
-    let meta_path = ctx.outside_dir.join(format!("meta-{token}.txt"));
-    let meta_before = match plant_meta(&meta_path, ctx.sandbox, ctx.host_uid) {
-        Ok(m) => {
-            args.push(("meta".into(), meta_path.display().to_string()));
-            Some(m)
-        }
-        Err(e) => {
-            checks.push(unreachable(
-                "host-meta-unchanged",
-                format!("cannot plant {}: {e}", meta_path.display()),
-            ));
-            None
-        }
-    };
-
-    let exe_bytes = std::fs::read(&ctx.exe).unwrap_or_default();
-    let mut on_hold = |h: &Hold<'_>| {
-        let mut out = vec![canary_links(&ctx.canary_file)];
-        out.extend(setid_planted(h, ctx, &exe_bytes));
-        out
-    };
-    let run = ctx.run_held("P5", &args, &mut on_hold).await;
-    let mut hold_checks = vec!["host-canary-not-linked", "host-setid-scratch-mount"];
-    if ctx.host_uid == 0 {
-        hold_checks.push("host-setid-scratch-exec");
-    }
-    checks.extend(run.missed_hold("planted", &hold_checks));
-
-    for (key, path) in &targets {
-        let name = format!("host-{key}-absent");
-        if path.symlink_metadata().is_ok() {
-            checks.push(fail(&name, format!("the child created {}", path.display())));
-            let _ = std::fs::remove_file(path);
-        } else {
-            checks.push(pass(&name, "nothing was created"));
-        }
-    }
-    match std::fs::read(&ctx.canary_file) {
-        Ok(c) if c == ctx.canary_content => {
-            checks.push(pass("host-canary-unchanged", "canary intact"))
-        }
-        Ok(_) => checks.push(fail(
-            "host-canary-unchanged",
-            "the child modified the canary file",
-        )),
-        Err(e) => checks.push(fail("host-canary-unchanged", format!("canary gone: {e}"))),
-    }
-    if let Some(before) = meta_before {
-        checks.push(match meta_of(&meta_path) {
-            Ok(now) => verdict(
-                "host-meta-unchanged",
-                now == before,
-                if now == before {
-                    "mode, owner, times and xattr unchanged".to_string()
-                } else {
-                    format!("the child changed the host file's metadata: {before:?} -> {now:?}")
-                },
-            ),
-            Err(e) => fail("host-meta-unchanged", format!("the host file is gone: {e}")),
-        });
-    }
-    checks.extend(run.into_checks());
-    checks
-}
-
 /// At the hold: the canary has one link (no hardlink to it in scratch).
 fn canary_links(canary: &Path) -> CheckResult {
     use std::os::unix::fs::MetadataExt;
@@ -259,7 +401,7 @@ struct Planted {
 }
 
 /// At the hold: the setuid/setgid copies in scratch mean nothing.
-fn setid_planted(h: &Hold<'_>, ctx: &Ctx, exe_bytes: &[u8]) -> Vec<CheckResult> {
+fn setid_planted(h: &Hold<'_>, ctx: &ProbeContext, exe_bytes: &[u8]) -> Vec<CheckResult> {
     use std::os::unix::fs::MetadataExt;
     const MOUNT: &str = "host-setid-scratch-mount";
     const EXEC: &str = "host-setid-scratch-exec";
@@ -403,96 +545,6 @@ fn run_ids(path: &Path, uid: u32, exe_bytes: &[u8]) -> Result<(u32, u32), String
         )),
         _ => Err(format!("unexpected output {text:?} ({})", out.status)),
     }
-}
-
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    let get = |k: &str| args.get(k).cloned().unwrap_or_default();
-    let rename_to = get("rename_to");
-    let cross_denied: &[i32] = if get("same_fs") == "true" || on_different_mounts(".", &rename_to) {
-        &[libc::EACCES, libc::EPERM, libc::EXDEV]
-    } else {
-        &DENIED
-    };
-    let canary = get("canary");
-    r.forbidden("read-outside-canary", child::read_file(&canary), &DENIED);
-    for key in ["out_tmp", "out_home", "out_pkg"] {
-        if let Some(p) = args.get(key) {
-            r.forbidden(
-                &format!("create-{key}"),
-                child::write_file(p, libc::O_CREAT | libc::O_EXCL),
-                &META_DENIED,
-            );
-        }
-    }
-    r.forbidden(
-        "write-canary",
-        child::write_file(&canary, libc::O_APPEND),
-        &META_DENIED,
-    );
-    r.forbidden(
-        "truncate-canary",
-        child::write_file(&canary, libc::O_TRUNC),
-        &META_DENIED,
-    );
-
-    // Rename a scratch file out of scratch.
-    let _ = std::fs::write("to-move", b"x");
-    let (from, to) = (child::cstr("to-move"), child::cstr(&rename_to));
-    // SAFETY: valid C strings.
-    let rc = unsafe { libc::rename(from.as_ptr(), to.as_ptr()) };
-    r.forbidden(
-        "rename-out-of-scratch",
-        if rc == 0 {
-            Ok(format!("moved to {rename_to}"))
-        } else {
-            Err(errno())
-        },
-        cross_denied,
-    );
-
-    // A symlink in scratch pointing outside: creating it is harmless, using it is not.
-    let link = child::cstr("link-out");
-    let target = child::cstr(&canary);
-    // SAFETY: valid C strings.
-    if unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) } == 0 {
-        r.forbidden("read-via-symlink", child::read_file("link-out"), &DENIED);
-        r.forbidden(
-            "write-via-symlink",
-            child::write_file("link-out", libc::O_APPEND),
-            &META_DENIED,
-        );
-    } else {
-        r.check(
-            "read-via-symlink",
-            ProbeStatus::Unreachable,
-            format!(
-                "cannot create a symlink in scratch: {}",
-                child::errno_name(errno())
-            ),
-        );
-    }
-    // The link, if made, stays until the host has counted the canary's links.
-    let hard = child::cstr("hard-out");
-    // SAFETY: valid C strings.
-    let rc = unsafe { libc::link(target.as_ptr(), hard.as_ptr()) };
-    r.forbidden(
-        "hardlink-outside-file",
-        if rc == 0 {
-            Ok("linked the canary into scratch".into())
-        } else {
-            Err(errno())
-        },
-        cross_denied,
-    );
-
-    if let Some(meta) = args.get("meta") {
-        metadata_writes(r, meta);
-    }
-    plant_setid(r, &get("exe"));
-    r.hold("planted");
-
-    // Positive control: a program in the package dir can be executed.
-    r.control("control-package-exec", exec_package(&get("exe")));
 }
 
 /// Copies the executable into scratch twice and sets setuid / setgid bits;

@@ -44,12 +44,101 @@ pub(crate) mod memory;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cordon_core::{CheckResult, ExitOutcome, Limits, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, ExitOutcome, Limits, ProbeId, ProbeStatus};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::child::{errno, errno_name, Reporter};
-use crate::harness::{fail, kill_token_survivors, pass, unreachable, verdict, Ctx, Hold, Spawned};
+use crate::harness::{fail, kill_token_survivors, pass, unreachable, verdict, ProbeContext, Hold, Spawned};
 use crate::inspect;
+use crate::registry::{manifest, HostConditions, Manifest, Probe, ProbeArgs};
+
+/// P6 in the registry (`probes/mod.rs`).
+pub(crate) struct P6;
+
+#[async_trait::async_trait]
+impl Probe for P6 {
+    fn id(&self) -> ProbeId {
+        ProbeId::P6
+    }
+
+    fn title(&self) -> &'static str {
+        "Resource limits"
+    }
+
+    fn checks(&self, host: &HostConditions) -> Manifest {
+        let mut m = manifest(CHECKS);
+        for (claimed, name) in [
+            (host.sandbox_memory, "sandbox-memory-limit"),
+            (host.sandbox_cpu, "sandbox-cpu-limit"),
+            (host.sandbox_disk, "sandbox-disk-limit"),
+        ] {
+            if claimed {
+                m.insert(name.into(), Evidence::Host);
+            }
+        }
+        m
+    }
+
+    async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
+        // Independent sandboxes: run them together.
+        let (mut checks, deadline, parent, memory, cpu) = tokio::join!(
+            held(ctx),
+            deadline_tree(ctx),
+            parent_killed(ctx),
+            memory::host(ctx),
+            cpu::host(ctx),
+        );
+        checks.push(deadline);
+        checks.push(parent);
+        checks.extend(memory);
+        checks.extend(cpu);
+        checks
+    }
+
+    fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        open_files(r, num(args, "fds"));
+        fork_loop(r, num(args, "procs"));
+        raise_cpu(r, num(args, "cpu"));
+        write_past_fsize(r, num(args, "fsize"));
+        r.hold("limits");
+        let _ = std::fs::remove_file("big");
+        disk::child(r, num(args, "disk"), num(args, "fsize"));
+        // Last, after the controls the harness ran first: a backend may
+        // enforce this by killing the whole sandbox.
+        memory(r, num(args, "mem"));
+    }
+
+    fn helper(&self, name: &str, args: &ProbeArgs) -> Option<i32> {
+        let mut r = Reporter::new();
+        match name {
+            "tree" => tree(&mut r),
+            // The sandbox-wide checks run alone in their own sandbox,
+            // without the controls: they may end it (by design).
+            "memory" => {
+                memory::child(&mut r, args);
+                r.done();
+            }
+            "cpu" => {
+                cpu::child(&mut r, args);
+                r.done();
+            }
+            _ => return None,
+        }
+        Some(0)
+    }
+}
+
+/// Every check P6 makes on any host (those of some hosts only are added
+/// in [`P6::checks`]).
+const CHECKS: &[(&str, Evidence)] = &[
+    ("fd-limit", Evidence::Host),
+    ("process-limit", Evidence::Host),
+    ("cpu-limit", Evidence::Host),
+    ("file-size-limit", Evidence::Host),
+    ("memory-limit", Evidence::Host),
+    ("deadline-kills-tree", Evidence::Host),
+    ("parent-killed-leaves-nothing", Evidence::Host),
+];
 
 /// Extra processes tolerated above the limit (the probe itself).
 const PROC_SLACK: usize = 2;
@@ -60,25 +149,9 @@ const PROC_SLACK: usize = 2;
 /// does not make a sandbox that holds fail.
 const GONE_WITHIN: Duration = Duration::from_secs(1);
 
-pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    // Independent sandboxes: run them together.
-    let (mut checks, deadline, parent, memory, cpu) = tokio::join!(
-        held(ctx),
-        deadline_tree(ctx),
-        parent_killed(ctx),
-        memory::host(ctx),
-        cpu::host(ctx),
-    );
-    checks.push(deadline);
-    checks.push(parent);
-    checks.extend(memory);
-    checks.extend(cpu);
-    checks
-}
-
 /// The main child, with its holds: the per-process checks, and the
 /// sandbox-wide disk check when claimed.
-async fn held(ctx: &Ctx) -> Vec<CheckResult> {
+async fn held(ctx: &ProbeContext) -> Vec<CheckResult> {
     let limits = Limits::probe();
     let lim = |v: Option<u64>| v.unwrap_or(0);
     let (procs, fds, cpu, fsize) = (
@@ -286,7 +359,7 @@ fn limits_in_force(h: &Hold<'_>, cpu: u64, fsize: u64) -> Vec<CheckResult> {
 
 /// Reads a tree child's lines until it reports its grandchild; returns
 /// the grandchild's `setsid()` outcome.
-async fn tree_ready(spawned: &mut Spawned, ctx: &Ctx) -> Option<String> {
+async fn tree_ready(spawned: &mut Spawned, ctx: &ProbeContext) -> Option<String> {
     let stdout = spawned.child.stdout.as_mut()?;
     let mut lines = BufReader::new(stdout).lines();
     let until = tokio::time::Instant::now() + ctx.timeout;
@@ -325,7 +398,7 @@ async fn gone(token: &str) -> Result<(), Vec<i32>> {
 
 /// Spawns a child whose grandchild calls `setsid()`, lets the deadline
 /// fire, and checks from the host that nothing of the tree is left.
-async fn deadline_tree(ctx: &Ctx) -> CheckResult {
+async fn deadline_tree(ctx: &ProbeContext) -> CheckResult {
     const NAME: &str = "deadline-kills-tree";
     let limits = Limits {
         deadline: Some(Duration::from_millis(150)),
@@ -367,7 +440,7 @@ async fn deadline_tree(ctx: &Ctx) -> CheckResult {
 /// Spawns the same tree, then SIGKILLs only the pid the host spawned (not
 /// its group, not through the runner) and checks that nothing of the
 /// sandbox is left.
-async fn parent_killed(ctx: &Ctx) -> CheckResult {
+async fn parent_killed(ctx: &ProbeContext) -> CheckResult {
     const NAME: &str = "parent-killed-leaves-nothing";
     let mut spawned = match ctx.spawn("P6-tree", &[], Limits::default()) {
         Ok(c) => c,
@@ -405,19 +478,6 @@ async fn parent_killed(ctx: &Ctx) -> CheckResult {
 
 fn num(args: &BTreeMap<String, String>, k: &str) -> u64 {
     args.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    open_files(r, num(args, "fds"));
-    fork_loop(r, num(args, "procs"));
-    raise_cpu(r, num(args, "cpu"));
-    write_past_fsize(r, num(args, "fsize"));
-    r.hold("limits");
-    let _ = std::fs::remove_file("big");
-    disk::child(r, num(args, "disk"), num(args, "fsize"));
-    // Last, after the controls the harness ran first: a backend may
-    // enforce this by killing the whole sandbox.
-    memory(r, num(args, "mem"));
 }
 
 /// Opens fds until refused (or twice the limit), holds while they are open.

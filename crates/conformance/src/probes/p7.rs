@@ -20,12 +20,141 @@
 
 use std::collections::BTreeMap;
 
-use cordon_core::{CheckResult, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, ProbeId, ProbeStatus};
 
 use crate::child::{errno, errno_name, Reporter};
-use crate::harness::{unreachable, verdict, Ctx, Hold};
+use crate::harness::{unreachable, verdict, ProbeContext, Hold};
 use crate::inspect;
 use crate::kernel;
+use crate::registry::{manifest, HostConditions, Manifest, Probe, ProbeArgs};
+
+/// P7 in the registry (`probes/mod.rs`).
+pub(crate) struct P7;
+
+#[async_trait::async_trait]
+impl Probe for P7 {
+    fn id(&self) -> ProbeId {
+        ProbeId::P7
+    }
+
+    fn title(&self) -> &'static str {
+        "No privilege re-escalation"
+    }
+
+    fn checks(&self, _: &HostConditions) -> Manifest {
+        manifest(CHECKS)
+    }
+
+    async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
+        let mut user_ns_before = None;
+        let mut on_hold = |h: &Hold<'_>| {
+            let Some(pid) = h.pid else {
+                let names: &[&str] = if h.label == "before" {
+                    &BEFORE_CHECKS
+                } else {
+                    &AFTER_CHECKS
+                };
+                return names
+                    .iter()
+                    .map(|n| unreachable(n, "the program was not found by its token"))
+                    .collect();
+            };
+            if h.label == "before" {
+                user_ns_before = inspect::namespace(pid, "user");
+                before(pid)
+            } else {
+                after(pid, user_ns_before)
+            }
+        };
+        let run = ctx
+            .run_held(
+                "P7",
+                &[("kernel_missing".into(), ctx.kernel.missing_arg())],
+                &mut on_hold,
+            )
+            .await;
+        let mut checks = run.missed_hold("before", &BEFORE_CHECKS);
+        checks.extend(run.missed_hold("after", &AFTER_CHECKS));
+        checks.extend(run.into_checks());
+        checks
+    }
+
+    fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        let missing: Vec<&str> = args
+            .get("kernel_missing")
+            .map(|s| s.split(',').filter(|n| !n.is_empty()).collect())
+            .unwrap_or_default();
+        r.hold("before");
+        for (name, call) in kernel::CALLS {
+            if name == "io_uring_setup" {
+                continue; // P4's business.
+            }
+            refused(r, name, kernel::try_call(call), &missing);
+        }
+        // Remount of a fresh, empty dir that is not a mount point: EINVAL once
+        // past the capability check, and nothing to change even if reached.
+        let _ = std::fs::create_dir("mnt-target");
+        // SAFETY: valid C strings; a remount of a non-mount point.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"mnt-target".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
+                std::ptr::null(),
+            )
+        };
+        refused(
+            r,
+            "mount",
+            if rc == 0 { Ok(()) } else { Err(errno()) },
+            &missing,
+        );
+
+        // Last, and judged by the host: a breach here would change what this
+        // process may do in the calls above.
+        // SAFETY: setuid(0) either fails or (on a breach) changes nothing that
+        // outlives this probe process.
+        let rc = unsafe { libc::setuid(0) };
+        r.info(
+            "setuid-0",
+            if rc == 0 {
+                "succeeded".to_string()
+            } else {
+                errno_name(errno())
+            },
+        );
+        // SAFETY: as above, for a new user namespace.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
+        r.info(
+            "unshare-user",
+            if rc == 0 {
+                "succeeded".to_string()
+            } else {
+                errno_name(errno())
+            },
+        );
+        r.hold("after");
+    }
+}
+
+/// Every check P7 makes on any host.
+const CHECKS: &[(&str, Evidence)] = &[
+    ("no-new-privs", Evidence::Host),
+    ("seccomp-filter", Evidence::Host),
+    ("capability-sets", Evidence::Host),
+    ("bounding-set", Evidence::Host),
+    ("ambient-set", Evidence::Host),
+    ("bpf", Evidence::Child),
+    ("perf_event_open", Evidence::Child),
+    ("userfaultfd", Evidence::Child),
+    ("keyctl", Evidence::Child),
+    ("kexec_load", Evidence::Child),
+    ("init_module", Evidence::Child),
+    ("mount", Evidence::Child),
+    ("setuid-0", Evidence::Host),
+    ("new-user-namespace", Evidence::Host),
+];
 
 /// The checks the host makes at hold `before`: how the program runs.
 const BEFORE_CHECKS: [&str; 5] = [
@@ -38,40 +167,6 @@ const BEFORE_CHECKS: [&str; 5] = [
 
 /// The checks the host makes at hold `after`: what the attempts changed.
 const AFTER_CHECKS: [&str; 2] = ["setuid-0", "new-user-namespace"];
-
-pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    let mut user_ns_before = None;
-    let mut on_hold = |h: &Hold<'_>| {
-        let Some(pid) = h.pid else {
-            let names: &[&str] = if h.label == "before" {
-                &BEFORE_CHECKS
-            } else {
-                &AFTER_CHECKS
-            };
-            return names
-                .iter()
-                .map(|n| unreachable(n, "the program was not found by its token"))
-                .collect();
-        };
-        if h.label == "before" {
-            user_ns_before = inspect::namespace(pid, "user");
-            before(pid)
-        } else {
-            after(pid, user_ns_before)
-        }
-    };
-    let run = ctx
-        .run_held(
-            "P7",
-            &[("kernel_missing".into(), ctx.kernel.missing_arg())],
-            &mut on_hold,
-        )
-        .await;
-    let mut checks = run.missed_hold("before", &BEFORE_CHECKS);
-    checks.extend(run.missed_hold("after", &AFTER_CHECKS));
-    checks.extend(run.into_checks());
-    checks
-}
 
 /// Parses a `Cap*` hex mask.
 fn caps(status: &BTreeMap<String, String>, key: &str) -> Option<u64> {
@@ -177,64 +272,6 @@ fn after(pid: i32, user_ns_before: Option<u64>) -> Vec<CheckResult> {
             ),
         },
     ]
-}
-
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    let missing: Vec<&str> = args
-        .get("kernel_missing")
-        .map(|s| s.split(',').filter(|n| !n.is_empty()).collect())
-        .unwrap_or_default();
-    r.hold("before");
-    for (name, call) in kernel::CALLS {
-        if name == "io_uring_setup" {
-            continue; // P4's business.
-        }
-        refused(r, name, kernel::try_call(call), &missing);
-    }
-    // Remount of a fresh, empty dir that is not a mount point: EINVAL once
-    // past the capability check, and nothing to change even if reached.
-    let _ = std::fs::create_dir("mnt-target");
-    // SAFETY: valid C strings; a remount of a non-mount point.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            c"mnt-target".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
-            std::ptr::null(),
-        )
-    };
-    refused(
-        r,
-        "mount",
-        if rc == 0 { Ok(()) } else { Err(errno()) },
-        &missing,
-    );
-
-    // Last, and judged by the host: a breach here would change what this
-    // process may do in the calls above.
-    // SAFETY: setuid(0) either fails or (on a breach) changes nothing that
-    // outlives this probe process.
-    let rc = unsafe { libc::setuid(0) };
-    r.info(
-        "setuid-0",
-        if rc == 0 {
-            "succeeded".to_string()
-        } else {
-            errno_name(errno())
-        },
-    );
-    // SAFETY: as above, for a new user namespace.
-    let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
-    r.info(
-        "unshare-user",
-        if rc == 0 {
-            "succeeded".to_string()
-        } else {
-            errno_name(errno())
-        },
-    );
-    r.hold("after");
 }
 
 /// Judges a dangerous call: refused by policy is a pass; success or any

@@ -26,7 +26,6 @@
 //! The host then checks that nothing reached the bystanders: a connect
 //! that "failed" in the child but arrived on the host is a breach.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,10 +33,272 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cordon_core::egress::HostPattern;
-use cordon_core::{CheckResult, Network, ProbeStatus};
+use cordon_core::{CheckResult, Evidence, Network, ProbeId, ProbeStatus, SandboxBackend};
 
 use crate::child::{errno, Reporter};
-use crate::harness::{fail, pass, random_token, unreachable, Ctx};
+use crate::harness::{fail, pass, random_token, unreachable, ProbeContext};
+use crate::registry::{manifest, HostConditions, Manifest, Probe, ProbeArgs};
+
+/// P8 in the registry (`probes/mod.rs`).
+pub(crate) struct P8;
+
+#[async_trait::async_trait]
+impl Probe for P8 {
+    fn id(&self) -> ProbeId {
+        ProbeId::P8
+    }
+
+    fn title(&self) -> &'static str {
+        "Egress allowlist holds"
+    }
+
+    fn required_of(&self, backend: &dyn SandboxBackend) -> bool {
+        backend.claims_egress_allowlist()
+    }
+
+    fn checks(&self, host: &HostConditions) -> Manifest {
+        let mut m = manifest(CHECKS);
+        for ip in &host.addrs {
+            m.insert(format!("direct-{ip}"), Evidence::Child);
+            m.insert(format!("proxy-port-{ip}"), Evidence::Child);
+        }
+        m
+    }
+
+    async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
+        let mut checks = Vec::new();
+        let token = random_token();
+        let target = match Target::start(token.clone()) {
+            Ok(t) => t,
+            Err(e) => return vec![unreachable("host-target", format!("cannot listen: {e}"))],
+        };
+        let bystander = TcpListener::bind("0.0.0.0:0");
+        let bystander6 = TcpListener::bind("[::]:0");
+        let udp = UdpSocket::bind("127.0.0.1:0");
+        let port = |l: &std::io::Result<TcpListener>| {
+            l.as_ref()
+                .ok()
+                .and_then(|l| l.local_addr().ok())
+                .map_or(0, |a| a.port())
+        };
+        let by_port = port(&bystander);
+        let addrs = ctx.conditions.addrs.clone();
+        let args = vec![
+            ("target".to_string(), target.port.to_string()),
+            ("token".to_string(), token.clone()),
+            ("bystander".to_string(), by_port.to_string()),
+            ("bystander6".to_string(), port(&bystander6).to_string()),
+            (
+                "udp".to_string(),
+                udp.as_ref()
+                    .ok()
+                    .and_then(|u| u.local_addr().ok())
+                    .map_or(0, |a| a.port())
+                    .to_string(),
+            ),
+            ("addrs".to_string(), addrs.join(",")),
+        ];
+        let allow: Result<Vec<HostPattern>, _> = [
+            format!("localhost:{}", target.port),
+            format!("127.1:{by_port}"),
+        ]
+        .iter()
+        .map(|p| p.parse())
+        .collect();
+        let allow = match allow {
+            Ok(a) => a,
+            Err(e) => return vec![unreachable("setup", e.to_string())],
+        };
+        let run = ctx
+            .run_with_network("P8", &args, Network::Allow(allow))
+            .await;
+        let requests = target
+            .requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default();
+        let want = format!("GET /{token} HTTP/1.1");
+        checks.push(if requests == [want.clone()] {
+            pass(
+                "host-listed-target-reached",
+                "the listed target got the one request sent through the proxy",
+            )
+        } else if requests.is_empty() {
+            unreachable(
+                "host-listed-target-reached",
+                "nothing reached the listed target: the allowlist lets nothing through",
+            )
+        } else {
+            fail(
+                "host-listed-target-reached",
+                format!("the listed target got {requests:?}, not just {want:?}"),
+            )
+        });
+        checks.push(arrived("host-bystander-tcp", bystander));
+        checks.push(arrived("host-bystander-tcp6", bystander6));
+        checks.push(match udp {
+            Ok(u) => {
+                let _ = u.set_nonblocking(true);
+                let mut buf = [0u8; 16];
+                match u.recv_from(&mut buf) {
+                    Ok((_, from)) => fail("host-udp-socket", format!("a datagram from {from} arrived")),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        pass("host-udp-socket", "no datagram arrived")
+                    }
+                    Err(e) => unreachable("host-udp-socket", e.to_string()),
+                }
+            }
+            Err(e) => unreachable("host-udp-socket", format!("the host cannot bind: {e}")),
+        });
+        checks.extend(run.into_checks());
+        checks
+    }
+
+    fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        let port = |k: &str| args.get(k).and_then(|p| p.parse::<u16>().ok()).unwrap_or(0);
+        let (target, bystander) = (port("target"), port("bystander"));
+        let token = args.get("token").cloned().unwrap_or_default();
+        match proxy_addr() {
+            None => {
+                for name in [
+                    "control-proxy",
+                    "proxy-unlisted-port",
+                    "proxy-ip-literal",
+                    "proxy-private-name",
+                ] {
+                    r.check(
+                        name,
+                        ProbeStatus::Unreachable,
+                        "no http_proxy=http://HOST:PORT in the environment",
+                    )
+                }
+            }
+            Some(proxy) => {
+                let get = format!("GET /{token} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+                match through_proxy(proxy, &format!("localhost:{target}"), &get) {
+                    Ok((status, body)) if status.contains(" 200 ") && body.ends_with(&token) => r
+                        .check(
+                            "control-proxy",
+                            ProbeStatus::Pass,
+                            "the listed target answered",
+                        ),
+                    Ok((status, _)) => r.check("control-proxy", ProbeStatus::Unreachable, status),
+                    Err(e) => r.check("control-proxy", ProbeStatus::Unreachable, e),
+                }
+                for (name, what) in [
+                    ("proxy-unlisted-port", format!("localhost:{bystander}")),
+                    ("proxy-ip-literal", format!("127.0.0.1:{target}")),
+                    ("proxy-private-name", format!("127.1:{bystander}")),
+                ] {
+                    match through_proxy(proxy, &what, "") {
+                        Ok((status, _)) if status.contains(" 403 ") => {
+                            r.check(name, ProbeStatus::Pass, format!("{what}: {status}"))
+                        }
+                        Ok((status, _)) if status.contains(" 200 ") => {
+                            r.check(name, ProbeStatus::Fail, format!("{what}: {status}"))
+                        }
+                        Ok((status, _)) => r.check(name, ProbeStatus::Unreachable, status),
+                        Err(e) => r.check(name, ProbeStatus::Unreachable, e),
+                    }
+                }
+            }
+        }
+        // Direct connects: only a denial, or no route at all, counts; the
+        // host's bystanders say whether anything arrived.
+        let addrs: Vec<crate::inspect::HostAddr> = args
+            .get("addrs")
+            .map(String::as_str)
+            .unwrap_or("")
+            .split(',')
+            .filter_map(crate::inspect::HostAddr::parse)
+            .collect();
+        let bystander6 = port("bystander6");
+        let mut direct_targets = vec![
+            (
+                "direct-tcp4".to_string(),
+                SocketAddr::from(([127, 0, 0, 1], bystander)),
+            ),
+            (
+                "direct-tcp6".to_string(),
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bystander6)),
+            ),
+        ];
+        for a in &addrs {
+            let p = if a.ip.is_ipv4() {
+                bystander
+            } else {
+                bystander6
+            };
+            direct_targets.push((format!("direct-{}", a.name()), a.with_port(p)));
+        }
+        for (name, addr) in direct_targets {
+            r.forbidden(&name, direct(addr), &NO_WAY);
+        }
+        // The proxy's port on the host's own addresses: a port rule that lets
+        // the proxy through lets these through too, so only a denial or a
+        // missing route counts; `ECONNREFUSED` means the host's stack answered.
+        for a in &addrs {
+            let name = format!("proxy-port-{}", a.name());
+            match proxy_addr() {
+                Some(p) => r.forbidden(&name, direct(a.with_port(p.port())), &NO_WAY),
+                None => r.check(
+                    &name,
+                    ProbeStatus::Unreachable,
+                    "no http_proxy to take the port from",
+                ),
+            }
+        }
+        // TCP Fast Open connects inside `sendto`, where Landlock's
+        // connect-port rule does not look (landlock-lsm/linux#41).
+        r.forbidden(
+            "tcp-fast-open",
+            fast_open(SocketAddr::from(([127, 0, 0, 1], bystander))),
+            &DENIED,
+        );
+        r.forbidden(
+            "udp-send",
+            udp_send(SocketAddr::from(([127, 0, 0, 1], port("udp")))),
+            &DENIED,
+        );
+        r.forbidden("dns-udp", udp_send(resolver()), &DENIED);
+        r.forbidden(
+            "raw-socket",
+            socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+            &DENIED,
+        );
+        r.forbidden(
+            "packet-socket",
+            socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
+            &DENIED,
+        );
+        r.forbidden(
+            "netlink-socket",
+            socket(libc::AF_NETLINK, libc::SOCK_RAW, 0),
+            &DENIED,
+        );
+    }
+}
+
+/// Every check P8 makes on any host (those of some hosts only are added
+/// in [`P8::checks`]).
+const CHECKS: &[(&str, Evidence)] = &[
+    ("host-listed-target-reached", Evidence::Host),
+    ("host-bystander-tcp", Evidence::Host),
+    ("host-bystander-tcp6", Evidence::Host),
+    ("host-udp-socket", Evidence::Host),
+    ("control-proxy", Evidence::Child),
+    ("proxy-unlisted-port", Evidence::Child),
+    ("proxy-ip-literal", Evidence::Child),
+    ("proxy-private-name", Evidence::Child),
+    ("direct-tcp4", Evidence::Child),
+    ("direct-tcp6", Evidence::Child),
+    ("tcp-fast-open", Evidence::Child),
+    ("udp-send", Evidence::Child),
+    ("dns-udp", Evidence::Child),
+    ("raw-socket", Evidence::Child),
+    ("packet-socket", Evidence::Child),
+    ("netlink-socket", Evidence::Child),
+];
 
 /// The host's listed target: answers each request with `token`, and
 /// records the request lines that arrived.
@@ -118,95 +379,6 @@ fn arrived(name: &str, l: std::io::Result<TcpListener>) -> CheckResult {
         }
         Err(e) => unreachable(name, format!("the host cannot listen: {e}")),
     }
-}
-
-pub(crate) async fn host(ctx: &Ctx) -> Vec<CheckResult> {
-    let mut checks = Vec::new();
-    let token = random_token();
-    let target = match Target::start(token.clone()) {
-        Ok(t) => t,
-        Err(e) => return vec![unreachable("host-target", format!("cannot listen: {e}"))],
-    };
-    let bystander = TcpListener::bind("0.0.0.0:0");
-    let bystander6 = TcpListener::bind("[::]:0");
-    let udp = UdpSocket::bind("127.0.0.1:0");
-    let port = |l: &std::io::Result<TcpListener>| {
-        l.as_ref()
-            .ok()
-            .and_then(|l| l.local_addr().ok())
-            .map_or(0, |a| a.port())
-    };
-    let by_port = port(&bystander);
-    let addrs = ctx.conditions.addrs.clone();
-    let args = vec![
-        ("target".to_string(), target.port.to_string()),
-        ("token".to_string(), token.clone()),
-        ("bystander".to_string(), by_port.to_string()),
-        ("bystander6".to_string(), port(&bystander6).to_string()),
-        (
-            "udp".to_string(),
-            udp.as_ref()
-                .ok()
-                .and_then(|u| u.local_addr().ok())
-                .map_or(0, |a| a.port())
-                .to_string(),
-        ),
-        ("addrs".to_string(), addrs.join(",")),
-    ];
-    let allow: Result<Vec<HostPattern>, _> = [
-        format!("localhost:{}", target.port),
-        format!("127.1:{by_port}"),
-    ]
-    .iter()
-    .map(|p| p.parse())
-    .collect();
-    let allow = match allow {
-        Ok(a) => a,
-        Err(e) => return vec![unreachable("setup", e.to_string())],
-    };
-    let run = ctx
-        .run_with_network("P8", &args, Network::Allow(allow))
-        .await;
-    let requests = target
-        .requests
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or_default();
-    let want = format!("GET /{token} HTTP/1.1");
-    checks.push(if requests == [want.clone()] {
-        pass(
-            "host-listed-target-reached",
-            "the listed target got the one request sent through the proxy",
-        )
-    } else if requests.is_empty() {
-        unreachable(
-            "host-listed-target-reached",
-            "nothing reached the listed target: the allowlist lets nothing through",
-        )
-    } else {
-        fail(
-            "host-listed-target-reached",
-            format!("the listed target got {requests:?}, not just {want:?}"),
-        )
-    });
-    checks.push(arrived("host-bystander-tcp", bystander));
-    checks.push(arrived("host-bystander-tcp6", bystander6));
-    checks.push(match udp {
-        Ok(u) => {
-            let _ = u.set_nonblocking(true);
-            let mut buf = [0u8; 16];
-            match u.recv_from(&mut buf) {
-                Ok((_, from)) => fail("host-udp-socket", format!("a datagram from {from} arrived")),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    pass("host-udp-socket", "no datagram arrived")
-                }
-                Err(e) => unreachable("host-udp-socket", e.to_string()),
-            }
-        }
-        Err(e) => unreachable("host-udp-socket", format!("the host cannot bind: {e}")),
-    });
-    checks.extend(run.into_checks());
-    checks
 }
 
 const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
@@ -334,126 +506,3 @@ fn resolver() -> SocketAddr {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 53], 53)))
 }
 
-pub(crate) fn child(r: &mut Reporter, args: &BTreeMap<String, String>) {
-    let port = |k: &str| args.get(k).and_then(|p| p.parse::<u16>().ok()).unwrap_or(0);
-    let (target, bystander) = (port("target"), port("bystander"));
-    let token = args.get("token").cloned().unwrap_or_default();
-    match proxy_addr() {
-        None => {
-            for name in [
-                "control-proxy",
-                "proxy-unlisted-port",
-                "proxy-ip-literal",
-                "proxy-private-name",
-            ] {
-                r.check(
-                    name,
-                    ProbeStatus::Unreachable,
-                    "no http_proxy=http://HOST:PORT in the environment",
-                )
-            }
-        }
-        Some(proxy) => {
-            let get = format!("GET /{token} HTTP/1.1\r\nHost: localhost\r\n\r\n");
-            match through_proxy(proxy, &format!("localhost:{target}"), &get) {
-                Ok((status, body)) if status.contains(" 200 ") && body.ends_with(&token) => r
-                    .check(
-                        "control-proxy",
-                        ProbeStatus::Pass,
-                        "the listed target answered",
-                    ),
-                Ok((status, _)) => r.check("control-proxy", ProbeStatus::Unreachable, status),
-                Err(e) => r.check("control-proxy", ProbeStatus::Unreachable, e),
-            }
-            for (name, what) in [
-                ("proxy-unlisted-port", format!("localhost:{bystander}")),
-                ("proxy-ip-literal", format!("127.0.0.1:{target}")),
-                ("proxy-private-name", format!("127.1:{bystander}")),
-            ] {
-                match through_proxy(proxy, &what, "") {
-                    Ok((status, _)) if status.contains(" 403 ") => {
-                        r.check(name, ProbeStatus::Pass, format!("{what}: {status}"))
-                    }
-                    Ok((status, _)) if status.contains(" 200 ") => {
-                        r.check(name, ProbeStatus::Fail, format!("{what}: {status}"))
-                    }
-                    Ok((status, _)) => r.check(name, ProbeStatus::Unreachable, status),
-                    Err(e) => r.check(name, ProbeStatus::Unreachable, e),
-                }
-            }
-        }
-    }
-    // Direct connects: only a denial, or no route at all, counts; the
-    // host's bystanders say whether anything arrived.
-    let addrs: Vec<crate::inspect::HostAddr> = args
-        .get("addrs")
-        .map(String::as_str)
-        .unwrap_or("")
-        .split(',')
-        .filter_map(crate::inspect::HostAddr::parse)
-        .collect();
-    let bystander6 = port("bystander6");
-    let mut direct_targets = vec![
-        (
-            "direct-tcp4".to_string(),
-            SocketAddr::from(([127, 0, 0, 1], bystander)),
-        ),
-        (
-            "direct-tcp6".to_string(),
-            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bystander6)),
-        ),
-    ];
-    for a in &addrs {
-        let p = if a.ip.is_ipv4() {
-            bystander
-        } else {
-            bystander6
-        };
-        direct_targets.push((format!("direct-{}", a.name()), a.with_port(p)));
-    }
-    for (name, addr) in direct_targets {
-        r.forbidden(&name, direct(addr), &NO_WAY);
-    }
-    // The proxy's port on the host's own addresses: a port rule that lets
-    // the proxy through lets these through too, so only a denial or a
-    // missing route counts; `ECONNREFUSED` means the host's stack answered.
-    for a in &addrs {
-        let name = format!("proxy-port-{}", a.name());
-        match proxy_addr() {
-            Some(p) => r.forbidden(&name, direct(a.with_port(p.port())), &NO_WAY),
-            None => r.check(
-                &name,
-                ProbeStatus::Unreachable,
-                "no http_proxy to take the port from",
-            ),
-        }
-    }
-    // TCP Fast Open connects inside `sendto`, where Landlock's
-    // connect-port rule does not look (landlock-lsm/linux#41).
-    r.forbidden(
-        "tcp-fast-open",
-        fast_open(SocketAddr::from(([127, 0, 0, 1], bystander))),
-        &DENIED,
-    );
-    r.forbidden(
-        "udp-send",
-        udp_send(SocketAddr::from(([127, 0, 0, 1], port("udp")))),
-        &DENIED,
-    );
-    r.forbidden("dns-udp", udp_send(resolver()), &DENIED);
-    r.forbidden(
-        "raw-socket",
-        socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
-        &DENIED,
-    );
-    r.forbidden(
-        "packet-socket",
-        socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
-        &DENIED,
-    );
-    r.forbidden(
-        "netlink-socket",
-        socket(libc::AF_NETLINK, libc::SOCK_RAW, 0),
-        &DENIED,
-    );
-}

@@ -121,7 +121,7 @@ pub(crate) fn attack(exe: &std::path::Path, pid: i32) -> Vec<CheckResult> {
     use std::os::unix::process::CommandExt;
     let out = std::process::Command::new(exe)
         .arg(crate::child::PROBE_ARG)
-        .arg("reach")
+        .arg("P1-reach")
         .arg(format!("pid={pid}"))
         .env_clear()
         .current_dir("/")
@@ -254,7 +254,7 @@ pub(crate) fn sacrificial(args: &BTreeMap<String, String>) {
 /// host), makes the sacrificial take the program's ids, and checks the
 /// program's UTS namespace is not the host's.
 pub(crate) fn at_ready(
-    ctx: &crate::harness::Ctx,
+    ctx: &crate::harness::ProbeContext,
     h: &crate::harness::Hold<'_>,
     sacrificial: i32,
     order: &mut Option<std::fs::File>,

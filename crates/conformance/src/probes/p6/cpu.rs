@@ -30,7 +30,7 @@ use std::time::Duration;
 use cordon_core::{CheckResult, ExitOutcome, Limits};
 
 use crate::child::{errno, Reporter};
-use crate::harness::{fail, pass, unreachable, Ctx, Hold};
+use crate::harness::{fail, pass, unreachable, ProbeContext, Hold};
 
 /// The check's name.
 pub(crate) const NAME: &str = "sandbox-cpu-limit";
@@ -54,6 +54,12 @@ const SLACK_MS: u64 = 500;
 /// that is never stopped fails, without burning more than that.
 const CAP_MS: u64 = LIMIT_MS + SLACK_MS + 4 * STEP_MS;
 
+/// The wall time the check may take: the chains need about
+/// [`CAP_MS`] of CPU, which a loaded host may give them slowly (a host
+/// where 6 processes share 2 cores gave them 900 ms in 5 s). The check
+/// ends as soon as the sandbox is stopped or the chains reach their cap.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
+
 /// The host's side: `None` when the backend does not claim the limit
 /// sandbox-wide (the check is not run at all), and in the baseline.
 ///
@@ -63,12 +69,13 @@ const CAP_MS: u64 = LIMIT_MS + SLACK_MS + 4 * STEP_MS;
 /// process of a chain comes near any RLIMIT_CPU (at least 1 s, and a
 /// fork starts afresh), so the check cannot pass there; not running it
 /// leaves it unmarked, as a failing run would.
-pub(crate) async fn host(ctx: &Ctx) -> Option<CheckResult> {
+pub(crate) async fn host(ctx: &ProbeContext) -> Option<CheckResult> {
     if !ctx.scopes.cpu.is_sandbox() || ctx.baseline {
         return None;
     }
     let limits = Limits {
         cpu_seconds: Some(LIMIT_MS / 1000),
+        deadline: Some(DEADLINE),
         ..Limits::default()
     };
     let args: Vec<(String, String)> = [

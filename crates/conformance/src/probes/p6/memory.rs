@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use cordon_core::{CheckResult, ExitOutcome, Limits};
 
 use crate::child::{errno, Reporter};
-use crate::harness::{fail, pass, unreachable, Ctx, Hold};
+use crate::harness::{fail, pass, unreachable, ProbeContext, Hold};
 use crate::inspect;
 
 /// The check's name.
@@ -66,7 +66,7 @@ struct Measured {
 
 /// The host's side: `None` when the backend does not claim the limit
 /// sandbox-wide (the check is not run at all).
-pub(crate) async fn host(ctx: &Ctx) -> Option<CheckResult> {
+pub(crate) async fn host(ctx: &ProbeContext) -> Option<CheckResult> {
     if !ctx.scopes.memory.is_sandbox() {
         return None;
     }

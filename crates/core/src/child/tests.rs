@@ -1,0 +1,23 @@
+//! Unit tests of `child.rs`.
+
+use super::StderrRing;
+
+fn contents(ring: &super::SharedRing) -> (Vec<u8>, u64) {
+    let r = ring.lock().unwrap();
+    (r.buf.iter().copied().collect(), r.dropped)
+}
+
+#[test]
+fn the_ring_keeps_the_newest_bytes_and_counts_the_rest() {
+    let ring = StderrRing::shared(4);
+    StderrRing::push(&ring, b"ab");
+    assert_eq!(contents(&ring), (b"ab".to_vec(), 0));
+    StderrRing::push(&ring, b"cde");
+    assert_eq!(contents(&ring), (b"bcde".to_vec(), 1));
+    // A chunk longer than the ring: only its tail stays.
+    StderrRing::push(&ring, b"0123456");
+    assert_eq!(contents(&ring), (b"3456".to_vec(), 1 + 4 + 3));
+    let empty = StderrRing::shared(0);
+    StderrRing::push(&empty, b"xyz");
+    assert_eq!(contents(&empty), (Vec::new(), 3));
+}
