@@ -132,6 +132,15 @@ impl Build {
         default_features: true,
     };
 
+    /// What `cargo xtask docs` runs: the doc generator (debug: the same
+    /// build `cargo test --workspace` makes for the tidy test).
+    pub const DOCS: Build = Build {
+        package: "xtask",
+        bin: "cordon-docs",
+        release: false,
+        default_features: true,
+    };
+
     /// The arguments after `cargo`.
     pub fn args(&self) -> Vec<&'static str> {
         let mut args = vec![

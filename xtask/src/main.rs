@@ -7,12 +7,16 @@
 //!   through: 0 conforms, 1 not, 2 usage error.
 //! - `cargo xtask bench [--quick] [--json]`: builds the `cordon-bench`
 //!   harness in release mode and runs it (see benches/README.md).
+//! - `cargo xtask docs [--check]`: builds `cordon-docs` and runs it: it
+//!   writes the docs' tables that mirror code from the code (with
+//!   `--check`, exits 1 where the committed text differs; the tidy test
+//!   runs that).
 //!
 //! This front has no dependencies: the `cargo xtask` alias
 //! (`.cargo/config.toml`) builds the package with `--no-default-features`,
-//! which leaves out the harness and all it links (the `bench` feature, on by
-//! default so `cargo build/test/clippy --workspace` still build and check
-//! it). Every cargo the front starts gets the user's environment without
+//! which leaves out the harness, the doc generator and all they link (the
+//! `tools` feature, on by default so `cargo build/test/clippy --workspace`
+//! still build and check them). Every cargo the front starts gets the user's environment without
 //! what `cargo run` set for xtask (see `cargo.rs`), so its builds are the
 //! same units a plain `cargo build` makes: repeating or alternating them
 //! rebuilds nothing (`fresh_tests.rs` guards that).
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
                 &[("CORDON_BENCH_CLI", cli.into())],
             )
         }
+        "docs" => build_and_run(Build::DOCS, None, &rest, &[]),
         "-h" | "--help" | "help" => {
             print_usage();
             ExitCode::SUCCESS
@@ -61,7 +66,7 @@ fn main() -> ExitCode {
 }
 
 fn print_usage() {
-    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run probes P1-P8 on this host\n  bench [--quick] [--json]                              run the benchmarks");
+    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run the conformance probes on this host\n  bench [--quick] [--json]                              run the benchmarks\n  docs [--check]                                        write (check) the docs' generated tables");
 }
 
 fn usage() -> ExitCode {

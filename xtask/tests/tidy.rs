@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 const LONG_FILES: &[(&str, &str)] = &[
     (
         "crates/conformance/src/probes/p6.rs",
-        "P6's per-process limits, both sides (~600: just over)",
+        "P6: its registry entry and the per-process limits, both sides (its sandbox-wide checks are in p6/)",
     ),
     (
         "crates/conformance/src/probes/p5.rs",
-        "P5's filesystem checks, both sides (~600: just over)",
+        "P5: its registry entry and the filesystem checks, both sides",
     ),
 ];
 
@@ -194,4 +194,64 @@ fn paths_the_docs_name_exist() {
         "the docs name paths that do not exist (fix the doc or the path):\n{}",
         dangling.join("\n")
     );
+}
+
+/// The docs' generated tables (`cargo xtask docs`) match the code.
+#[test]
+fn generated_tables_match_the_code() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cordon-docs"))
+        .arg("--check")
+        .output()
+        .expect("cordon-docs runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A generated table edited by hand fails the check, naming the table;
+/// the generator then writes it back.
+#[test]
+fn a_generated_table_edited_by_hand_fails_the_check() {
+    let docs = env!("CARGO_BIN_EXE_cordon-docs");
+    let copy = tempfile::tempdir().unwrap();
+    for f in [
+        "README.md",
+        "benches/README.md",
+        "crates/backend-linux/README.md",
+        "docs/probes.md",
+    ] {
+        let to = copy.path().join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root().join(f), &to).unwrap();
+    }
+    let check = || {
+        std::process::Command::new(docs)
+            .args(["--check", "--root"])
+            .arg(copy.path())
+            .output()
+            .unwrap()
+    };
+    assert!(check().status.success(), "control: the copy is current");
+    let readme = copy.path().join("README.md");
+    let text = std::fs::read_to_string(&readme).unwrap();
+    let edited = text.replacen(
+        "| `open_files` | none | 256 |",
+        "| `open_files` | none | 4096 |",
+        1,
+    );
+    assert_ne!(edited, text, "the limits table has the row this test edits");
+    std::fs::write(&readme, &edited).unwrap();
+    let out = check();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("limits (README.md)"), "{stderr}");
+    let wrote = std::process::Command::new(docs)
+        .arg("--root")
+        .arg(copy.path())
+        .status()
+        .unwrap();
+    assert!(wrote.success());
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), text);
 }

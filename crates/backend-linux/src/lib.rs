@@ -89,6 +89,8 @@ mod linux;
 pub mod docs {}
 
 #[cfg(target_os = "linux")]
+pub use linux::facts::HOST_FACTS;
+#[cfg(target_os = "linux")]
 pub use linux::uid::{UidPool, UID_RANGE_ENV};
 
 /// The uid and gid the program has *inside* its user namespace on a root

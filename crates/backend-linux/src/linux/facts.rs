@@ -8,6 +8,70 @@ use cordon_core::Availability;
 use super::{cgroup, namespace_names, probe, seccomp, uid};
 use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 
+/// Every fact the backend's
+/// [`host_facts`](cordon_core::SandboxBackend::host_facts) may report,
+/// with what it says (the backend README's table is generated from this
+/// list by `cargo xtask docs`). A test holds `host_facts` to it.
+pub const HOST_FACTS: &[(&str, &str)] = &[
+    ("arch", "the CPU architecture (`std::env::consts::ARCH`)"),
+    (
+        "landlock_abi",
+        "the kernel's Landlock ABI version, or why Landlock is unavailable",
+    ),
+    (
+        "landlock_net",
+        "whether Landlock denies TCP bind/connect (ABI ≥ 4)",
+    ),
+    (
+        "landlock_scoping",
+        "whether Landlock scopes signals and abstract UNIX sockets (ABI ≥ 6; P1 needs it)",
+    ),
+    (
+        "layers",
+        "which of the backend's layers are on (`all`, or the partial set)",
+    ),
+    ("limit_cpu", "the scope `cpu_seconds` holds at, and how"),
+    ("limit_disk", "the scope `disk_bytes` holds at, and how"),
+    (
+        "limit_memory",
+        "the scope `memory_bytes` holds at, and how (the cgroup hierarchy used)",
+    ),
+    (
+        "limit_processes",
+        "the scope `max_processes` holds at, and how",
+    ),
+    (
+        "mounts",
+        "the sandbox's mount table, or the host's (no mount namespace)",
+    ),
+    (
+        "namespaces",
+        "the namespaces each sandbox gets, or why they are unavailable",
+    ),
+    ("pid1", "the sandbox's init, or none"),
+    (
+        "sandbox_gid",
+        "the gid the program runs as, as the host sees it (no uid of its own)",
+    ),
+    (
+        "sandbox_uid",
+        "the uid the program runs as, as the host sees it (no uid of its own)",
+    ),
+    (
+        "sandbox_uid_inside",
+        "root host: the uid and gid the program has inside its user namespace",
+    ),
+    (
+        "sandbox_uids",
+        "root host: the pool a uid of its own per sandbox is leased from",
+    ),
+    (
+        "seccomp",
+        "the seccomp filter the program runs under, or why seccomp is unavailable",
+    ),
+    ("uid", "the host process's effective uid"),
+];
+
 /// Why the backend cannot run here, one reason per missing mechanism.
 fn missing(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Vec<String> {
     let mut reasons = Vec::new();
@@ -206,4 +270,27 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
         ("limit_cpu", cpu),
         ("limit_disk", disk.into()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HOST_FACTS;
+    use crate::Layers;
+
+    /// Every fact reported, under every layer set, is in [`HOST_FACTS`];
+    /// the list is sorted and names each fact once.
+    #[test]
+    fn every_reported_fact_is_documented() {
+        let names: Vec<&str> = HOST_FACTS.iter().map(|(k, _)| *k).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted, "HOST_FACTS must be sorted, each name once");
+        let pool = crate::UidPool::from_env();
+        for layers in [Layers::ALL, Layers::LEGACY] {
+            for key in super::host_facts(layers, pool.as_ref().map_err(String::as_str)).keys() {
+                assert!(names.contains(&key.as_str()), "{key} is not in HOST_FACTS");
+            }
+        }
+    }
 }

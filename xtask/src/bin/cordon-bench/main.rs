@@ -5,6 +5,7 @@
 //! the table. This binary is also its own conformance probe child and
 //! Starlark worker, like the `cordon` binary.
 
+mod keys;
 mod proc_stats;
 mod scale;
 mod spawn;
@@ -122,11 +123,13 @@ async fn run(plan: Plan, json: bool) -> i32 {
     rows.extend(scale_rows);
     rows.extend(starlark::bench(&plan, sandbox.as_ref().ok()).await);
     let total = started.elapsed();
+    let metrics = stats::metrics(&rows);
+    let undocumented = keys::undocumented(metrics.keys());
     if json {
         let v = serde_json::json!({
             "quick": plan.quick,
             "total_seconds": total.as_secs_f64(),
-            "metrics": stats::metrics(&rows),
+            "metrics": metrics,
             "rows": rows,
             "host_clean_after_scale": clean,
         });
@@ -138,6 +141,12 @@ async fn run(plan: Plan, json: bool) -> i32 {
             total.as_secs_f64(),
             if plan.quick { " (--quick)" } else { "" }
         );
+    }
+    if !undocumented.is_empty() {
+        eprintln!(
+            "cordon-bench: metrics missing from keys.rs (document them there): {undocumented:?}"
+        );
+        return 1;
     }
     if clean {
         0
