@@ -70,6 +70,9 @@ pub struct ProbeContext {
     pub(crate) watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
     /// What adds a check on this host (`expected.rs`).
     pub(crate) conditions: crate::expected::HostConditions,
+    /// What the backend gives up on this host (`given_up.rs`); nothing
+    /// for the baseline.
+    pub(crate) gives_up: crate::given_up::GivenUp,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -235,6 +238,7 @@ impl ProbeContext {
             baseline: false,
             watchdog: None,
             conditions,
+            gives_up: Default::default(),
             root,
         })
     }
