@@ -372,7 +372,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
 }
 
 pub async fn suite(plan: &Plan, backend: Arc<dyn SandboxBackend>) -> Vec<Row> {
-    const S: &str = "2. conformance suite P1-P7";
+    const S: &str = "2. conformance suite";
     let mut total = vec![];
     let mut per: Vec<Vec<Duration>> = vec![vec![]; 7];
     let mut conforms = true;
