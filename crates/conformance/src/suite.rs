@@ -14,7 +14,7 @@ use cordon_core::{
 use cordon_core::{Limits, RunnerConfig, Spawner};
 
 #[cfg(target_os = "linux")]
-use crate::baseline::{self, Unconfined};
+use crate::baseline::Unconfined;
 #[cfg(target_os = "linux")]
 use crate::harness::{Ids, ProbeContext};
 #[cfg(target_os = "linux")]
@@ -372,7 +372,7 @@ impl StandardSuite {
                     real.push(self.joined(id, r).await);
                     base.push(self.joined(id, b).await);
                 }
-                baseline::mark(&mut real, &base);
+                crate::verdict::mark(&mut real, &base);
                 real
             }
             Err(e) => ids
