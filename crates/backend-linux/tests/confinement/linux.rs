@@ -88,6 +88,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(breach_metadata_outside_grants, true),
         s!(breach_outliving_the_host, true),
         s!(concurrent_launches_leave_the_host_as_it_was, true),
+        s!(dumpable_flag_holds_during_launches, true),
         s!(oom_in_the_sandbox_spares_the_host, true),
         s!(host_process_of_the_sandbox_uid_cannot_reach_the_init, false),
         s!(
