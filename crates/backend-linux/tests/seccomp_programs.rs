@@ -6,7 +6,7 @@
 //! copy). A child installs them in a `pre_exec` hook (`no_new_privs`, then
 //! `seccomp(SECCOMP_SET_MODE_FILTER)` per program, in order) and execs:
 //! real tools (`sh`, `python3`, `gcc`, `git`, `make`, `tar`, `cp -p`,
-//! `perl`, and `sqlite3`, `node`, `java` when installed), or this binary
+//! `perl`, `sqlite3`, `node`, `java`), or this binary
 //! in *probe* mode, which issues one raw syscall and prints the result.
 //! Every denial is also probed with no filter and with the legacy pair, so
 //! each check shows what it catches when the protection is missing. One
@@ -15,12 +15,19 @@
 //! compiles from the same tables, and requires the same answers.
 //!
 //! `harness = false`: every scenario runs in its own process; as root each
-//! runs twice, as root and as uid 65534. Prints `N passed, M failed, K
-//! skipped` (skipped: an optional tool that is not installed, named).
-//! `-- --measure` prints instruction counts, install times and syscall
-//! costs instead, for `programs()` and the legacy pair next to the
-//! filters seccompiler compiles from the same tables (a one-shot figure,
-//! not a test). A bare word filters scenarios.
+//! runs twice, as root and as uid 65534. Prints `N passed, M failed`. A
+//! tool that is not installed fails its scenario with the Debian package
+//! to install (`.ci/run` installs them all): a missing runtime is never a
+//! pass. `-- --measure` prints instruction counts, install times and
+//! syscall costs instead, for `programs()` and the legacy pair next to
+//! the filters seccompiler compiles from the same tables (a one-shot
+//! figure, not a test). Arguments as libtest's (`tests/common/driver.rs`):
+//! bare words filter, `--exact`, `--skip NAME`, `--list`; a filter that
+//! matches no scenario is an error.
+
+#[cfg(target_os = "linux")]
+#[path = "common/driver.rs"]
+mod driver;
 
 #[cfg(target_os = "linux")]
 #[allow(dead_code, unused_imports)]
@@ -55,16 +62,11 @@ mod linux {
 
     // ------------------------------------------------------------ outcome
 
-    enum Outcome {
-        Fail(String),
-        /// An optional tool is not installed: neither a pass nor a failure.
-        Missing(String),
-    }
-
-    const EXIT_MISSING: i32 = 3;
+    /// Why a scenario failed.
+    type Outcome = String;
 
     fn fail<T>(msg: impl Into<String>) -> Result<T, Outcome> {
-        Err(Outcome::Fail(msg.into()))
+        Err(msg.into())
     }
 
     fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), Outcome> {
@@ -124,34 +126,28 @@ mod linux {
             };
             match run() {
                 Ok(()) => std::process::exit(0),
-                Err(Outcome::Fail(e)) => {
+                Err(e) => {
                     eprintln!("{e}");
                     std::process::exit(1);
                 }
-                Err(Outcome::Missing(e)) => {
-                    eprintln!("{e}");
-                    std::process::exit(EXIT_MISSING);
-                }
             }
         }
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        if args.iter().any(|a| a == "--measure") {
+        let selection = super::driver::Selection::from_env();
+        if selection.flags.iter().any(|a| a == "--measure") {
             measure();
             return;
         }
-        drive(args.iter().find(|a| !a.starts_with('-')).cloned());
+        let names: Vec<&str> = scenarios().iter().map(|(n, _)| *n).collect();
+        drive(&selection.chosen_or_exit(&names));
     }
 
-    fn drive(filter: Option<String>) {
+    fn drive(chosen: &[&str]) {
         let exe = std::env::current_exe().expect("current_exe");
         // SAFETY: geteuid cannot fail.
         let is_root = unsafe { libc::geteuid() } == 0;
         let nobody = is_root.then(|| copy_for_nobody(&exe));
-        let (mut passed, mut failed, mut skipped) = (0, Vec::new(), Vec::new());
-        for (name, _) in scenarios() {
-            if filter.as_deref().is_some_and(|f| !name.contains(f)) {
-                continue;
-            }
+        let (mut passed, mut failed) = (0, Vec::new());
+        for &name in chosen {
             let mut runs = vec![("host", exe.clone(), false)];
             if let Some((_, copy)) = &nobody {
                 runs.push(("uid65534", copy.clone(), true));
@@ -176,10 +172,6 @@ mod linux {
                         passed += 1;
                         println!("test {name} [{label}] ... ok ({ms} ms)");
                     }
-                    Some(EXIT_MISSING) => {
-                        println!("test {name} [{label}] ... skipped: {}", r.stderr.trim());
-                        skipped.push(format!("{name} [{label}]: {}", r.stderr.trim()));
-                    }
                     _ => {
                         println!(
                             "test {name} [{label}] ... FAILED ({ms} ms)\n  status: {:?}\n  stdout: {}\n  stderr: {}",
@@ -190,16 +182,9 @@ mod linux {
                 }
             }
         }
-        println!(
-            "\n{passed} passed, {} failed, {} skipped",
-            failed.len(),
-            skipped.len()
-        );
+        println!("\n{passed} passed, {} failed", failed.len());
         for f in &failed {
             println!("  failed: {f}");
-        }
-        for s in &skipped {
-            println!("  skipped (not installed, so not tested): {s}");
         }
         if let Some((dir, _)) = nobody {
             let _ = std::fs::remove_dir_all(dir);
@@ -349,18 +334,7 @@ mod linux {
             let _ = err.read_to_string(&mut s);
             s
         });
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                break Some(st);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = super::driver::wait_within(&mut child, limit);
         Ran {
             status,
             stdout: t_out.join().unwrap_or_default(),
@@ -382,17 +356,21 @@ mod linux {
             .find(|p| p.is_file())
     }
 
-    /// Runs a tool under `programs()`; a missing required tool fails the
-    /// scenario, a missing optional one reports it as missing.
-    fn tool(name: &str, args: &[&str], required: bool, dir: &Path) -> Result<Ran, Outcome> {
-        let Some(path) = which(name) else {
-            let msg = format!("{name} is not installed (looked in {PATH})");
-            return Err(if required {
-                Outcome::Fail(msg)
-            } else {
-                Outcome::Missing(msg)
-            });
-        };
+    /// The path of `name`, or a failure naming `package`, the Debian
+    /// package to install for it: a missing tool is never a pass.
+    fn installed(name: &str, package: &str) -> Result<PathBuf, Outcome> {
+        which(name).ok_or_else(|| {
+            format!(
+                "`{name}` is not installed (looked in {PATH}; not a pass): install the Debian \
+                 package `{package}`, as .ci/run does"
+            )
+        })
+    }
+
+    /// Runs a tool under `programs()`; a tool that is not installed fails
+    /// the scenario ([`installed`]).
+    fn tool(name: &str, args: &[&str], package: &str, dir: &Path) -> Result<Ran, Outcome> {
+        let path = installed(name, package)?;
         let r = run_child(
             command(Filters::Programs, dir, &path, args),
             Duration::from_secs(240),
@@ -404,7 +382,7 @@ mod linux {
     }
 
     fn sh(script: &str, dir: &Path) -> Result<Ran, Outcome> {
-        tool("sh", &["-c", script], true, dir)
+        tool("sh", &["-c", script], "dash", dir)
     }
 
     // ------------------------------------------------------- works cases
@@ -443,11 +421,12 @@ with multiprocessing.Pool(2) as p:
 print(json.load(open('f.json'))['a'], len(box), sub, pair, sq, len(os.urandom(8)),
       hashlib.sha256(b'').hexdigest()[:8])
 "#;
-        let r = tool("python3", &["-c", code], true, d.path())?;
+        let r = tool("python3", &["-c", code], "python3", d.path())?;
         ensure(r.stdout == "1 1 sub x 6 8 e3b0c442\n", || format!("{r}"))
     }
 
     fn works_gcc() -> Result<(), Outcome> {
+        installed("gcc", "gcc")?;
         let d = scratch();
         let src = r#"#include <pthread.h>
 #include <stdio.h>
@@ -470,6 +449,7 @@ int main(void) {
     }
 
     fn works_git() -> Result<(), Outcome> {
+        installed("git", "git")?;
         let d = scratch();
         let r = sh(
             "git init -q . && echo one > f && git add f && \
@@ -482,6 +462,7 @@ int main(void) {
     }
 
     fn works_make() -> Result<(), Outcome> {
+        installed("make", "make")?;
         let d = scratch();
         std::fs::write(
             d.path().join("Makefile"),
@@ -494,6 +475,8 @@ int main(void) {
     }
 
     fn works_tar() -> Result<(), Outcome> {
+        installed("tar", "tar")?;
+        installed("gzip", "gzip")?;
         let d = scratch();
         let r = sh(
             "mkdir -p src/sub && echo one > src/f && echo two > src/sub/g && \
@@ -506,6 +489,7 @@ int main(void) {
     }
 
     fn works_cp_p() -> Result<(), Outcome> {
+        installed("cp", "coreutils")?;
         let d = scratch();
         let r = sh(
             "echo x > f && chmod 640 f && touch -d '2001-02-03 04:05:06' f && \
@@ -524,7 +508,7 @@ int main(void) {
         let r = tool(
             "perl",
             &["-e", "open my $f, '>', 'p' or die; print $f 6*7; close $f; open $f, '<', 'p'; print 'perl ', <$f>, qq(\\n)"],
-            true,
+            "perl",
             d.path(),
         )?;
         ensure(r.stdout == "perl 42\n", || format!("{r}"))
@@ -538,7 +522,7 @@ int main(void) {
                 "db",
                 "create table t(x); insert into t values(40),(2); select sum(x) from t;",
             ],
-            false,
+            "sqlite3",
             d.path(),
         )?;
         ensure(r.stdout == "42\n", || format!("{r}"))
@@ -553,7 +537,7 @@ int main(void) {
                 "require('fs').writeFileSync('n', '1'); \
                  console.log(require('fs').readFileSync('n', 'utf8'))",
             ],
-            false,
+            "nodejs",
             d.path(),
         )?;
         ensure(r.stdout == "1\n", || format!("{r}"))
@@ -561,7 +545,7 @@ int main(void) {
 
     fn works_java() -> Result<(), Outcome> {
         let d = scratch();
-        let r = tool("java", &["-version"], false, d.path())?;
+        let r = tool("java", &["-version"], "default-jre-headless", d.path())?;
         ensure(r.stderr.contains("version"), || format!("{r}"))
     }
 

@@ -416,7 +416,8 @@ const ORPHAN_LEGACY_ENV: &str = "CORDON_ORPHAN_LEGACY";
 
 /// Helper process for [`breach_outliving_the_host`]: spawns a sandboxed
 /// program that leaves a background child and a file in its fresh scratch
-/// dir, prints the scratch path, then waits to be SIGKILLed.
+/// dir, prints the child's pid and the scratch path, then waits to be
+/// SIGKILLed.
 pub(super) fn killed_host_helper() -> ! {
     let rt = rt();
     let sp = if std::env::var_os(ORPHAN_LEGACY_ENV).is_some() {
@@ -428,7 +429,7 @@ pub(super) fn killed_host_helper() -> ! {
     let child = rt
         .block_on(async {
             sp.spawn(&sh(&format!(
-                "echo data > left-behind; sleep {token} & echo ready; exec sleep 61"
+                "echo data > left-behind; sleep {token} & echo ready; exec sleep 600"
             )))
         })
         .expect("spawn");
@@ -437,7 +438,7 @@ pub(super) fn killed_host_helper() -> ! {
     let mut line = [0u8; 6];
     rt.block_on(stdout.read_exact(&mut line))
         .expect("ready line");
-    println!("{}", child.scratch_dir().display());
+    println!("{} {}", child.pid(), child.scratch_dir().display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_secs(120));
@@ -448,6 +449,16 @@ pub(super) fn killed_host_helper() -> ! {
 /// of `cordon run`): nothing of the sandbox may stay — no process, no file
 /// it wrote.
 pub(super) fn breach_outliving_the_host() -> Outcome {
+    // Adopt the helper's orphans (a child subreaper): the helper's child
+    // then stays unreaped, so its exit is an event (its pidfd), and so do
+    // the processes of a sandbox that outlives the host.
+    // SAFETY: prctl on integers; this scenario process is ours.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(format!(
+            "PR_SET_CHILD_SUBREAPER: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     legacy_breaches_full_holds(|_sp, legacy| {
         let token = sleep_token();
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -466,7 +477,13 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
         while out.read(&mut byte).map_err(|e| e.to_string())? == 1 && byte[0] != b'\n' {
             buf.push(byte[0]);
         }
-        let scratch = PathBuf::from(String::from_utf8_lossy(&buf).into_owned());
+        let line = String::from_utf8_lossy(&buf).into_owned();
+        let (pid, scratch) = line
+            .split_once(' ')
+            .and_then(|(p, s)| Some((p.parse::<u32>().ok()?, PathBuf::from(s))))
+            .ok_or_else(|| format!("helper printed {line:?}"))?;
+        // Held before the helper dies, while the pid is surely the child's.
+        let child = crate::driver::pidfd_open(pid).map_err(|e| format!("pidfd of {pid}: {e}"))?;
         // Positive control: the background child runs (it may still be
         // between fork and exec when the program prints its line).
         let mut started = false;
@@ -479,14 +496,12 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
         }
         ensure(started, || "the background child never started".into())?;
         drop(helper);
-        let mut left = host_pids_with_arg(&token);
-        for _ in 0..100 {
-            if left.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            left = host_pids_with_arg(&token);
-        }
+        // The child's parent-death signal ends it (with a PID namespace,
+        // its init, whose exit waits until every process of the namespace
+        // is gone); the program sleeps far longer than this bound. Once it
+        // has exited, whatever still bears the token outlived the host.
+        let child_ended = crate::driver::exits_within(&child, Duration::from_secs(60));
+        let left = host_pids_with_arg(&token);
         for pid in &left {
             // SAFETY: killing this test's own leftover.
             unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
@@ -496,6 +511,11 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
         // The helper was killed before it could clean up.
         let _ = std::fs::remove_dir_all(&scratch);
         let mut breaches = Vec::new();
+        if !child_ended {
+            // SAFETY: the child this process adopted and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            breaches.push(format!("the sandbox's child {pid} outlived the host"));
+        }
         if !left.is_empty() {
             breaches.push(format!("processes {left:?} outlived the host"));
         }
