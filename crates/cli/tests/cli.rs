@@ -525,7 +525,7 @@ fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
 /// `--mem`, `--cpu` and `--disk` as a user means them: the sandbox as a
 /// whole. Where the report says a limit holds only per process, `cordon
 /// run` must say so in one warning line instead. Run as root and as uid
-/// 65534 (which cannot make cgroups on the machine this was written on).
+/// 65534 (which cannot make cgroups here: no delegated cgroup v2 subtree).
 #[test]
 fn limits_hold_for_the_sandbox_or_cordon_refuses() {
     use std::os::unix::fs::PermissionsExt;

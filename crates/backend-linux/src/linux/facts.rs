@@ -159,8 +159,8 @@ pub(crate) fn host_facts(
         "layers".into(),
         match layers {
             Layers::ALL => "all".into(),
-            Layers::LEGACY => {
-                "legacy (first version: fails the probes for what it leaves open)".into()
+            Layers::BASE => {
+                "base (every optional layer off: fails the probes for what it leaves open)".into()
             }
             other => format!("partial {other:?} (fails the probes for what it leaves open)"),
         },
@@ -287,7 +287,7 @@ mod tests {
         sorted.dedup();
         assert_eq!(names, sorted, "HOST_FACTS must be sorted, each name once");
         let pool = crate::UidPool::from_env();
-        for layers in [Layers::ALL, Layers::LEGACY] {
+        for layers in [Layers::ALL, Layers::BASE] {
             for key in super::host_facts(layers, pool.as_ref().map_err(String::as_str)).keys() {
                 assert!(names.contains(&key.as_str()), "{key} is not in HOST_FACTS");
             }

@@ -50,12 +50,12 @@ pub(crate) fn exec_dirs() -> Vec<PathBuf> {
 /// but the architecture and the layer set, and compiling them on every
 /// spawn cost more than the rest of `wrap`.
 /// `egress`: the variant for an egress allowlist (TCP sockets allowed;
-/// the legacy pair already allows them).
+/// the deny-list pair already allows them).
 fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<seccomp::Program>>, String> {
     type Compiled = Result<Arc<Vec<seccomp::Program>>, String>;
     static FULL: OnceLock<Compiled> = OnceLock::new();
     static EGRESS: OnceLock<Compiled> = OnceLock::new();
-    static LEGACY: OnceLock<Compiled> = OnceLock::new();
+    static DENY_LIST: OnceLock<Compiled> = OnceLock::new();
     if allowlist && egress {
         EGRESS
             .get_or_init(|| seccomp::egress_programs().map(Arc::new))
@@ -64,8 +64,8 @@ fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<seccomp::Pr
         FULL.get_or_init(|| seccomp::programs().map(Arc::new))
             .clone()
     } else {
-        LEGACY
-            .get_or_init(|| seccomp::legacy_programs().map(Arc::new))
+        DENY_LIST
+            .get_or_init(|| seccomp::deny_list_programs().map(Arc::new))
             .clone()
     }
 }

@@ -54,7 +54,7 @@ pub(crate) fn allowlist(
     match network {
         Network::Deny => Ok(None),
         Network::Allow(_) if !layers.seccomp_allowlist => Err(
-            "Network::Allow needs the seccomp allowlist layer (the legacy deny-list lets UDP \
+            "Network::Allow needs the seccomp allowlist layer (the deny-list lets UDP \
              and raw sockets be made): use every layer, or Network::Deny"
                 .into(),
         ),

@@ -1,5 +1,5 @@
 //! The breaches of the isolation issue, each tried as a hostile program
-//! would, first under the first version's layers (`Layers::LEGACY`: the
+//! would, first under the base layers (`Layers::BASE`: the
 //! attack must succeed there, which shows the detector works) and then
 //! under every layer (it must not). The host checks every effect itself;
 //! every victim is created by the test and cleaned up by it.
@@ -10,21 +10,18 @@ use cordon_backend_linux::Layers;
 /// What an attack achieved, seen from the host: `Some(what)` is a breach.
 type Breach = Result<Option<String>, String>;
 
-fn legacy_spawner() -> Spawner {
-    Spawner::confined(
-        Arc::new(LinuxBackend::with_layers(Layers::LEGACY)),
-        config(),
-    )
+fn base_spawner() -> Spawner {
+    Spawner::confined(Arc::new(LinuxBackend::with_layers(Layers::BASE)), config())
 }
 
-/// Runs `attack` under the legacy layers, where it must breach, and under
+/// Runs `attack` under the base layers, where it must breach, and under
 /// every layer, where it must not.
-fn legacy_breaches_full_holds(attack: impl Fn(&Spawner, bool) -> Breach) -> Outcome {
-    match attack(&legacy_spawner(), true)? {
+fn base_breaches_full_holds(attack: impl Fn(&Spawner, bool) -> Breach) -> Outcome {
+    match attack(&base_spawner(), true)? {
         Some(_) => {}
         None => {
             return Err(
-                "the attack did nothing even under the legacy layers: the test cannot \
+                "the attack did nothing even under the base layers: the test cannot \
                  detect the breach it is about"
                     .into(),
             )
@@ -60,7 +57,7 @@ fn writable_scratch() -> tempfile::TempDir {
 /// a creation mode). On a host mount such a file runs as the sandbox's uid
 /// for any local user.
 pub(super) fn breach_setuid_planting() -> Outcome {
-    legacy_breaches_full_holds(|sp, legacy| {
+    base_breaches_full_holds(|sp, base| {
         let scratch = writable_scratch();
         let r = run_with(
             sp,
@@ -95,7 +92,7 @@ pub(super) fn breach_setuid_planting() -> Outcome {
         // sandbox creates is stored as root's, so a planted setuid file
         // would be a root one. Make sure that case is the one tested.
         // SAFETY: geteuid cannot fail.
-        if !legacy && unsafe { libc::geteuid() } == 0 {
+        if !base && unsafe { libc::geteuid() } == 0 {
             use std::os::unix::fs::MetadataExt;
             let owner = std::fs::metadata(scratch.path().join("sid"))
                 .map_err(|e| format!("the program's copy is missing: {e}"))?
@@ -141,7 +138,7 @@ fn process_attributes(pid: u32) -> Result<String, String> {
 /// NOFILE 4), setpriority, SCHED_IDLE, affinity, I/O class, and naming it
 /// with getpgid. The victim is a `sleep` the test starts as that uid.
 pub(super) fn breach_host_process_control() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let mut victim = Command::new("/bin/sleep");
         victim.arg("60");
         // SAFETY: geteuid cannot fail.
@@ -240,7 +237,7 @@ fn remove_sysv(key: i64, ids: &[(&str, i32)]) {
 /// sandbox's uid must be unreachable, and the sandbox's own objects must
 /// not outlive it.
 pub(super) fn breach_sysv_ipc() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let uid = sandbox_uid();
         // SAFETY: SysV calls on objects this test creates; the segment is
         // mapped, written and unmapped here.
@@ -328,7 +325,7 @@ pub(super) fn breach_sysv_ipc() -> Outcome {
 /// A pathname UNIX datagram socket of the host reached without `socket()`:
 /// `socketpair(AF_UNIX, SOCK_DGRAM)` then `sendto(path)`.
 pub(super) fn breach_unix_dgram_sendto() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let dir = canary("x");
         let path = dir.path().join("host.sock");
         let listener =
@@ -382,7 +379,7 @@ fn metadata_of(path: &Path) -> String {
 /// chmod (incl. 06777), utimensat, setxattr and chown on a file of the
 /// sandbox's uid outside every grant: Landlock does not govern them.
 pub(super) fn breach_metadata_outside_grants() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let dir = canary("x");
         let target = dir.path().join("secret");
         chown_to_sandbox(&target);
@@ -412,7 +409,7 @@ pub(super) fn breach_metadata_outside_grants() -> Outcome {
 
 // --------------------------------------------- 6. outliving the host
 
-const ORPHAN_LEGACY_ENV: &str = "CORDON_ORPHAN_LEGACY";
+const ORPHAN_BASE_ENV: &str = "CORDON_ORPHAN_BASE";
 
 /// Helper process for [`breach_outliving_the_host`]: spawns a sandboxed
 /// program that leaves a background child and a file in its fresh scratch
@@ -420,8 +417,8 @@ const ORPHAN_LEGACY_ENV: &str = "CORDON_ORPHAN_LEGACY";
 /// SIGKILLed.
 pub(super) fn killed_host_helper() -> ! {
     let rt = rt();
-    let sp = if std::env::var_os(ORPHAN_LEGACY_ENV).is_some() {
-        legacy_spawner()
+    let sp = if std::env::var_os(ORPHAN_BASE_ENV).is_some() {
+        base_spawner()
     } else {
         spawner()
     };
@@ -459,7 +456,7 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
             std::io::Error::last_os_error()
         ));
     }
-    legacy_breaches_full_holds(|_sp, legacy| {
+    base_breaches_full_holds(|_sp, base| {
         let token = sleep_token();
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);
@@ -467,8 +464,8 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
             .env("CORDON_ORPHAN_TOKEN", &token)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        if legacy {
-            cmd.env(ORPHAN_LEGACY_ENV, "1");
+        if base {
+            cmd.env(ORPHAN_BASE_ENV, "1");
         }
         let mut helper = KillOnDrop(cmd.spawn().map_err(|e| e.to_string())?);
         let mut out = helper.0.stdout.take().unwrap();

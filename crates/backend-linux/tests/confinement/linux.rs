@@ -470,10 +470,10 @@ fn available_with_facts() -> Outcome {
             })?;
         }
     }
-    let legacy = LinuxBackend::with_layers(cordon_backend_linux::Layers::LEGACY).host_facts();
+    let base = LinuxBackend::with_layers(cordon_backend_linux::Layers::BASE).host_facts();
     ensure(
-        legacy["namespaces"] == "user" && legacy["layers"].starts_with("legacy"),
-        || format!("{legacy:?}"),
+        base["namespaces"] == "user" && base["layers"].starts_with("base"),
+        || format!("{base:?}"),
     )?;
     Ok(())
 }

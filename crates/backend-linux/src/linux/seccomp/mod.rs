@@ -29,8 +29,8 @@
 //! longer than the 255 instructions classic BPF can encode into `ja`
 //! trampolines.
 //!
-//! [`legacy_programs`] is the first version's pair (a deny-list and
-//! `clone3` → `ENOSYS`), kept for `Layers::LEGACY` and compiled by the
+//! [`deny_list_programs`] is the deny-list pair (a deny-list and
+//! `clone3` → `ENOSYS`), kept for `Layers::BASE` and compiled by the
 //! same code. README.md gives the reason behind every rule.
 
 // `libc`'s syscall-number and ioctl types differ between targets and C
@@ -60,10 +60,10 @@ pub(crate) fn egress_programs() -> Result<Vec<Program>, String> {
     Ok(vec![full_filter(true)?])
 }
 
-/// The first version's filters, in install order: the deny-list (default
+/// The deny-list filters, in install order: the deny-list (default
 /// allow, `setsid`/`setpgid` still refused) and `clone3` → `ENOSYS`. Used
-/// by `Layers::LEGACY` only.
-pub(crate) fn legacy_programs() -> Result<Vec<Program>, String> {
+/// by `Layers::BASE` only.
+pub(crate) fn deny_list_programs() -> Result<Vec<Program>, String> {
     Ok(vec![deny_list()?, clone3()?])
 }
 
@@ -79,7 +79,7 @@ pub(crate) use codegen::*;
 pub(crate) use rules::*;
 pub(crate) use tables::*;
 
-// The filters: the full allowlist and the first version's pair.
+// The filters: the full allowlist and the deny-list pair.
 
 /// `SECCOMP_RET_ALLOW`: the syscall runs.
 const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
@@ -187,7 +187,7 @@ fn full_filter(egress: bool) -> Result<Program, String> {
     compile(&spec)
 }
 
-/// What the filters are (`allowlist`: every layer, or the legacy pair),
+/// What the filters are (`allowlist`: every layer, or the deny-list pair),
 /// for `host_facts()["seccomp"]`.
 pub(crate) fn description(allowlist: bool) -> &'static str {
     if allowlist {
@@ -200,12 +200,12 @@ pub(crate) fn description(allowlist: bool) -> &'static str {
     }
 }
 
-// ------------------------------------------------ the legacy filters
+// ------------------------------------------------ the deny-list filters
 
-/// The first version's deny-list, refused with `EPERM` (default allow).
-/// Unchanged, `setsid` and `setpgid` included: `Layers::LEGACY` has no PID
+/// The deny-list, refused with `EPERM` (default allow).
+/// Unchanged, `setsid` and `setpgid` included: `Layers::BASE` has no PID
 /// namespace to contain a new session.
-pub(crate) fn legacy_denied_syscalls() -> Vec<(libc::c_long, &'static str)> {
+pub(crate) fn deny_listed_syscalls() -> Vec<(libc::c_long, &'static str)> {
     vec![
         (libc::SYS_socket, "socket"),
         (libc::SYS_io_uring_setup, "io_uring_setup"),
@@ -249,11 +249,11 @@ pub(crate) fn legacy_denied_syscalls() -> Vec<(libc::c_long, &'static str)> {
     ]
 }
 
-/// The legacy deny-list filter (listed syscalls → `EPERM`, default
+/// The deny-list filter (listed syscalls → `EPERM`, default
 /// allow), with the x32 guard on x86_64.
 fn deny_list() -> Result<Program, String> {
-    let mut spec = Spec::new("legacy deny-list", RET_ALLOW, true);
-    for (nr, name) in legacy_denied_syscalls() {
+    let mut spec = Spec::new("deny-list", RET_ALLOW, true);
+    for (nr, name) in deny_listed_syscalls() {
         spec.insert(Sys::new(nr as i64, name), Verdict::Ret(RET_EPERM))?;
     }
     let refused = |rules: Vec<Rule>| Verdict::Check {
@@ -290,10 +290,10 @@ fn deny_list() -> Result<Program, String> {
     compile(&spec)
 }
 
-/// The legacy `clone3` → `ENOSYS` filter (no x32 guard: the deny-list
+/// The deny-list pair's `clone3` → `ENOSYS` filter (no x32 guard: the deny-list
 /// installed with it has one, and the kernel runs both).
 fn clone3() -> Result<Program, String> {
-    let mut spec = Spec::new("legacy clone3", RET_ALLOW, false);
+    let mut spec = Spec::new("deny-list clone3", RET_ALLOW, false);
     spec.insert(sys![SYS_clone3][0], Verdict::Ret(RET_ENOSYS))?;
     compile(&spec)
 }
