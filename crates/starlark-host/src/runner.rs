@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::bindings::ModuleSet;
-use crate::broker::{CancelToken, Capabilities};
+use crate::broker::{Admitted, CancelToken, Capabilities};
 use crate::error::EvalError;
 use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
 use crate::host::{Call, Evaluator};
@@ -188,12 +188,12 @@ impl Evaluator for InProcess {
     async fn call(
         &self,
         pkg: &Package,
-        modules: ModuleSet,
+        admitted: Admitted,
         call: Call,
     ) -> Result<CallOutcome, EvalError> {
         let start = Instant::now();
-        let (compiled, cached) = self.compiled(pkg, modules, &call.cancel).await?;
-        let (broker, deadline) = call.broker(&self.caps, pkg, modules, &self.limits)?;
+        let (compiled, cached) = self.compiled(pkg, admitted.modules, &call.cancel).await?;
+        let (broker, deadline) = call.broker(&self.caps, pkg, admitted, &self.limits)?;
         let broker = Arc::new(broker);
         let Call {
             entry: name,

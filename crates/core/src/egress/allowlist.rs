@@ -198,10 +198,16 @@ impl Allowlist {
         } else {
             ""
         };
+        // What to add must allow this very request: plain HTTP only where
+        // named.
+        let target = match access {
+            Access::Http => format!("http://{host}:{port}"),
+            Access::Https | Access::Tunnel => format!("{host}:{port}"),
+        };
         Err(Refusal(format!(
             "{host}:{port} is not on {}{literal}; {}",
             self.advice.list,
-            add(format!("{host}:{port}"))
+            add(target)
         )))
     }
 

@@ -152,7 +152,11 @@ fn targets_match_by_name_suffix_ip_and_port() {
         .match_target(&TargetHost::parse("1.2.3.4").unwrap(), 80, Http)
         .unwrap_err();
     assert!(e.0.contains("literally"), "{e}");
-    assert!(e.0.contains("--allow-host 1.2.3.4:80"), "{e}");
+    assert!(e.0.contains("--allow-host http://1.2.3.4:80"), "{e}");
+    let e = allow
+        .match_target(&TargetHost::parse("a.org").unwrap(), 8443, Tunnel)
+        .unwrap_err();
+    assert!(e.0.contains("--allow-host a.org:8443"), "{e}");
 }
 
 #[test]

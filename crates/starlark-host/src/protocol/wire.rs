@@ -157,7 +157,8 @@ impl From<&EvalLimits> for WireLimits {
 }
 
 impl WireLimits {
-    /// Back to [`EvalLimits`] (HTTP caps at their defaults: unused in the worker).
+    /// Back to [`EvalLimits`] (HTTP caps and the notification budget at
+    /// their defaults: the host's broker enforces them, not the worker).
     pub fn to_limits(&self) -> EvalLimits {
         let z = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         EvalLimits {
@@ -174,6 +175,7 @@ impl WireLimits {
             max_load_depth: z(self.max_load_depth),
             eval_stack_bytes: z(self.eval_stack_bytes),
             http: Default::default(),
+            notifications: Default::default(),
         }
     }
 }

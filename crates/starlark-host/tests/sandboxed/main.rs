@@ -13,6 +13,9 @@
 #[allow(dead_code)]
 mod server;
 
+#[path = "../common/attacks.rs"]
+mod attacks;
+mod hostile;
 mod protocol;
 #[path = "../common/tiered.rs"]
 mod tiered;
@@ -124,9 +127,19 @@ impl Env {
             .await
     }
 
+    /// Grants everything the package requests, as an operator who also
+    /// approves the IP literals its `network_access` names (the tests'
+    /// servers are on 127.0.0.1): `--allow-private` for each.
     pub fn grant_all(&self, pkg: &Package) {
         for p in &pkg.manifest.permissions {
             self.perms.grant(&pkg.id, *p);
+        }
+        for t in &pkg.manifest.network_access {
+            let t: cordon_core::egress::HostPattern = t.parse().unwrap();
+            if let Some(ip) = t.ip_literal() {
+                self.perms
+                    .allow_private(&pkg.id, cordon_core::egress::IpRange::single(ip));
+            }
         }
     }
 }
@@ -934,6 +947,9 @@ async fn a_package_from_disk_runs_in_a_worker_with_only_its_grants() {
     let e = env(EvalLimits::default());
     e.perms.grant(&pkg.id, Permission::ApiHttp);
     e.perms.grant(&pkg.id, Permission::SecretsRead);
+    // Its server is on this host's loopback: the operator approves that.
+    e.perms
+        .allow_private(&pkg.id, "127.0.0.1/32".parse().unwrap());
     e.secrets.set(&pkg.id, "greeting_token", "t");
     let exec = e.sandboxed.exec_package(&pkg, None).await.unwrap();
     let call = e
