@@ -99,8 +99,15 @@ fn run_unread(cmd: &mut Command) -> Ended {
 const FLOOD: &str = "def main():\n    for i in range(100000):\n        notifications.send('t', 'x' * 200000)\n    return 1\n";
 /// Within any budget per notification, as many as it may.
 const MANY_SMALL: &str = "def main():\n    for i in range(100000):\n        notifications.send('t%d' % i, 'y' * 1000)\n    return 1\n";
+/// The whole budget (more than a pipe holds), then on until a limit ends it.
+const THEN_SPIN: &str = "def main():\n    for i in range(100):\n        notifications.send('t%d' % i, 'y' * 1000)\n    for i in range(1000000000):\n        pass\n";
 
 fn assert_flood_bounded(what: &str, e: &Ended, timeout: Duration) {
+    // The figures, for `--nocapture`.
+    eprintln!(
+        "{what}: exit {:?} after {:?}, peak RSS {} MiB",
+        e.code, e.took, e.peak_mib
+    );
     assert!(
         matches!(e.code, Some(1) | Some(124)),
         "{what}: exit {:?}: {}",
@@ -125,7 +132,7 @@ fn a_notification_flood_with_nobody_reading_stderr_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let op = Operator::new(dir.path(), Who::Root);
     let timeout = Duration::from_secs(3);
-    for (name, body) in [("flood", FLOOD), ("many", MANY_SMALL)] {
+    for (name, body) in [("flood", FLOOD), ("many", MANY_SMALL), ("spin", THEN_SPIN)] {
         let p = package_dir(
             &op.dir,
             name,
@@ -142,7 +149,7 @@ fn a_notification_flood_with_nobody_reading_stderr_is_bounded() {
     }
     // A first run admits the sandbox (the conformance report is then cached).
     let _ = op.star(&["run", "many", "--entry", "main", "--timeout", "1"], None);
-    for name in ["flood", "many"] {
+    for name in ["flood", "many", "spin"] {
         let mut c = op.command();
         c.args([
             "star",

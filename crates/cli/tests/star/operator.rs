@@ -25,6 +25,24 @@ pub struct Operator {
     cache: PathBuf,
 }
 
+/// One conformance cache per uid for every operator of these tests
+/// (private to that uid, as cordon requires), under cargo's temp dir for
+/// tests: the probes run once per uid and build of cordon, not per test.
+fn shared_cache(who: Who) -> PathBuf {
+    let top = Path::new(env!("CARGO_TARGET_TMPDIR")).join("star-conformance-cache");
+    static MADE: std::sync::Once = std::sync::Once::new();
+    MADE.call_once(|| {
+        std::fs::create_dir_all(&top).unwrap();
+        dir_of(&top, 0o755, 0);
+        dir_of(&top.join("root"), 0o700, 0);
+        dir_of(&top.join("nobody"), 0o700, 65534);
+    });
+    top.join(match who {
+        Who::Root => "root",
+        Who::Nobody => "nobody",
+    })
+}
+
 /// Creates `path` as a dir with `mode`, owned by `uid`.
 pub fn dir_of(path: &Path, mode: u32, uid: u32) {
     std::fs::create_dir_all(path).unwrap();
@@ -60,7 +78,7 @@ impl Operator {
                 exe
             }
         };
-        let cache = home.join(".cache");
+        let cache = shared_cache(who);
         Operator {
             who,
             dir: dir.to_path_buf(),
