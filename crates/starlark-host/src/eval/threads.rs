@@ -7,7 +7,7 @@ use crate::error::StarlarkHostError;
 /// await its result. A panic in `f` (the interpreter giving up on a
 /// script: an allocation it cannot make, say) becomes a script error,
 /// [`StarlarkHostError::Script`] with an empty package (the caller names
-/// it, [`name_panicked`]): it is the script's doing, never an internal
+/// it, `name_panicked`): it is the script's doing, never an internal
 /// error of the host.
 ///
 /// Threads are kept warm in a small pool per stack size (at most

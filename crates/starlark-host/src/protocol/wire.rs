@@ -63,12 +63,15 @@ pub enum ErrorCode {
     Conversion,
     /// The package is not valid.
     InvalidPackage,
-    /// Anything else (an interpreter bug, an encoding failure).
+    /// The interpreter gave up on the script by panicking: the script's
+    /// error, but the worker's state is suspect (the host retires it).
+    Panic,
+    /// Anything else (an encoding failure, a leaked forwarder).
     Internal,
 }
 
 impl ErrorCode {
-    const PLAIN: [(ErrorCode, &'static str); 12] = [
+    const PLAIN: [(ErrorCode, &'static str); 13] = [
         (ErrorCode::Protocol, "protocol"),
         (ErrorCode::Version, "version"),
         (ErrorCode::Identity, "identity"),
@@ -80,6 +83,7 @@ impl ErrorCode {
         (ErrorCode::NoSuchEntryPoint, "no_such_entry_point"),
         (ErrorCode::Conversion, "conversion"),
         (ErrorCode::InvalidPackage, "invalid_package"),
+        (ErrorCode::Panic, "panic"),
         (ErrorCode::Internal, "internal"),
     ];
 
@@ -263,7 +267,9 @@ pub fn error_from_code(
             kind,
             message,
         },
-        Some(ErrorCode::Script) => StarlarkHostError::Script { package, message },
+        Some(ErrorCode::Script | ErrorCode::Panic) => {
+            StarlarkHostError::Script { package, message }
+        }
         Some(ErrorCode::Cancelled) => StarlarkHostError::Cancelled { package },
         Some(ErrorCode::NoSuchEntryPoint) => StarlarkHostError::NoSuchEntryPoint {
             package,

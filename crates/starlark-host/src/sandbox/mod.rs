@@ -472,12 +472,16 @@ impl Evaluator for WorkerPool {
                     message
                 };
                 let e = wire::error_from_code(&pkg.id, &code, message, &worker.loaded.functions);
-                // After an internal error or an allocation failure the
-                // worker's state is suspect: do not reuse it.
+                // After an internal error, a panic or an allocation
+                // failure the worker's state is suspect: do not reuse it.
                 if memory
                     || matches!(
                         parsed,
-                        Some(wire::ErrorCode::Internal | wire::ErrorCode::NotLoaded)
+                        Some(
+                            wire::ErrorCode::Internal
+                                | wire::ErrorCode::Panic
+                                | wire::ErrorCode::NotLoaded
+                        )
                     )
                 {
                     inner.retire(worker).await;

@@ -100,7 +100,7 @@ pub(super) fn panic_code(p: &(dyn std::any::Any + Send)) -> (ErrorCode, String) 
         )
     } else {
         (
-            ErrorCode::Script,
+            ErrorCode::Panic,
             format!("the interpreter gave up on this script (it panicked: {msg})"),
         )
     }
