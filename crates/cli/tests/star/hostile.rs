@@ -102,6 +102,11 @@ const MANY_SMALL: &str = "def main():\n    for i in range(100000):\n        noti
 /// The whole budget (more than a pipe holds), then on until a limit ends it.
 const THEN_SPIN: &str = "def main():\n    for i in range(100):\n        notifications.send('t%d' % i, 'y' * 1000)\n    for i in range(1000000000):\n        pass\n";
 
+/// At most the first `n` characters of `s`, for an assertion's message.
+fn head(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
+}
+
 fn assert_flood_bounded(what: &str, e: &Ended, timeout: Duration) {
     // The figures, for `--nocapture`.
     eprintln!(
