@@ -319,7 +319,8 @@ async fn a_stuck_webhook_holds_no_call() {
     assert!(refused > 0, "the queue is bounded");
     let stats = hook.flush(Duration::from_millis(200));
     assert_eq!(stats.delivered, 0);
-    assert!(stats.pending > 0 && stats.pending <= 1024, "{stats:?}");
+    // At most a full queue waits, and one in delivery.
+    assert!(stats.pending > 0 && stats.pending <= 1024 + 1, "{stats:?}");
     assert_eq!(stats.refused, refused);
 }
 
