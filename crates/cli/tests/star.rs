@@ -7,6 +7,15 @@ use std::path::Path;
 mod common;
 use common::{cordon, readable_copy, run, text, unprivileged};
 
+#[path = "star/grants.rs"]
+mod grants;
+#[path = "star/hostile.rs"]
+mod hostile;
+#[path = "star/operator.rs"]
+mod operator;
+#[path = "star/store.rs"]
+mod store;
+
 fn examples() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/starlark")
 }
@@ -165,8 +174,9 @@ fn hello(isolation: &str) {
         .arg(pkg.path()));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
 
-    let out = run(cordon(cache.path())
-        .args([
+    let with_grants = |extra: &[&str]| {
+        let mut c = cordon(cache.path());
+        c.args([
             "star",
             "run",
             "--isolation",
@@ -181,10 +191,24 @@ fn hello(isolation: &str) {
             "--grant",
             "secrets.read",
             "--secret",
-            "greeting_token=t0ken",
+            "greeting_token",
         ])
+        .args(extra)
         .args(["--args", &format!("[\"{base}\"]")])
-        .arg(pkg.path()));
+        .arg(pkg.path());
+        operator::feed(&mut c, Some("t0ken\n"))
+    };
+    // The manifest's 127.0.0.1 is the host's loopback: refused until the
+    // operator approves it.
+    let out = with_grants(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--allow-private 127.0.0.1/32"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(seen.try_recv().is_err(), "the server was reached");
+    let out = with_grants(&["--allow-private", "127.0.0.1/32"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["value"]["greeting"], "hi from the server");
@@ -407,6 +431,8 @@ fn the_store_commands_install_grant_set_run_and_revoke() {
             "provider.complete",
             "--user",
             "ops",
+            "--allow-private",
+            "127.0.0.1/32",
         ],
         None,
     ));

@@ -65,10 +65,7 @@ async fn hosts_outside_the_allowlist_are_refused() {
         &format!("def main():\n    return http.get('{base}/hello').status\n"),
     );
     h.grant_all(&none);
-    assert_err_contains(
-        h.call(&none, "main", None).await,
-        "not in the package's network_access list",
-    );
+    assert_err_contains(h.call(&none, "main", None).await, "add \"http://127.0.0.1:");
     // Entry without http:// only allows https.
     let https_only = http_pkg(
         "h-https",
@@ -76,7 +73,7 @@ async fn hosts_outside_the_allowlist_are_refused() {
         &format!("def main():\n    return http.get('{base}/hello').status\n"),
     );
     h.grant_all(&https_only);
-    assert_err_contains(h.call(&https_only, "main", None).await, "plain http");
+    assert_err_contains(h.call(&https_only, "main", None).await, "plain HTTP");
     // Wrong port.
     let port = http_pkg(
         "h-port",
@@ -110,7 +107,12 @@ async fn loopback_by_name_is_refused_but_literal_ip_entry_allows_it() {
         ),
     );
     h.grant_all(&by_name);
-    assert_err_contains(h.call(&by_name, "main", None).await, "non-public address");
+    let e = assert_err_contains(h.call(&by_name, "main", None).await, "loopback");
+    assert!(
+        e.to_string()
+            .contains("cordon star grant h-localhost api.http --allow-private 127.0.0.1/32"),
+        "the refusal says what works: {e}"
+    );
     // Wildcard entries never allow private literals either.
     let metadata = http_pkg(
         "h-meta",
@@ -119,8 +121,8 @@ async fn loopback_by_name_is_refused_but_literal_ip_entry_allows_it() {
     );
     h.grant_all(&metadata);
     assert_err_contains(h.call(&metadata, "main", None).await, "network_access");
-    assert_eq!(srv.hits(), 0);
-    // Literal IP entry: allowed.
+    // A literal entry the operator did not approve: refused, the manifest
+    // alone never reaches the host's loopback.
     let literal = http_pkg(
         "h-literal",
         &[format!("http://127.0.0.1:{}", srv.port)],
@@ -129,12 +131,29 @@ async fn loopback_by_name_is_refused_but_literal_ip_entry_allows_it() {
             srv.base()
         ),
     );
+    h.perms.grant(&literal.id, Permission::ApiHttp);
+    assert_err_contains(
+        h.call(&literal, "main", None).await,
+        "--allow-private 127.0.0.1/32",
+    );
+    assert_eq!(srv.hits(), 0);
+    // Approved (grant_all approves the literals a manifest names): allowed.
     h.grant_all(&literal);
     assert_eq!(
         h.call(&literal, "main", None).await.unwrap().value,
         json!("hello")
     );
     assert_eq!(srv.hits(), 1);
+    // And the name, once its range is approved.
+    h.perms
+        .allow_private(&by_name.id, "127.0.0.0/8".parse().unwrap());
+    h.perms
+        .allow_private(&by_name.id, "::1/128".parse().unwrap());
+    assert_eq!(
+        h.call(&by_name, "main", None).await.unwrap().value,
+        json!(200)
+    );
+    assert_eq!(srv.hits(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -437,9 +437,9 @@ async fn a_worker_forging_an_ungranted_module_call_is_refused_by_the_host() {
     let broker = ModuleBroker::new(
         caps,
         &pkg,
-        modules,
+        modules.into(),
         None,
-        HttpLimits::default(),
+        &EvalLimits::default(),
         deadline,
         cancel.clone(),
     )
