@@ -3,7 +3,7 @@
 //! and providers (the key sealed, the row authenticated).
 
 use async_trait::async_trait;
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
