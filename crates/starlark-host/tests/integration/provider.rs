@@ -131,12 +131,10 @@ async fn a_slow_model_is_not_cut_at_the_scripts_deadline() {
     h.grant_all(&pkg);
     h.providers
         .set_host_default(cfg(&format!("{}/after-15", srv.base()), "sk-host"));
-    let t = std::time::Instant::now();
     let v = h
         .call(&pkg, "ask", Some(&RunContext::for_user("u")))
         .await
         .unwrap()
         .value;
     assert_eq!(v["content"], json!("echo: hello there"));
-    assert!(t.elapsed() >= std::time::Duration::from_secs(15));
 }
