@@ -131,7 +131,7 @@ pub struct Layers {
     pub sandbox_limits: bool,
     /// The seccomp allowlist (unlisted syscalls return `ENOSYS`, dangerous
     /// ones `EPERM`, argument checks where a call is needed but dangerous)
-    /// instead of the first version's deny-list.
+    /// instead of the deny-list.
     pub seccomp_allowlist: bool,
     /// On a root host, a uid and gid of its own for every sandbox, from a
     /// [`UidPool`], instead of 65534 shared with every other sandbox and
@@ -162,10 +162,11 @@ impl Layers {
         kernel_quotas: true,
     };
 
-    /// Only the layers of the first version (user namespace, rlimits,
-    /// capabilities, no_new_privs, Landlock, seccomp deny-list). It fails
-    /// the conformance probes added for the breaches it leaves open.
-    pub const LEGACY: Layers = Layers {
+    /// The base layers only, every optional one off (user namespace,
+    /// rlimits, capabilities, no_new_privs, Landlock, the seccomp
+    /// deny-list). It fails the conformance probes for what the optional
+    /// layers close; tests run attacks under it to show they can succeed.
+    pub const BASE: Layers = Layers {
         pid_namespace: false,
         ipc_namespace: false,
         mount_namespace: false,
@@ -375,8 +376,8 @@ impl SandboxBackend for LinuxBackend {
     }
 
     /// With the seccomp allowlist (every layer set has it but
-    /// `Layers::LEGACY`): a network namespace and the host's proxy
-    /// (`linux/net.rs`). The legacy deny-list would let UDP and raw
+    /// `Layers::BASE`): a network namespace and the host's proxy
+    /// (`linux/net.rs`). The deny-list would let UDP and raw
     /// sockets be made, so those layers refuse `Network::Allow`.
     /// [`Tier::Landlock`] does not claim it: without a network namespace
     /// the proxy's port would be reachable on every host address.

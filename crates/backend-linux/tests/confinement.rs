@@ -6,7 +6,14 @@
 //! every scenario runs twice: as root and as uid 65534 (a copy of this
 //! binary in a 0755 temp dir, started with uid/gid 65534).
 //!
-//! Prints `N passed, M failed` and exits non-zero on any failure.
+//! Arguments as libtest's (`tests/common/driver.rs`): bare words filter,
+//! `--exact`, `--skip NAME`, `--list`; a filter that matches no scenario
+//! is an error. Prints `N passed, M failed` and exits non-zero on any
+//! failure.
+
+#[cfg(target_os = "linux")]
+#[path = "common/driver.rs"]
+mod driver;
 
 #[cfg(target_os = "linux")]
 #[path = "confinement/linux.rs"]

@@ -6,21 +6,28 @@
 //! copy). A child installs them in a `pre_exec` hook (`no_new_privs`, then
 //! `seccomp(SECCOMP_SET_MODE_FILTER)` per program, in order) and execs:
 //! real tools (`sh`, `python3`, `gcc`, `git`, `make`, `tar`, `cp -p`,
-//! `perl`, and `sqlite3`, `node`, `java` when installed), or this binary
+//! `perl`, `sqlite3`, `node`, `java`), or this binary
 //! in *probe* mode, which issues one raw syscall and prints the result.
-//! Every denial is also probed with no filter and with the legacy pair, so
+//! Every denial is also probed with no filter and with the deny-list pair, so
 //! each check shows what it catches when the protection is missing. One
 //! scenario asks the kernel for its verdict on 46 000 calls without running
 //! any of them, under `programs()` and under the filter pair seccompiler
 //! compiles from the same tables, and requires the same answers.
 //!
 //! `harness = false`: every scenario runs in its own process; as root each
-//! runs twice, as root and as uid 65534. Prints `N passed, M failed, K
-//! skipped` (skipped: an optional tool that is not installed, named).
-//! `-- --measure` prints instruction counts, install times and syscall
-//! costs instead, for `programs()` and the legacy pair next to the
-//! filters seccompiler compiles from the same tables (a one-shot figure,
-//! not a test). A bare word filters scenarios.
+//! runs twice, as root and as uid 65534. Prints `N passed, M failed`. A
+//! tool that is not installed fails its scenario with the Debian package
+//! to install (`.ci/run` installs them all): a missing runtime is never a
+//! pass. `-- --measure` prints instruction counts, install times and
+//! syscall costs instead, for `programs()` and the deny-list pair next to
+//! the filters seccompiler compiles from the same tables (a one-shot
+//! figure, not a test). Arguments as libtest's (`tests/common/driver.rs`):
+//! bare words filter, `--exact`, `--skip NAME`, `--list`; a filter that
+//! matches no scenario is an error.
+
+#[cfg(target_os = "linux")]
+#[path = "common/driver.rs"]
+mod driver;
 
 #[cfg(target_os = "linux")]
 #[allow(dead_code, unused_imports)]
@@ -55,16 +62,11 @@ mod linux {
 
     // ------------------------------------------------------------ outcome
 
-    enum Outcome {
-        Fail(String),
-        /// An optional tool is not installed: neither a pass nor a failure.
-        Missing(String),
-    }
-
-    const EXIT_MISSING: i32 = 3;
+    /// Why a scenario failed.
+    type Outcome = String;
 
     fn fail<T>(msg: impl Into<String>) -> Result<T, Outcome> {
-        Err(Outcome::Fail(msg.into()))
+        Err(msg.into())
     }
 
     fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), Outcome> {
@@ -124,34 +126,28 @@ mod linux {
             };
             match run() {
                 Ok(()) => std::process::exit(0),
-                Err(Outcome::Fail(e)) => {
+                Err(e) => {
                     eprintln!("{e}");
                     std::process::exit(1);
                 }
-                Err(Outcome::Missing(e)) => {
-                    eprintln!("{e}");
-                    std::process::exit(EXIT_MISSING);
-                }
             }
         }
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        if args.iter().any(|a| a == "--measure") {
+        let selection = super::driver::Selection::from_env();
+        if selection.flags.iter().any(|a| a == "--measure") {
             measure();
             return;
         }
-        drive(args.iter().find(|a| !a.starts_with('-')).cloned());
+        let names: Vec<&str> = scenarios().iter().map(|(n, _)| *n).collect();
+        drive(&selection.chosen_or_exit(&names));
     }
 
-    fn drive(filter: Option<String>) {
+    fn drive(chosen: &[&str]) {
         let exe = std::env::current_exe().expect("current_exe");
         // SAFETY: geteuid cannot fail.
         let is_root = unsafe { libc::geteuid() } == 0;
         let nobody = is_root.then(|| copy_for_nobody(&exe));
-        let (mut passed, mut failed, mut skipped) = (0, Vec::new(), Vec::new());
-        for (name, _) in scenarios() {
-            if filter.as_deref().is_some_and(|f| !name.contains(f)) {
-                continue;
-            }
+        let (mut passed, mut failed) = (0, Vec::new());
+        for &name in chosen {
             let mut runs = vec![("host", exe.clone(), false)];
             if let Some((_, copy)) = &nobody {
                 runs.push(("uid65534", copy.clone(), true));
@@ -176,10 +172,6 @@ mod linux {
                         passed += 1;
                         println!("test {name} [{label}] ... ok ({ms} ms)");
                     }
-                    Some(EXIT_MISSING) => {
-                        println!("test {name} [{label}] ... skipped: {}", r.stderr.trim());
-                        skipped.push(format!("{name} [{label}]: {}", r.stderr.trim()));
-                    }
                     _ => {
                         println!(
                             "test {name} [{label}] ... FAILED ({ms} ms)\n  status: {:?}\n  stdout: {}\n  stderr: {}",
@@ -190,16 +182,9 @@ mod linux {
                 }
             }
         }
-        println!(
-            "\n{passed} passed, {} failed, {} skipped",
-            failed.len(),
-            skipped.len()
-        );
+        println!("\n{passed} passed, {} failed", failed.len());
         for f in &failed {
             println!("  failed: {f}");
-        }
-        for s in &skipped {
-            println!("  skipped (not installed, so not tested): {s}");
         }
         if let Some((dir, _)) = nobody {
             let _ = std::fs::remove_dir_all(dir);
@@ -227,24 +212,24 @@ mod linux {
     enum Filters {
         /// None (the control: what the protection changes).
         None,
-        /// `filter::legacy_programs()` (the first version's pair).
-        Legacy,
+        /// `filter::deny_list_programs()` (the deny-list pair).
+        DenyList,
         /// `filter::programs()` (one filter).
         Programs,
         /// What seccompiler compiled from the same tables before
         /// `filter.rs` had its own compiler (allowlist + explicit-deny).
         Reference,
-        /// The legacy pair as seccompiler compiled it.
-        LegacyReference,
+        /// The deny-list pair as seccompiler compiled it.
+        DenyListReference,
     }
 
     fn compiled(f: Filters) -> Vec<filter::Program> {
         match f {
             Filters::None => Vec::new(),
-            Filters::Legacy => filter::legacy_programs().expect("legacy_programs"),
+            Filters::DenyList => filter::deny_list_programs().expect("deny_list_programs"),
             Filters::Programs => filter::programs().expect("programs"),
             Filters::Reference => reference::programs(),
-            Filters::LegacyReference => reference::legacy(),
+            Filters::DenyListReference => reference::deny_list(),
         }
     }
 
@@ -349,18 +334,7 @@ mod linux {
             let _ = err.read_to_string(&mut s);
             s
         });
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                break Some(st);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = super::driver::wait_within(&mut child, limit);
         Ran {
             status,
             stdout: t_out.join().unwrap_or_default(),
@@ -382,17 +356,21 @@ mod linux {
             .find(|p| p.is_file())
     }
 
-    /// Runs a tool under `programs()`; a missing required tool fails the
-    /// scenario, a missing optional one reports it as missing.
-    fn tool(name: &str, args: &[&str], required: bool, dir: &Path) -> Result<Ran, Outcome> {
-        let Some(path) = which(name) else {
-            let msg = format!("{name} is not installed (looked in {PATH})");
-            return Err(if required {
-                Outcome::Fail(msg)
-            } else {
-                Outcome::Missing(msg)
-            });
-        };
+    /// The path of `name`, or a failure naming `package`, the Debian
+    /// package to install for it: a missing tool is never a pass.
+    fn installed(name: &str, package: &str) -> Result<PathBuf, Outcome> {
+        which(name).ok_or_else(|| {
+            format!(
+                "`{name}` is not installed (looked in {PATH}; not a pass): install the Debian \
+                 package `{package}`, as .ci/run does"
+            )
+        })
+    }
+
+    /// Runs a tool under `programs()`; a tool that is not installed fails
+    /// the scenario ([`installed`]).
+    fn tool(name: &str, args: &[&str], package: &str, dir: &Path) -> Result<Ran, Outcome> {
+        let path = installed(name, package)?;
         let r = run_child(
             command(Filters::Programs, dir, &path, args),
             Duration::from_secs(240),
@@ -404,7 +382,7 @@ mod linux {
     }
 
     fn sh(script: &str, dir: &Path) -> Result<Ran, Outcome> {
-        tool("sh", &["-c", script], true, dir)
+        tool("sh", &["-c", script], "dash", dir)
     }
 
     // ------------------------------------------------------- works cases
@@ -414,7 +392,7 @@ mod linux {
         let exe = std::env::current_exe().unwrap();
         for (f, want) in [
             (Filters::Programs, "Seccomp=2 filters=1 nnp=1"),
-            (Filters::Legacy, "Seccomp=2 filters=2 nnp=1"),
+            (Filters::DenyList, "Seccomp=2 filters=2 nnp=1"),
             (Filters::None, "Seccomp=0 filters=0 nnp=1"),
         ] {
             let got = probe(f, d.path(), &exe, "status", "");
@@ -443,11 +421,12 @@ with multiprocessing.Pool(2) as p:
 print(json.load(open('f.json'))['a'], len(box), sub, pair, sq, len(os.urandom(8)),
       hashlib.sha256(b'').hexdigest()[:8])
 "#;
-        let r = tool("python3", &["-c", code], true, d.path())?;
+        let r = tool("python3", &["-c", code], "python3", d.path())?;
         ensure(r.stdout == "1 1 sub x 6 8 e3b0c442\n", || format!("{r}"))
     }
 
     fn works_gcc() -> Result<(), Outcome> {
+        installed("gcc", "gcc")?;
         let d = scratch();
         let src = r#"#include <pthread.h>
 #include <stdio.h>
@@ -470,6 +449,7 @@ int main(void) {
     }
 
     fn works_git() -> Result<(), Outcome> {
+        installed("git", "git")?;
         let d = scratch();
         let r = sh(
             "git init -q . && echo one > f && git add f && \
@@ -482,6 +462,7 @@ int main(void) {
     }
 
     fn works_make() -> Result<(), Outcome> {
+        installed("make", "make")?;
         let d = scratch();
         std::fs::write(
             d.path().join("Makefile"),
@@ -494,6 +475,8 @@ int main(void) {
     }
 
     fn works_tar() -> Result<(), Outcome> {
+        installed("tar", "tar")?;
+        installed("gzip", "gzip")?;
         let d = scratch();
         let r = sh(
             "mkdir -p src/sub && echo one > src/f && echo two > src/sub/g && \
@@ -506,6 +489,7 @@ int main(void) {
     }
 
     fn works_cp_p() -> Result<(), Outcome> {
+        installed("cp", "coreutils")?;
         let d = scratch();
         let r = sh(
             "echo x > f && chmod 640 f && touch -d '2001-02-03 04:05:06' f && \
@@ -524,7 +508,7 @@ int main(void) {
         let r = tool(
             "perl",
             &["-e", "open my $f, '>', 'p' or die; print $f 6*7; close $f; open $f, '<', 'p'; print 'perl ', <$f>, qq(\\n)"],
-            true,
+            "perl",
             d.path(),
         )?;
         ensure(r.stdout == "perl 42\n", || format!("{r}"))
@@ -538,7 +522,7 @@ int main(void) {
                 "db",
                 "create table t(x); insert into t values(40),(2); select sum(x) from t;",
             ],
-            false,
+            "sqlite3",
             d.path(),
         )?;
         ensure(r.stdout == "42\n", || format!("{r}"))
@@ -553,7 +537,7 @@ int main(void) {
                 "require('fs').writeFileSync('n', '1'); \
                  console.log(require('fs').readFileSync('n', 'utf8'))",
             ],
-            false,
+            "nodejs",
             d.path(),
         )?;
         ensure(r.stdout == "1\n", || format!("{r}"))
@@ -561,7 +545,7 @@ int main(void) {
 
     fn works_java() -> Result<(), Outcome> {
         let d = scratch();
-        let r = tool("java", &["-version"], false, d.path())?;
+        let r = tool("java", &["-version"], "default-jre-headless", d.path())?;
         ensure(r.stderr.contains("version"), || format!("{r}"))
     }
 
@@ -1008,9 +992,9 @@ int main(void) {
         /// It differs with no filter when the test runs as root (as
         /// another uid the kernel refuses the call by itself).
         DiffersAsRoot,
-        /// It differs under the legacy pair (the deny-list): what the
+        /// It differs under the deny-list pair (the deny-list): what the
         /// allowlist or the argument checks add.
-        DiffersFromLegacy,
+        DiffersFromDenyList,
         /// A design check with no observable difference (e.g. a number
         /// beyond the table: the kernel says ENOSYS too).
         Design,
@@ -1028,8 +1012,8 @@ int main(void) {
             ("pair_dgram", "EPERM", Differs),
             ("pair_dgram_cloexec", "EPERM", Differs),
             ("pair_raw", "EPERM", Differs),
-            ("pair_dgram_hi", "EPERM", DiffersFromLegacy),
-            ("pair_inet", "EPERM", DiffersFromLegacy),
+            ("pair_dgram_hi", "EPERM", DiffersFromDenyList),
+            ("pair_inet", "EPERM", DiffersFromDenyList),
             ("clone_plain", "ok", Design),
             ("clone_newuser", "EPERM", Differs),
             (
@@ -1046,19 +1030,19 @@ int main(void) {
             ("unshare", "EPERM", Differs),
             ("kcmp", "ENOSYS", Differs),
             ("far_nr", "ENOSYS", Design),
-            ("lookup_dcookie", "EPERM", DiffersFromLegacy),
+            ("lookup_dcookie", "EPERM", DiffersFromDenyList),
             ("kexec_file_load", "EPERM", DiffersAsRoot),
             ("open_tree_attr", "EPERM", Differs),
             ("chroot", "EPERM", DiffersAsRoot),
             ("syslog", "EPERM", DiffersAsRoot),
             ("clock_settime", "EPERM", Differs),
-            ("fanotify_init", "EPERM", DiffersFromLegacy),
+            ("fanotify_init", "EPERM", DiffersFromDenyList),
             ("userfaultfd", "EPERM", DiffersAsRoot),
             ("keyctl", "EPERM", Differs),
             ("pidfd_getfd", "EPERM", Differs),
             ("name_to_handle_at", "EPERM", Differs),
-            ("setsid", "ok", DiffersFromLegacy),
-            ("setpgid", "ok", DiffersFromLegacy),
+            ("setsid", "ok", DiffersFromDenyList),
+            ("setpgid", "ok", DiffersFromDenyList),
             ("ioctl_tiocsti", "EPERM", Differs),
             ("ioctl_tioclinux", "EPERM", Differs),
             ("ioctl_tiocsetd", "EPERM", Differs),
@@ -1067,7 +1051,7 @@ int main(void) {
             ("personality_rie", "EPERM", Differs),
             ("personality_query", "ok", Design),
             ("prctl_set_mm", "EPERM", Differs),
-            ("prctl_sched_core", "EPERM", DiffersFromLegacy),
+            ("prctl_sched_core", "EPERM", DiffersFromDenyList),
             ("prctl_ok", "ok ok 1", Design),
             ("affinity_self", "ok", Design),
             ("affinity_parent", "EPERM", Differs),
@@ -1085,21 +1069,21 @@ int main(void) {
         for (name, want, control) in cases {
             let got = probe(Filters::Programs, d.path(), &exe, name, "");
             let none = probe(Filters::None, d.path(), &exe, name, "");
-            let legacy = probe(Filters::Legacy, d.path(), &exe, name, "");
-            println!("{name:20} programs: {got:24} none: {none:24} legacy: {legacy}");
+            let base = probe(Filters::DenyList, d.path(), &exe, name, "");
+            println!("{name:20} programs: {got:24} none: {none:24} deny-list: {base}");
             if got != *want {
                 failures.push(format!("{name}: want {want}, got {got}"));
             }
             let control_ok = match control {
                 Differs => none != *want,
                 DiffersAsRoot => !root || none != *want,
-                DiffersFromLegacy => legacy != *want,
+                DiffersFromDenyList => base != *want,
                 Design => true,
             };
             if !control_ok {
                 failures.push(format!(
-                    "{name}: the control does not show the difference (none: {none}, legacy: \
-                     {legacy}): the probe cannot tell the filter's work apart"
+                    "{name}: the control does not show the difference (none: {none}, deny-list: \
+                     {base}): the probe cannot tell the filter's work apart"
                 ));
             }
         }
@@ -1140,9 +1124,9 @@ int main(void) {
                 failures.push(format!("{case}: the host socket received {arrived:?}"));
             }
         }
-        // The control: without the filter (and with the legacy pair) the
+        // The control: without the filter (and with the deny-list pair) the
         // datagram arrives, so the check above can see a breach.
-        for f in [Filters::None, Filters::Legacy] {
+        for f in [Filters::None, Filters::DenyList] {
             let got = probe(f, d.path(), &exe, "sendto_dgram", p);
             let arrived = received(&host);
             println!("sendto_dgram       {f:?}: {got} -> host received {arrived:?}");
@@ -1424,11 +1408,11 @@ int main(void) {
 
     /// On the real kernel, `programs()` answers exactly what seccompiler's
     /// allowlist + explicit-deny pair compiled from the same tables
-    /// answered, and the legacy pair exactly what seccompiler's did, for
+    /// answered, and the deny-list pair exactly what seccompiler's did, for
     /// every number 0..1024 and thousands of arguments of the checked
     /// calls. Controls: with no filter under test every call is "allowed"
     /// (the oracle itself runs nothing), the verdicts include allowed,
-    /// EPERM and ENOSYS, and the full and legacy filters differ (the
+    /// EPERM and ENOSYS, and the full and deny-list filters differ (the
     /// comparison can tell filters apart).
     fn kernel_verdicts_match_seccompilers() -> Result<(), Outcome> {
         let calls = verdict_calls();
@@ -1438,8 +1422,8 @@ int main(void) {
         let none = run(Filters::None)?;
         let programs = run(Filters::Programs)?;
         let reference = run(Filters::Reference)?;
-        let legacy = run(Filters::Legacy)?;
-        let legacy_reference = run(Filters::LegacyReference)?;
+        let base = run(Filters::DenyList)?;
+        let deny_list_reference = run(Filters::DenyListReference)?;
         let mut failures = Vec::new();
         if let Some(i) = none.iter().position(|r| *r != i64::from(ORACLE_ERRNO)) {
             failures.push(format!(
@@ -1450,7 +1434,11 @@ int main(void) {
         }
         for (what, ours, theirs) in [
             ("programs() vs seccompiler's pair", &programs, &reference),
-            ("legacy vs seccompiler's legacy", &legacy, &legacy_reference),
+            (
+                "deny-list vs seccompiler's deny-list",
+                &base,
+                &deny_list_reference,
+            ),
         ] {
             let diffs: Vec<String> = (0..calls.len())
                 .filter(|i| ours[*i] != theirs[*i])
@@ -1479,12 +1467,12 @@ int main(void) {
             count(&programs, libc::ENOSYS as i64),
         );
         println!(
-            "{} calls: programs() allowed {allowed}, EPERM {eperm}, ENOSYS {enosys}; legacy \
+            "{} calls: programs() allowed {allowed}, EPERM {eperm}, ENOSYS {enosys}; deny-list \
              allowed {}, EPERM {}, ENOSYS {}",
             calls.len(),
-            count(&legacy, i64::from(ORACLE_ERRNO)),
-            count(&legacy, libc::EPERM as i64),
-            count(&legacy, libc::ENOSYS as i64)
+            count(&base, i64::from(ORACLE_ERRNO)),
+            count(&base, libc::EPERM as i64),
+            count(&base, libc::ENOSYS as i64)
         );
         if allowed + eperm + enosys != calls.len() || allowed < 500 || eperm < 500 || enosys < 500 {
             failures.push(format!(
@@ -1493,15 +1481,15 @@ int main(void) {
                 calls.len()
             ));
         }
-        if programs == legacy {
-            failures.push("the full and the legacy filters got the same verdicts".into());
+        if programs == base {
+            failures.push("the full and the deny-list filters got the same verdicts".into());
         }
         ensure(failures.is_empty(), || failures.join("\n"))
     }
 
     /// Through `LinuxBackend::wrap` (every layer of the child, Landlock
-    /// included): `Layers::ALL` installs `programs()`, `Layers::LEGACY` the
-    /// legacy pair. Told apart by calls whose answer differs between them.
+    /// included): `Layers::ALL` installs `programs()`, `Layers::BASE` the
+    /// deny-list pair. Told apart by calls whose answer differs between them.
     fn backend_installs_filters_by_layer() -> Result<(), Outcome> {
         use cordon_backend_linux::{Layers, LinuxBackend};
         use cordon_core::{Limits, SandboxBackend, SandboxPolicy};
@@ -1520,8 +1508,8 @@ int main(void) {
                 ["mode=2", "ENOSYS", "EPERM", "ok", "EPERM"],
             ),
             (
-                Layers::LEGACY,
-                "LEGACY",
+                Layers::BASE,
+                "BASE",
                 ["mode=2", "ok", "ok", "EPERM", "EPERM"],
             ),
         ] {
@@ -1614,11 +1602,10 @@ int main(void) {
         }
     }
 
-    /// The filters as seccompiler compiled them before `filter.rs` had
-    /// its own compiler: the allowlist and the explicit-deny filter from
-    /// the same tables (allow and deny lists), and the first version's
-    /// legacy pair written out as it was. Each gets the x32 guard after
-    /// seccompiler's architecture check, as the crate used to add it.
+    /// The filters built with seccompiler as a reference compiler: the
+    /// allowlist and the explicit-deny filter from the same tables (allow
+    /// and deny lists), and the deny-list pair written out from its rules.
+    /// Each gets the x32 guard after seccompiler's architecture check.
     mod reference {
         // `libc`'s syscall-number and ioctl types differ between targets
         // (as in filter.rs); the casts keep this portable.
@@ -1735,10 +1722,10 @@ int main(void) {
             ]
         }
 
-        /// The first version's deny-list and `clone3` → `ENOSYS`.
-        pub(super) fn legacy() -> Vec<Program> {
+        /// The deny-list and `clone3` → `ENOSYS`.
+        pub(super) fn deny_list() -> Vec<Program> {
             let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-            for (nr, _) in filter::legacy_denied_syscalls() {
+            for (nr, _) in filter::deny_listed_syscalls() {
                 rules.insert(nr as i64, Vec::new());
             }
             rules.insert(
@@ -1755,8 +1742,8 @@ int main(void) {
                     dword(1, SeccompCmpOp::Eq, libc::TIOCLINUX as u64),
                 ],
             );
-            // The first version's personality list, written out again so
-            // the reference does not follow edits to filter.rs.
+            // The deny-list's personality list, written out again so the
+            // reference does not follow edits to the backend's tables.
             let personality = [0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff]
                 .iter()
                 .map(|v| {
@@ -1846,12 +1833,12 @@ int main(void) {
                 .join(" + ")
         };
         println!(
-            "BPF instructions: programs() {}, seccompiler's pair {}; legacy {}, seccompiler's \
-             legacy {}",
+            "BPF instructions: programs() {}, seccompiler's pair {}; deny-list {}, seccompiler's \
+             deny-list {}",
             lens(Filters::Programs),
             lens(Filters::Reference),
-            lens(Filters::Legacy),
-            lens(Filters::LegacyReference)
+            lens(Filters::DenyList),
+            lens(Filters::DenyListReference)
         );
         println!(
             "syscalls listed: allowed {}, checked {}, denied {}",
@@ -1871,8 +1858,8 @@ int main(void) {
         for f in [
             Filters::Reference,
             Filters::Programs,
-            Filters::LegacyReference,
-            Filters::Legacy,
+            Filters::DenyListReference,
+            Filters::DenyList,
         ] {
             println!(
                 "  {:16} {:7.1} µs",
@@ -1884,7 +1871,7 @@ int main(void) {
         let exe = std::env::current_exe().unwrap();
         for f in [
             Filters::None,
-            Filters::Legacy,
+            Filters::DenyList,
             Filters::Reference,
             Filters::Programs,
         ] {

@@ -1,16 +1,25 @@
 //! # cordon-backend-noop
 //!
 //! A [`SandboxBackend`] that is available everywhere and confines nothing.
-//! It exists to show the gate closing: the conformance suite reports all
-//! seven probes failing under it, so a
+//! It exists to show the gate closing: the conformance suite reports every
+//! probe failing under it, so a
 //! [`SandboxRunner`](cordon_core::SandboxRunner) over it cannot be built.
-//! Tests use it to exercise runner selection and hygiene.
+//! Tests use it to exercise runner selection and hygiene. It does not
+//! claim the egress allowlist, and its `wrap` refuses
+//! [`Network::Allow`](cordon_core::Network::Allow), as every backend that
+//! does not claim it must.
 //!
 //! ```
 //! use cordon_core::SandboxBackend;
 //! let noop = cordon_backend_noop::NoopBackend;
 //! assert_eq!(noop.name(), "noop");
 //! assert!(noop.availability().is_available());
+//!
+//! // An allowlist it cannot hold is refused, never ignored.
+//! let mut policy = cordon_core::SandboxPolicy::new("/tmp", cordon_core::Limits::default());
+//! policy.network = cordon_core::Network::Allow(vec!["example.com:443".parse().unwrap()]);
+//! let mut cmd = cordon_core::ChildCommand::for_backend_tests("/bin/true", "/tmp");
+//! assert!(noop.wrap(&mut cmd, &policy).is_err());
 //! ```
 
 use cordon_core::ChildCommand;
@@ -33,8 +42,14 @@ impl SandboxBackend for NoopBackend {
     fn wrap(
         &self,
         _cmd: &mut ChildCommand,
-        _policy: &SandboxPolicy,
+        policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
+        if matches!(policy.network, cordon_core::Network::Allow(_)) {
+            return Err(WrapError::new(
+                "noop",
+                "the no-op backend holds no egress allowlist: Network::Allow is refused",
+            ));
+        }
         Ok(None)
     }
 }

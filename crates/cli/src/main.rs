@@ -89,7 +89,9 @@ pub fn parse_probe_id(s: &str) -> Result<cordon_core::ProbeId, String> {
     cordon_core::ProbeId::parse(s).ok_or_else(|| format!("`{s}` is not a probe; use P1 to P8"))
 }
 
-fn init_tracing(verbose: u8) {
+/// Logs go to stderr; for `cordon star`, through its bounded queue
+/// (`star/stderr.rs`), so a stderr nobody reads never holds a package call.
+fn init_tracing(verbose: u8, star: bool) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn",
@@ -97,11 +99,16 @@ fn init_tracing(verbose: u8) {
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    #[cfg(feature = "starlark")]
+    if star {
+        let _ = fmt.with_writer(star::stderr::TracingWriter).try_init();
+        return;
+    }
+    let _ = star;
+    let _ = fmt.with_writer(std::io::stderr).try_init();
 }
 
 fn main() -> ExitCode {
@@ -135,7 +142,11 @@ fn main() -> ExitCode {
             });
         }
     };
-    init_tracing(cli.verbose);
+    #[cfg(feature = "starlark")]
+    let star = matches!(cli.command, Command::Star(_));
+    #[cfg(not(feature = "starlark"))]
+    let star = false;
+    init_tracing(cli.verbose, star);
     // One thread for `run` (its child's wait and the gate answered from
     // the cache need no more, and each worker thread costs start-up time);
     // the conformance suite and the Starlark host use two.

@@ -64,10 +64,17 @@ pub struct RunArgs {
     disk: Option<u64>,
     /// Let the program reach HOST (a name, *.DOMAIN or an IP literal) on
     /// PORT (default: 443 and 80) through cordon's proxy (repeatable);
-    /// nothing else on the network. Names resolving to loopback or private
-    /// addresses are refused unless listed literally (or `localhost`).
-    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
-    allow_host: Vec<cordon_core::egress::HostPattern>,
+    /// nothing else on the network. `https://HOST` allows no plain HTTP,
+    /// `http://HOST` means port 80. Names resolving to loopback or private
+    /// addresses are refused unless --allow-private names a range holding
+    /// them (an IP literal, or `localhost`, allows its own address).
+    #[arg(long = "allow-host", value_name = "[SCHEME://]HOST[:PORT]")]
+    allow_host: Vec<cordon_egress::HostPattern>,
+    /// Let the --allow-host names resolve into this loopback, private or
+    /// link-local range (repeatable), e.g. `--allow-host git.corp
+    /// --allow-private 10.0.0.0/8`: a corporate host or a cluster service.
+    #[arg(long = "allow-private", value_name = "CIDR", requires = "allow_host")]
+    allow_private: Vec<cordon_egress::IpRange>,
     /// Kill the program and its descendants after SECS (exit status 124).
     #[arg(long, value_name = "SECS", value_parser = crate::parse_secs)]
     timeout: Option<Duration>,
@@ -318,7 +325,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let network = if args.allow_host.is_empty() {
         Network::Deny
     } else {
-        Network::Allow(args.allow_host.clone())
+        let ranges = args.allow_private.iter().copied();
+        let ranges = ranges.map(cordon_egress::HostPattern::private_range);
+        Network::Allow(args.allow_host.iter().cloned().chain(ranges).collect())
     };
     let config = RunnerConfig {
         ceilings,

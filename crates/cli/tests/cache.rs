@@ -1,7 +1,7 @@
-//! The conformance cache against another user: the two attacks reported in
-//! issue #14 (a forged noop report swapped in with `RENAME_EXCHANGE`; temp
-//! file names planted as symlinks), played by a second uid, and the rules
-//! that stop them seen from the command line.
+//! The conformance cache against another user: a forged noop report
+//! swapped in with `RENAME_EXCHANGE`, and temp file names planted as
+//! symlinks, played by a second uid; and the rules that stop them seen
+//! from the command line.
 //!
 //! The two-user tests need root: the victim is uid 65534 (the `cordon`
 //! binary copied where it can run it, started with `Command::uid`), the

@@ -58,10 +58,10 @@ fn timeout_kills_child_and_grandchild() {
         "-c",
         &format!("sleep {token} & wait"),
     ]));
-    wait_for_process_with_arg(&token);
+    let running = wait_for_process_with_arg(&token);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(124));
-    assert_no_process_with_arg(&token);
+    assert_no_process_with_arg(running);
 }
 
 /// Breach 6 of the isolation issue: `kill -KILL` of cordon itself (no
@@ -83,10 +83,10 @@ fn sigkill_of_cordon_leaves_nothing_behind() {
                 std::process::id()
             )),
     );
-    wait_for_process_with_arg(&token);
+    let running = wait_for_process_with_arg(&token);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_no_process_with_arg(&token);
+    assert_no_process_with_arg(running);
     // Nothing the program wrote is on the host's disk (an empty mount point
     // may stay: the crate README says so).
     for entry in std::fs::read_dir(base.path()).unwrap() {
@@ -200,12 +200,8 @@ fn stopping_cordon_during_the_gate_leaves_no_control_process(signals: &[i32]) {
             unsafe { libc::kill(cordon_pid, *sig) };
         }
         if signals.last() != Some(&libc::SIGKILL) {
-            // SIGTERM: cordon may exit by itself; if not, make sure.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            let _ = child.kill();
+            // SIGTERM: cordon may exit by itself; if not, it is killed.
+            common::wait_within(&mut child, std::time::Duration::from_secs(10));
         }
         child.wait().unwrap();
         if !seen {
@@ -440,12 +436,12 @@ fn sigterm_of_cordon_kills_the_whole_tree() {
             .args(["run", "--", "/bin/sh", "-c"])
             .arg(format!("sleep {token} & wait")),
     );
-    wait_for_process_with_arg(&token);
+    let running = wait_for_process_with_arg(&token);
     // SAFETY: a signal to the cordon this test started, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
-    assert_no_process_with_arg(&token);
+    assert_no_process_with_arg(running);
 }
 
 /// `--scratch DIR` gives the program a writable cwd in DIR, and what it
@@ -529,7 +525,7 @@ fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
 /// `--mem`, `--cpu` and `--disk` as a user means them: the sandbox as a
 /// whole. Where the report says a limit holds only per process, `cordon
 /// run` must say so in one warning line instead. Run as root and as uid
-/// 65534 (which cannot make cgroups on the machine this was written on).
+/// 65534 (which cannot make cgroups here: no delegated cgroup v2 subtree).
 #[test]
 fn limits_hold_for_the_sandbox_or_cordon_refuses() {
     use std::os::unix::fs::PermissionsExt;

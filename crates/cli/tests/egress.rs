@@ -398,14 +398,96 @@ fn real_programs_use_the_proxy() {
     );
 }
 
+/// A corporate host: a listed name that resolves to a private address
+/// (here a name of /etc/hosts on loopback, where the test's server is) is
+/// refused with advice that works, and reached once `--allow-private`
+/// names a range holding its address; as root and as uid 65534.
+#[test]
+fn a_private_name_is_reached_inside_the_range_allowed_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = HostServer::start(dir.path().to_path_buf());
+    let alias = private_alias();
+    as_each_uid(dir.path(), |who, cmd| {
+        let allow = format!("{alias}:{}", server.port);
+        let url = format!("http://{alias}:{}/", server.port);
+        let before = server.requests().len();
+        let out = run(cmd()
+            .args(["run", "--allow-host", &allow, "--", "/usr/bin/curl", "-sS"])
+            .arg(&url));
+        let said = text(&out.stdout);
+        assert!(
+            said.contains("--allow-private 127.0.0.1/32"),
+            "{who}: the refusal's advice: {said}"
+        );
+        assert_eq!(
+            server.requests().len(),
+            before,
+            "{who}: refused, nothing arrived"
+        );
+        // The advice works.
+        let out = run(cmd()
+            .args([
+                "run",
+                "--allow-host",
+                &allow,
+                "--allow-private",
+                "127.0.0.1/32",
+            ])
+            .args(["--", "/usr/bin/curl", "-sS"])
+            .arg(&url));
+        assert_eq!(text(&out.stdout), GREETING, "{who}: {}", text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0));
+        // A range that does not hold the address does not help.
+        let out = run(cmd()
+            .args([
+                "run",
+                "--allow-host",
+                &allow,
+                "--allow-private",
+                "10.0.0.0/8",
+            ])
+            .args(["--", "/usr/bin/curl", "-sS"])
+            .arg(&url));
+        assert!(
+            text(&out.stdout).contains("--allow-private 127.0.0.1/32"),
+            "{who}: {}",
+            text(&out.stdout)
+        );
+        assert_eq!(server.requests().len(), before + 1, "{who}");
+    });
+}
+
 #[test]
 fn bad_allow_host_flags_are_usage_errors() {
     let cache = tempfile::tempdir().unwrap();
-    for bad in ["http://a.com", "a.com:0", "*", "a b"] {
+    for bad in ["ftp://a.com", "a.com:0", "*", "a b", "10.0.0.0/8"] {
         let out = run(cordon(cache.path()).args(["run", "--allow-host", bad, "--", "true"]));
         assert_eq!(out.status.code(), Some(125), "{bad}: {}", text(&out.stderr));
         assert!(
             text(&out.stderr).contains("HOST[:PORT]"),
+            "{bad}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = run(cordon(cache.path()).args(["run", "--allow-host", "10.0.0.0/8", "--", "true"]));
+    assert!(
+        text(&out.stderr).contains("--allow-private"),
+        "{}",
+        text(&out.stderr)
+    );
+    for bad in ["10.0.0.0/33", "a.com", "10/8"] {
+        let out = run(cordon(cache.path()).args([
+            "run",
+            "--allow-host",
+            "a.com",
+            "--allow-private",
+            bad,
+            "--",
+            "true",
+        ]));
+        assert_eq!(out.status.code(), Some(125), "{bad}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("ADDRESS/PREFIX"),
             "{bad}: {}",
             text(&out.stderr)
         );

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 use common::{cordon, spawn, text, unprivileged};
@@ -127,18 +127,8 @@ fn cordon_run(way: Way, dir: &Path, program: &Path, args: &[&str]) -> Command {
 /// Waits for `child`, killing it and failing the test if it takes longer
 /// than `limit` (a relay that hangs must fail, not stall the suite).
 fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: cordon did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_within(child, limit)
+        .unwrap_or_else(|| panic!("{what}: cordon did not exit (killed after {limit:?})"))
 }
 
 /// Runs `cmd` with `input` on its stdin and its stdout/stderr captured,

@@ -1,6 +1,7 @@
 //! The baseline: every probe also runs once with no sandbox at all (same
 //! harness, same hygiene, a private backend whose `wrap` does nothing), and
-//! each check that passes there too is marked `passes_without_sandbox`.
+//! each check that passes there too is marked `passes_without_sandbox`
+//! (`verdict::mark`).
 //!
 //! Such a check passes on this host because the kernel, file modes or the
 //! runner's hygiene refuse the action, not the backend: its passing under a
@@ -17,9 +18,7 @@
 use cordon_core::ChildCommand;
 use std::collections::BTreeMap;
 
-use cordon_core::{
-    Availability, ProbeResult, ProbeStatus, SandboxBackend, SandboxPolicy, WrapError,
-};
+use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
 
 /// A backend that confines nothing. Private to the suite: it exists only
 /// to run the baseline, and no runner can ever be given it.
@@ -111,35 +110,4 @@ fn keep(cmd: &mut ChildCommand) -> Result<(), String> {
         cmd.pre_exec(move |_| Err(exec.run()));
     }
     Ok(())
-}
-
-/// Marks each check of `real` by what the same check did in `baseline`
-/// (same probe, same check name): `passes_without_sandbox` when it passed
-/// there too, `discriminates` when it failed there. Positive controls are
-/// never marked: passing without a sandbox is what they are for. A probe
-/// that passed with no discriminating check becomes `Unproven`: nothing
-/// shows the backend confining on this host.
-pub(crate) fn mark(real: &mut [ProbeResult], baseline: &[ProbeResult]) {
-    for probe in real {
-        let base = baseline.iter().find(|b| b.id == probe.id);
-        for c in &mut probe.checks {
-            // A given-up check failed: it shows nothing either way.
-            let control = c.name.starts_with("control-") || c.status == ProbeStatus::GivenUp;
-            let there = base.and_then(|b| b.checks.iter().find(|x| x.name == c.name));
-            c.passes_without_sandbox =
-                !control && there.is_some_and(|b| b.status == ProbeStatus::Pass);
-            c.discriminates = !control && there.is_some_and(|b| b.status == ProbeStatus::Fail);
-        }
-        if probe.status == ProbeStatus::Pass && !probe.checks.iter().any(|c| c.discriminates) {
-            probe.status = ProbeStatus::Unproven;
-            let by = crate::host_state::HostConfinement::current()
-                .describe()
-                .unwrap_or_else(|| "the kernel, file modes or the runner's hygiene".into());
-            probe.detail = format!(
-                "every check passed, but each passed with no sandbox on this host too, so \
-                 none shows the backend confining: what {} tests is provided here by {by}",
-                probe.id
-            );
-        }
-    }
 }

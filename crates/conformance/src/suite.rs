@@ -14,7 +14,7 @@ use cordon_core::{
 use cordon_core::{Limits, RunnerConfig, Spawner};
 
 #[cfg(target_os = "linux")]
-use crate::baseline::{self, Unconfined};
+use crate::baseline::Unconfined;
 #[cfg(target_os = "linux")]
 use crate::harness::{Ids, ProbeContext};
 #[cfg(target_os = "linux")]
@@ -388,7 +388,7 @@ impl StandardSuite {
                 }
                 // In the order asked for.
                 real_results.sort_by_key(|p| ids.iter().position(|id| *id == p.id));
-                baseline::mark(&mut real_results, &base_results);
+                crate::verdict::mark(&mut real_results, &base_results);
                 real_results
             }
             Err(e) => ids

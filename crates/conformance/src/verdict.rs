@@ -1,7 +1,11 @@
 //! How checks become verdicts: the constructors of a host-made
-//! [`CheckResult`], and the fold of a probe's checks into its one status
-//! (any `Fail` fails it; else any `Unreachable`, or no check at all, makes
-//! it `Unreachable`). Portable: the harness uses it on Linux, and the suite
+//! [`CheckResult`]; the fold of a probe's checks into its one status (any
+//! `Fail` fails it; else any `Unreachable`, or no check at all, makes it
+//! `Unreachable`); and the mark each check gets from the same check of the
+//! unconfined baseline ([`mark`]: it *discriminates* when it failed there,
+//! and a passing probe none of whose checks discriminates is `Unproven`).
+//! With `expected.rs` (the manifest a run is held to) this is where a
+//! probe is judged. Portable: the harness uses it on Linux, and the suite
 //! elsewhere, where every probe is `Unreachable`.
 
 use std::time::Instant;
@@ -104,4 +108,35 @@ pub(crate) fn random_token() -> String {
         b = (t ^ std::process::id() as u64).to_le_bytes();
     }
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Marks each check of `real` by what the same check did in `baseline`
+/// (same probe, same check name): `passes_without_sandbox` when it passed
+/// there too, `discriminates` when it failed there. Positive controls are
+/// never marked: passing without a sandbox is what they are for. A probe
+/// that passed with no discriminating check becomes `Unproven`: nothing
+/// shows the backend confining on this host.
+pub(crate) fn mark(real: &mut [ProbeResult], baseline: &[ProbeResult]) {
+    for probe in real {
+        let base = baseline.iter().find(|b| b.id == probe.id);
+        for c in &mut probe.checks {
+            // A given-up check failed: it shows nothing either way.
+            let control = c.name.starts_with("control-") || c.status == ProbeStatus::GivenUp;
+            let there = base.and_then(|b| b.checks.iter().find(|x| x.name == c.name));
+            c.passes_without_sandbox =
+                !control && there.is_some_and(|b| b.status == ProbeStatus::Pass);
+            c.discriminates = !control && there.is_some_and(|b| b.status == ProbeStatus::Fail);
+        }
+        if probe.status == ProbeStatus::Pass && !probe.checks.iter().any(|c| c.discriminates) {
+            probe.status = ProbeStatus::Unproven;
+            let by = crate::host_state::HostConfinement::current()
+                .describe()
+                .unwrap_or_else(|| "the kernel, file modes or the runner's hygiene".into());
+            probe.detail = format!(
+                "every check passed, but each passed with no sandbox on this host too, so \
+                 none shows the backend confining: what {} tests is provided here by {by}",
+                probe.id
+            );
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! by a token of this test's own.
 #![cfg(target_os = "linux")]
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,8 @@ fn bearing(token: &str) -> Vec<i32> {
 }
 
 /// Waits (up to 20 s) until `want(n)` holds for the number of processes
-/// bearing `token`; returns it.
+/// bearing `token`; returns it. For their start, which has no event to
+/// wait on.
 fn wait_for(token: &str, want: impl Fn(usize) -> bool) -> usize {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -52,6 +54,34 @@ fn wait_for(token: &str, want: impl Fn(usize) -> bool) -> usize {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Pidfds of the processes bearing `token` now, each checked again once
+/// held (a pidfd names that very process, whatever later reuses its pid).
+fn held(token: &str) -> Vec<OwnedFd> {
+    bearing(token)
+        .into_iter()
+        .filter_map(|pid| {
+            // SAFETY: pidfd_open on integers; it returns a fresh fd.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            // SAFETY: a fresh fd we own.
+            let fd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })?;
+            bearing(token).contains(&pid).then_some(fd)
+        })
+        .collect()
+}
+
+/// Waits until the process of `pidfd` has exited (its pidfd polls
+/// readable); false if it still runs after `limit`, a bound that only
+/// turns a hang into a failure (the tree waits forever).
+fn exits_within(pidfd: &OwnedFd, limit: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, limit.as_millis() as libc::c_int) == 1 }
 }
 
 /// Starts the tree under a shell, with or without the keeper, waits until
@@ -74,14 +104,22 @@ fn survivors(keeper: bool) -> usize {
         .unwrap();
     let started = wait_for(&t, |n| n >= 2);
     assert!(started >= 2, "the tree did not start ({started} processes)");
+    let tree = held(&t);
+    assert!(
+        tree.len() >= 2,
+        "the tree's processes ended before the host"
+    );
     host.kill().unwrap();
     host.wait().unwrap();
-    let left = if keeper {
-        wait_for(&t, |n| n == 0)
-    } else {
-        // Nothing would end them: count them once the shell is gone.
-        bearing(&t).len()
-    };
+    if keeper {
+        // Their exits are the events to wait for; nothing else ends them.
+        for pidfd in &tree {
+            exits_within(pidfd, Duration::from_secs(20));
+        }
+    }
+    // Without the keeper nothing would end them: counted once the shell
+    // is gone.
+    let left = bearing(&t).len();
     for pid in bearing(&t) {
         // SAFETY: a process bearing this test's own token.
         unsafe { libc::kill(pid, libc::SIGKILL) };

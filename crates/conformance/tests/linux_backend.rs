@@ -1,9 +1,9 @@
-//! The Linux backend against the suite: with only its first-version layers
-//! (`Layers::LEGACY`: user namespace, rlimits, no capabilities,
-//! no_new_privs, Landlock, the seccomp deny-list) exactly the checks added
-//! for issue #12's breaches fail and every other check passes; with all
-//! its layers it conforms, holding its limits sandbox-wide where it claims
-//! to (issue #13); and a backend that claims sandbox-wide limits with only
+//! The Linux backend against the suite: with only its base layers
+//! (`Layers::BASE`: user namespace, rlimits, no capabilities,
+//! no_new_privs, Landlock, the seccomp deny-list) exactly the checks of
+//! what the optional layers close fail and every other check passes; with
+//! all its layers it conforms, holding its limits sandbox-wide where it
+//! claims to; and a backend that claims sandbox-wide limits with only
 //! per-process ones underneath fails P6's sandbox-wide checks.
 #![cfg(target_os = "linux")]
 
@@ -19,8 +19,8 @@ use cordon_core::{
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn legacy_layers_fail_exactly_the_new_checks() {
-    let backend = LinuxBackend::with_layers(Layers::LEGACY);
+async fn base_layers_fail_exactly_the_layered_checks() {
+    let backend = LinuxBackend::with_layers(Layers::BASE);
     let why = backend.availability().reason().map(str::to_string);
     assert!(
         why.is_none(),
@@ -31,11 +31,11 @@ async fn legacy_layers_fail_exactly_the_new_checks() {
     let diff = common::differences(
         &report,
         &common::all_checks(as_root),
-        &common::legacy_fails(as_root),
+        &common::base_fails(as_root),
     );
     assert!(
         diff.is_empty(),
-        "LEGACY (as {}) differs from the table:\n{}\n\nreport:\n{}",
+        "BASE (as {}) differs from the table:\n{}\n\nreport:\n{}",
         if as_root { "root" } else { "non-root" },
         diff.join("\n"),
         common::dump(&report)
@@ -46,14 +46,14 @@ async fn legacy_layers_fail_exactly_the_new_checks() {
         }
     }
     assert!(!report.conforms());
-    // LEGACY says its limits are per process: no sandbox-wide check is
+    // BASE says its limits are per process: no sandbox-wide check is
     // made, and the report says why.
     let problems = common::scope_problems(&report);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// Fails until the backend's PID, IPC and mount namespaces and its seccomp
-/// allowlist are in (issue #12): that is the point of the probes above.
+/// With every layer, the backend conforms on this host (the test that
+/// would fail were a layer the probes need missing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_backend_conforms() {
     let backend = LinuxBackend::new();

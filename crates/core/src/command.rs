@@ -70,7 +70,9 @@ impl ChildCommand {
 
     /// A command for tests of backends outside core: `program` with no
     /// arguments, an empty environment, `cwd`, and piped stdio. It cannot
-    /// be spawned from outside core; a backend's `wrap` can be called on it.
+    /// be spawned from outside core; a backend's `wrap` can be called on it
+    /// (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn for_backend_tests(program: impl Into<OsString>, cwd: impl Into<PathBuf>) -> Self {
         ChildCommand::new(program, cwd)
     }
@@ -120,7 +122,9 @@ impl ChildCommand {
     /// waits for it, killing it after `timeout`: for tests of a backend's
     /// `wrap` outside core, such as one showing that a failing hook stops
     /// the spawn (the error is the hook's). Stdio are pipes; stdout and
-    /// stderr are collected. Builds its own runtime: call it outside one.
+    /// stderr are collected. Builds its own runtime: call it outside one
+    /// (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn run_for_backend_tests(
         self,
         timeout: std::time::Duration,

@@ -90,8 +90,10 @@ impl std::fmt::Debug for SandboxRunner {
 
 impl SandboxRunner {
     /// Runs `suite` against `backend` and builds a runner only if the report
-    /// conforms: the backend is available, each of P1..P7 (and P8 if the
-    /// backend claims the egress allowlist) ran and passed, and the report
+    /// conforms and covers the backend: the backend is available, each of
+    /// P1..P7 (and P8 if the backend claims the egress allowlist,
+    /// [`ProbeId::required_of`](crate::ProbeId::required_of)) ran, every
+    /// probe that ran passed, and the report
     /// names this backend. A `config` with
     /// [`Network::Allow`](crate::Network::Allow) also needs P8 to have run
     /// and passed.

@@ -249,6 +249,8 @@ async fn a_backend_whose_wrap_errors_or_panics_never_spawns() {
             (false, SpawnError::Wrap(_)) | (true, SpawnError::WrapPanicked { .. }) => {}
             _ => panic!("unexpected error: {err}"),
         }
+        // A child started despite the error would touch the marker in its
+        // own time: this pause is its chance to show (no event says none).
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!marker.exists(), "child ran despite wrap failure");
     }

@@ -2,17 +2,20 @@
 //! Independent of Starlark, so a sandboxed worker's calls can be served by
 //! the same code on the host side.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use cordon_egress::{Advice, Allowlist, IpRange};
 use tokio::sync::Notify;
 
 use crate::bindings::ModuleSet;
 use crate::error::StarlarkHostError;
-use crate::http::{Allowlist, HttpClient, HttpLimits};
+use crate::grants::{check_grants, targets};
+use crate::http::{HttpClient, HttpLimits};
+use crate::limits::{EvalLimits, NotificationLimits};
 use crate::package::{Package, PackageStatus, PackageTier, Permission};
-use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
+use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply, Notification};
 use crate::provider::OpenAiCompatibleProvider;
 use crate::stores::{
     NotificationSender, PackageStore, PermissionStore, ProviderResolver, RunContext, SecretStore,
@@ -91,11 +94,57 @@ impl Services {
     }
 }
 
-/// Long-lived capability state: services plus the shared HTTP clients.
+/// Long-lived capability state: services plus the shared provider client
+/// (the `http` module's client is per invocation: it is built for the
+/// package's allowlist).
 pub struct Capabilities {
     services: Services,
-    http: HttpClient,
     provider: OpenAiCompatibleProvider,
+}
+
+/// What one invocation of a package may use, as the host admitted it: its
+/// modules, and the private ranges its grants approved for `http`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admitted {
+    /// The modules present.
+    pub modules: ModuleSet,
+    /// Ranges the package's `http` targets may be in or resolve into.
+    pub private: Vec<IpRange>,
+}
+
+impl From<ModuleSet> for Admitted {
+    fn from(modules: ModuleSet) -> Self {
+        Admitted {
+            modules,
+            private: Vec::new(),
+        }
+    }
+}
+
+/// The `http` allowlist of package `id`: its `network_access` targets in
+/// the one grammar, the ranges its grant approved, and refusals that say
+/// what its author and its operator can do.
+pub(crate) fn package_allowlist(
+    id: &str,
+    network_access: &[String],
+    private: &[IpRange],
+) -> Result<Allowlist, String> {
+    let mut manifest = crate::package::Manifest::minimal(id, "main.star");
+    manifest.network_access = network_access.to_vec();
+    let advice = Advice {
+        list: format!("package {id:?}'s network_access"),
+        add_target: "add \"{target}\" to network_access in package.toml (the operator then \
+                     grants api.http again)"
+            .into(),
+        allow_private: format!(
+            "the operator approves it when granting: cordon star grant {id} api.http"
+        ),
+    };
+    Ok(Allowlist::for_package(
+        targets(&manifest)?,
+        private.iter().copied(),
+        advice,
+    ))
 }
 
 impl std::fmt::Debug for Capabilities {
@@ -107,14 +156,9 @@ impl std::fmt::Debug for Capabilities {
 impl Capabilities {
     /// Build the clients. Fails only if the TLS stack cannot initialise.
     pub fn new(services: Services) -> Result<Arc<Self>, StarlarkHostError> {
-        let http = HttpClient::new().map_err(StarlarkHostError::Internal)?;
         let provider = OpenAiCompatibleProvider::new(services.provider_timeout)
             .map_err(StarlarkHostError::Internal)?;
-        Ok(Arc::new(Capabilities {
-            services,
-            http,
-            provider,
-        }))
+        Ok(Arc::new(Capabilities { services, provider }))
     }
 
     /// The services.
@@ -130,17 +174,37 @@ impl Capabilities {
         pkg: &Package,
         ctx: Option<&RunContext>,
     ) -> Result<ModuleSet, StarlarkHostError> {
-        let granted = self
+        Ok(self.admit(pkg, ctx).await?.modules)
+    }
+
+    /// What the package may use in this invocation: [`Capabilities::module_set`]'s
+    /// modules and the private ranges approved for `http`. A grant whose
+    /// package now asks for more than it approved (an upgrade that added
+    /// targets, say) refuses the invocation: the package must run neither
+    /// with what nobody approved nor, silently, without a module it expects.
+    pub async fn admit(
+        &self,
+        pkg: &Package,
+        ctx: Option<&RunContext>,
+    ) -> Result<Admitted, StarlarkHostError> {
+        let grants = self
             .services
             .permissions
-            .granted_for_package(&pkg.id)
+            .grants_for_package(&pkg.id)
             .await
             .map_err(StarlarkHostError::Store)?;
-        let has = |p: Permission| granted.contains(&p) && pkg.manifest.requests(p);
+        let granted = check_grants(&grants, &pkg.manifest)
+            .map_err(|e| StarlarkHostError::InvalidPackage(format!("package {:?}: {e}", pkg.id)))?
+            .map_err(|s| StarlarkHostError::GrantSuspended {
+                package: pkg.id.clone(),
+                permission: s.permission,
+                reason: s.reason,
+            })?;
+        let has = |p: Permission| granted.permissions.contains(&p) && pkg.manifest.requests(p);
         let user = ctx
             .and_then(|c| c.user_id.as_deref())
             .is_some_and(|u| !u.is_empty());
-        Ok(ModuleSet {
+        let modules = ModuleSet {
             secrets: has(Permission::SecretsRead) && self.services.secrets.is_some(),
             notifications: has(Permission::NotificationsSend) && self.services.notifier.is_some(),
             http: has(Permission::ApiHttp),
@@ -148,6 +212,14 @@ impl Capabilities {
                 && self.services.providers.is_some()
                 && user
                 && pkg.manifest.requires_provider.is_some(),
+        };
+        Ok(Admitted {
+            modules,
+            private: if modules.http {
+                granted.private
+            } else {
+                Vec::new()
+            },
         })
     }
 }
@@ -177,9 +249,14 @@ pub struct ModuleBroker {
     package: Package,
     modules: ModuleSet,
     allowlist: Allowlist,
+    /// The `http` client for `allowlist`, made on the first request.
+    http: OnceLock<Result<HttpClient, String>>,
     ctx: RunContext,
     http_limits: HttpLimits,
     http_budget: AtomicU32,
+    notify_limits: NotificationLimits,
+    notify_sent: AtomicU32,
+    notify_bytes: AtomicUsize,
     deadline: Instant,
     cancel: CancelToken,
     runtime: tokio::runtime::Handle,
@@ -195,8 +272,8 @@ impl std::fmt::Debug for ModuleBroker {
 }
 
 impl ModuleBroker {
-    /// A broker for one invocation. `modules` should come from
-    /// [`Capabilities::module_set`]; calls to modules outside it are refused.
+    /// A broker for one invocation. `admitted` should come from
+    /// [`Capabilities::admit`]; calls to modules outside it are refused.
     /// Must be called inside a tokio runtime (its handle is kept for the
     /// blocking [`ModuleCalls`] implementation, which must then be used from
     /// a non-runtime thread such as the evaluation thread).
@@ -204,9 +281,9 @@ impl ModuleBroker {
     pub fn new(
         caps: Arc<Capabilities>,
         package: &Package,
-        modules: ModuleSet,
+        admitted: Admitted,
         ctx: Option<&RunContext>,
-        http_limits: HttpLimits,
+        limits: &EvalLimits,
         deadline: Instant,
         cancel: CancelToken,
     ) -> Result<Self, StarlarkHostError> {
@@ -215,17 +292,24 @@ impl ModuleBroker {
                 "ModuleBroker::new must be called from inside a tokio runtime".to_owned(),
             )
         })?;
-        let allowlist = Allowlist::parse(&package.manifest.network_access).map_err(|e| {
-            StarlarkHostError::InvalidPackage(format!("package {:?}: {e}", package.id))
-        })?;
+        let allowlist = package_allowlist(
+            &package.id,
+            &package.manifest.network_access,
+            &admitted.private,
+        )
+        .map_err(|e| StarlarkHostError::InvalidPackage(format!("package {:?}: {e}", package.id)))?;
         Ok(ModuleBroker {
             caps,
             package: package.clone(),
-            modules,
+            modules: admitted.modules,
             allowlist,
+            http: OnceLock::new(),
             ctx: ctx.cloned().unwrap_or_default(),
-            http_budget: AtomicU32::new(http_limits.max_requests_per_invocation),
-            http_limits,
+            http_budget: AtomicU32::new(limits.http.max_requests_per_invocation),
+            http_limits: limits.http.clone(),
+            notify_limits: limits.notifications.clone(),
+            notify_sent: AtomicU32::new(0),
+            notify_bytes: AtomicUsize::new(0),
             deadline,
             cancel,
             runtime,
@@ -273,6 +357,7 @@ impl ModuleBroker {
                 n.package_id = pkg.clone();
                 n.user_id = self.ctx.user_id.clone();
                 n.channel_id = self.ctx.channel_id.clone();
+                self.take_notification_budget(&n)?;
                 sender.send(&n).await.map_err(ModuleError::Upstream)?;
                 Ok(ModuleReply::Notified)
             }
@@ -280,10 +365,13 @@ impl ModuleBroker {
                 if !self.modules.http {
                     return denied("http", Permission::ApiHttp);
                 }
-                let r = self
-                    .caps
+                let client = self
                     .http
-                    .execute(&self.allowlist, &self.http_limits, req, &self.http_budget)
+                    .get_or_init(|| HttpClient::new(self.allowlist.clone()))
+                    .as_ref()
+                    .map_err(|e| ModuleError::Unavailable(e.clone()))?;
+                let r = client
+                    .execute(&self.http_limits, req, &self.http_budget)
                     .await;
                 if let Err(e) = &r {
                     tracing::info!(package = %pkg, error = %e, "http call refused or failed");
@@ -331,6 +419,49 @@ impl ModuleBroker {
                     .map(ModuleReply::Completion)
             }
         }
+    }
+}
+
+impl ModuleBroker {
+    /// Counts `n` against the invocation's notification budget
+    /// ([`NotificationLimits`]), or refuses it: the host keeps (and a sink
+    /// queues) at most that much per invocation.
+    fn take_notification_budget(&self, n: &Notification) -> Result<(), ModuleError> {
+        let l = &self.notify_limits;
+        let bytes =
+            n.title.len() + n.body.len() + n.level.len() + n.url.as_ref().map_or(0, String::len);
+        if bytes > l.max_bytes {
+            return Err(ModuleError::LimitExceeded(format!(
+                "this notification has {bytes} bytes, more than the {}-byte limit per notification \
+                 (EvalLimits::notifications.max_bytes)",
+                l.max_bytes
+            )));
+        }
+        self.notify_sent
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |sent| {
+                (sent < l.max_per_invocation).then_some(sent + 1)
+            })
+            .map_err(|_| {
+                ModuleError::LimitExceeded(format!(
+                    "more than {} notifications in one invocation \
+                     (EvalLimits::notifications.max_per_invocation)",
+                    l.max_per_invocation
+                ))
+            })?;
+        self.notify_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |total| {
+                total
+                    .checked_add(bytes)
+                    .filter(|t| *t <= l.max_bytes_per_invocation)
+            })
+            .map_err(|_| {
+                ModuleError::LimitExceeded(format!(
+                    "the notifications of this invocation would pass {} bytes \
+                     (EvalLimits::notifications.max_bytes_per_invocation)",
+                    l.max_bytes_per_invocation
+                ))
+            })?;
+        Ok(())
     }
 }
 

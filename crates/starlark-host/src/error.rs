@@ -91,6 +91,22 @@ pub enum StarlarkHostError {
         /// Why.
         reason: String,
     },
+    /// A grant of the package no longer covers what its manifest asks for
+    /// (an upgrade added `network_access` targets, say): the package does
+    /// not run until the operator grants it again.
+    #[error(
+        "package {package:?} cannot run: its grant of {permission} is suspended: {reason}; \
+         grant it again to approve the package as it is now \
+         (cordon star grant {package} {permission}), or revoke it"
+    )]
+    GrantSuspended {
+        /// Package id.
+        package: String,
+        /// The suspended grant's permission.
+        permission: crate::package::Permission,
+        /// What the manifest asks for that the grant did not approve.
+        reason: String,
+    },
     /// No package with that id in the [`crate::PackageStore`].
     #[error("package {0:?} is not registered; register it in the package store first")]
     UnknownPackage(String),

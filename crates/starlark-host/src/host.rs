@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use cordon_core::{SandboxRunner, SandboxUnavailable, TrustTier};
 
 use crate::bindings::ModuleSet;
-use crate::broker::{ensure_runnable, CancelToken, Capabilities, ModuleBroker, Services};
+use crate::broker::{ensure_runnable, Admitted, CancelToken, Capabilities, ModuleBroker, Services};
 use crate::error::{EvalError, StarlarkHostError};
 use crate::eval::CallOutcome;
 use crate::limits::EvalLimits;
@@ -106,10 +106,10 @@ impl Call {
         &self,
         caps: &Arc<Capabilities>,
         pkg: &Package,
-        modules: ModuleSet,
+        admitted: Admitted,
         limits: &EvalLimits,
     ) -> Result<(ModuleBroker, Instant), StarlarkHostError> {
-        let waits = if modules.provider {
+        let waits = if admitted.modules.provider {
             caps.services().provider_timeout
         } else {
             Duration::ZERO
@@ -118,9 +118,9 @@ impl Call {
         let broker = ModuleBroker::new(
             caps.clone(),
             pkg,
-            modules,
+            admitted,
             self.context.as_ref(),
-            limits.http.clone(),
+            limits,
             deadline,
             self.cancel.clone(),
         )?;
@@ -164,11 +164,12 @@ pub(crate) trait Evaluator: Send + Sync {
     /// output of its top level.
     async fn load(&self, pkg: &Package, modules: ModuleSet) -> Result<ExecOutcome, EvalError>;
 
-    /// Calls an entry point of `pkg` on a fresh heap.
+    /// Calls an entry point of `pkg` on a fresh heap, with what the host
+    /// admitted for it (its modules, and the ranges its `http` may reach).
     async fn call(
         &self,
         pkg: &Package,
-        modules: ModuleSet,
+        admitted: Admitted,
         call: Call,
     ) -> Result<CallOutcome, EvalError>;
 }
@@ -357,8 +358,8 @@ impl StarlarkHost {
         ctx: Option<&RunContext>,
     ) -> Result<ExecOutcome, EvalError> {
         let evaluator = self.route(pkg, tier)?;
-        let modules = self.admit(pkg, ctx).await?;
-        evaluator.load(pkg, modules).await
+        let admitted = self.admit(pkg, ctx).await?;
+        evaluator.load(pkg, admitted.modules).await
     }
 
     /// Calls an entry point of `pkg` in the isolation `tier` allows. The
@@ -372,8 +373,8 @@ impl StarlarkHost {
         call: Call,
     ) -> Result<CallOutcome, EvalError> {
         let evaluator = self.route(pkg, tier)?;
-        let modules = self.admit(pkg, call.context.as_ref()).await?;
-        evaluator.call(pkg, modules, call).await
+        let admitted = self.admit(pkg, call.context.as_ref()).await?;
+        evaluator.call(pkg, admitted, call).await
     }
 
     /// Looks `package_id` up in the [`PackageStore`](crate::PackageStore)
@@ -427,9 +428,9 @@ impl StarlarkHost {
         &self,
         pkg: &Package,
         ctx: Option<&RunContext>,
-    ) -> Result<ModuleSet, StarlarkHostError> {
+    ) -> Result<Admitted, StarlarkHostError> {
         ensure_runnable(pkg)?;
-        self.caps.module_set(pkg, ctx).await
+        self.caps.admit(pkg, ctx).await
     }
 
     fn route(&self, pkg: &Package, tier: TrustTier) -> Result<&dyn Evaluator, StarlarkHostError> {

@@ -1,12 +1,14 @@
-//! The `http` capability: allowlist, private-address guard, redirects and
-//! caps, over reqwest (rustls, no proxy, no automatic redirects).
+//! The `http` capability: the package's allowlist (core's one
+//! network-target grammar, `cordon_egress::Allowlist`), the address
+//! guard, redirects and caps, over reqwest (rustls, no proxy, no automatic
+//! redirects).
 
 use std::error::Error as StdError;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_core::egress::is_public_ip;
+use cordon_egress::{Access, Allowlist, TargetHost};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
@@ -39,148 +41,6 @@ impl Default for HttpLimits {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum HostPattern {
-    Exact(String),
-    /// `*.example.com` → stores `.example.com`; matches any subdomain, not the apex.
-    Suffix(String),
-    Ip(IpAddr),
-}
-
-/// One parsed `network_access` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowEntry {
-    host: HostPattern,
-    port: Option<u16>,
-    allow_http: bool,
-}
-
-/// A package's parsed `network_access` list.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allowlist {
-    entries: Vec<AllowEntry>,
-}
-
-impl Allowlist {
-    /// Parse entries: `host`, `host:port`, `*.example.com`, `[::1]:8080`,
-    /// optionally prefixed with `https://` or `http://` (the latter also
-    /// allows plain HTTP). An entry without a port allows only the scheme's
-    /// default port. Invalid entries are returned as errors.
-    pub fn parse(entries: &[String]) -> Result<Allowlist, String> {
-        let mut out = Vec::new();
-        for raw in entries {
-            out.push(parse_entry(raw).ok_or_else(|| {
-                format!(
-                    "network_access entry {raw:?} is invalid; use host, host:port, *.domain or http://host:port"
-                )
-            })?);
-        }
-        Ok(Allowlist { entries: out })
-    }
-
-    /// Find the entry allowing `url`, or say why none does.
-    fn check(&self, url: &Url) -> Result<&AllowEntry, ModuleError> {
-        let scheme = url.scheme();
-        if scheme != "https" && scheme != "http" {
-            return Err(ModuleError::NetworkDenied(format!(
-                "scheme {scheme:?} is not allowed; use https:// URLs"
-            )));
-        }
-        let host = url
-            .host()
-            .ok_or_else(|| ModuleError::InvalidArgument(format!("URL {url} has no host")))?;
-        let port = url.port_or_known_default().unwrap_or(443);
-        let default_port = if scheme == "https" { 443 } else { 80 };
-        let (name, ip) = match host {
-            url::Host::Domain(d) => (d.trim_end_matches('.').to_ascii_lowercase(), None),
-            url::Host::Ipv4(v4) => (v4.to_string(), Some(IpAddr::V4(v4))),
-            url::Host::Ipv6(v6) => (v6.to_string(), Some(IpAddr::V6(v6))),
-        };
-        let mut scheme_mismatch = false;
-        for e in &self.entries {
-            let host_ok = match (&e.host, ip) {
-                (HostPattern::Ip(a), Some(b)) => *a == b,
-                (HostPattern::Exact(h), None) => *h == name,
-                (HostPattern::Suffix(s), None) => {
-                    name.ends_with(s.as_str()) && name.len() > s.len()
-                }
-                _ => false,
-            };
-            let port_ok = e.port.unwrap_or(default_port) == port;
-            if host_ok && port_ok {
-                if scheme == "http" && !e.allow_http {
-                    scheme_mismatch = true;
-                    continue;
-                }
-                return Ok(e);
-            }
-        }
-        if scheme_mismatch {
-            return Err(ModuleError::NetworkDenied(format!(
-                "plain http to {name}:{port} is not allowed; use https or add an http://{name}:{port} entry to network_access"
-            )));
-        }
-        Err(ModuleError::NetworkDenied(format!(
-            "{name}:{port} is not in the package's network_access list"
-        )))
-    }
-}
-
-fn parse_entry(raw: &str) -> Option<AllowEntry> {
-    let raw = raw.trim();
-    let (allow_http, rest) = if let Some(r) = raw.strip_prefix("http://") {
-        (true, r)
-    } else if let Some(r) = raw.strip_prefix("https://") {
-        (false, r)
-    } else {
-        (false, raw)
-    };
-    let rest = rest.trim_end_matches('/');
-    if rest.is_empty() || rest.contains('/') || rest.contains('@') {
-        return None;
-    }
-    // Bracketed IPv6, optionally with port.
-    let (host, port) = if let Some(r) = rest.strip_prefix('[') {
-        let (h, after) = r.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?.parse::<u16>().ok()?),
-        };
-        (h.to_owned(), port)
-    } else if rest.matches(':').count() > 1 {
-        // Bare IPv6 without port.
-        (rest.to_owned(), None)
-    } else if let Some((h, p)) = rest.split_once(':') {
-        (h.to_owned(), Some(p.parse::<u16>().ok()?))
-    } else {
-        (rest.to_owned(), None)
-    };
-    let host_l = host.to_ascii_lowercase();
-    let pattern = if let Ok(ip) = host_l.parse::<IpAddr>() {
-        HostPattern::Ip(ip)
-    } else if let Some(s) = host_l.strip_prefix("*.") {
-        if s.is_empty() || s.contains('*') {
-            return None;
-        }
-        HostPattern::Suffix(format!(".{s}"))
-    } else {
-        if host_l.is_empty()
-            || host_l.contains('*')
-            || !host_l
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-        {
-            return None;
-        }
-        HostPattern::Exact(host_l.trim_end_matches('.').to_owned())
-    };
-    Some(AllowEntry {
-        host: pattern,
-        port,
-        allow_http,
-    })
-}
-
 /// Error returned by [`GuardedResolver`] when a name resolves to a
 /// non-public address.
 #[derive(Debug)]
@@ -193,37 +53,39 @@ impl std::fmt::Display for BlockedAddress {
 }
 impl StdError for BlockedAddress {}
 
-/// DNS resolver that refuses names resolving to any non-public address.
-/// reqwest connects to exactly the addresses returned here, so a second,
-/// different DNS answer (rebinding) cannot slip past the check.
-struct GuardedResolver;
+/// DNS resolver that refuses a name unless every address it resolves to
+/// is allowed by the invocation's allowlist (public, or inside a private
+/// range the operator approved for the package). reqwest connects to
+/// exactly the addresses returned here, so a second, different DNS answer
+/// (rebinding) cannot slip past the check.
+struct GuardedResolver(Arc<Allowlist>);
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
+        let allow = self.0.clone();
         Box::pin(async move {
             let addrs: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if addrs.is_empty() {
-                return Err(Box::new(BlockedAddress(format!("{host} did not resolve")))
-                    as Box<dyn StdError + Send + Sync>);
-            }
-            if let Some(bad) = addrs.iter().find(|a| !is_public_ip(a.ip())) {
-                return Err(Box::new(BlockedAddress(format!(
-                    "{host} resolves to non-public address {}; only a network_access entry naming that IP literally can allow it",
-                    bad.ip()
-                ))) as Box<dyn StdError + Send + Sync>);
-            }
+            let target = TargetHost::parse(&host).unwrap_or(TargetHost::Name(host.clone()));
+            allow
+                .check_addresses(None, &target, &addrs)
+                .map_err(|r| Box::new(BlockedAddress(r.0)) as Box<dyn StdError + Send + Sync>)?;
             let it: Addrs = Box::new(addrs.into_iter());
             Ok(it)
         })
     }
 }
 
-/// Shared HTTP client for the `http` module.
+/// The `http` module's client for one invocation: built for its
+/// allowlist (the resolver checks every name against it), with no proxy
+/// (a proxy would make the address check meaningless) and no automatic
+/// redirects. Its connection pool is its own, so no other invocation's
+/// connection (to an address only that one was allowed) is ever reused.
 #[derive(Clone)]
 pub struct HttpClient {
     client: reqwest::Client,
+    allow: Arc<Allowlist>,
 }
 
 impl std::fmt::Debug for HttpClient {
@@ -233,11 +95,11 @@ impl std::fmt::Debug for HttpClient {
 }
 
 impl HttpClient {
-    /// Build the guarded client: custom resolver, no proxy (a proxy would
-    /// bypass the address check), no automatic redirects.
-    pub fn new() -> Result<HttpClient, String> {
+    /// The client for an invocation whose package may reach `allow`.
+    pub fn new(allow: Allowlist) -> Result<HttpClient, String> {
+        let allow = Arc::new(allow);
         let client = reqwest::Client::builder()
-            .dns_resolver(Arc::new(GuardedResolver))
+            .dns_resolver(Arc::new(GuardedResolver(allow.clone())))
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
@@ -245,14 +107,13 @@ impl HttpClient {
             .user_agent(concat!("cordon-starlark/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build HTTP client: {e}"))?;
-        Ok(HttpClient { client })
+        Ok(HttpClient { client, allow })
     }
 
     /// Perform a request with every check. `budget` counts requests left in
     /// this invocation and is decremented per hop.
     pub async fn execute(
         &self,
-        allowlist: &Allowlist,
         limits: &HttpLimits,
         req: HttpRequest,
         budget: &std::sync::atomic::AtomicU32,
@@ -262,9 +123,7 @@ impl HttpClient {
             .map(Duration::from_millis)
             .unwrap_or(limits.max_request_time)
             .min(limits.max_request_time);
-        match tokio::time::timeout(timeout, self.execute_inner(allowlist, limits, req, budget))
-            .await
-        {
+        match tokio::time::timeout(timeout, self.execute_inner(limits, req, budget)).await {
             Ok(r) => r,
             Err(_) => Err(ModuleError::Timeout(format!(
                 "HTTP request took longer than {} ms",
@@ -275,7 +134,6 @@ impl HttpClient {
 
     async fn execute_inner(
         &self,
-        allowlist: &Allowlist,
         limits: &HttpLimits,
         req: HttpRequest,
         budget: &std::sync::atomic::AtomicU32,
@@ -315,13 +173,7 @@ impl HttpClient {
         }
         let mut hops = 0u32;
         loop {
-            let entry = allowlist.check(&url)?;
-            // IP literals are never passed to the resolver: check them here.
-            match url.host() {
-                Some(url::Host::Ipv4(v4)) => check_literal(IpAddr::V4(v4), entry)?,
-                Some(url::Host::Ipv6(v6)) => check_literal(IpAddr::V6(v6), entry)?,
-                _ => {}
-            }
+            check_target(&self.allow, &url)?;
             take_budget(budget, limits)?;
             tracing::debug!(method = %method, url = %url, hop = hops, "http request");
             let mut rb = self
@@ -386,14 +238,35 @@ fn take_budget(
         })
 }
 
-fn check_literal(ip: IpAddr, entry: &AllowEntry) -> Result<(), ModuleError> {
-    if is_public_ip(ip) || entry.host == HostPattern::Ip(ip) {
-        Ok(())
-    } else {
-        Err(ModuleError::NetworkDenied(format!(
-            "address {ip} is private/loopback/link-local; only a network_access entry naming {ip} literally can allow it"
-        )))
+/// Whether the allowlist lets `url` through: its scheme, host and port
+/// match an entry, and an IP literal (which never reaches the resolver)
+/// is an allowed address.
+fn check_target(allow: &Allowlist, url: &Url) -> Result<(), ModuleError> {
+    let access = match url.scheme() {
+        "https" => Access::Https,
+        "http" => Access::Http,
+        other => {
+            return Err(ModuleError::NetworkDenied(format!(
+                "scheme {other:?} is not allowed; use https:// URLs"
+            )))
+        }
+    };
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => TargetHost::parse(d),
+        Some(url::Host::Ipv4(v4)) => Some(TargetHost::Ip(IpAddr::V4(v4))),
+        Some(url::Host::Ipv6(v6)) => Some(TargetHost::Ip(IpAddr::V6(v6))),
+        None => None,
     }
+    .ok_or_else(|| ModuleError::InvalidArgument(format!("URL {url} has no usable host")))?;
+    let port = url.port_or_known_default().unwrap_or(443);
+    let denied = |r: cordon_egress::Refusal| ModuleError::NetworkDenied(r.0);
+    let entry = allow.match_target(&host, port, access).map_err(denied)?;
+    if let TargetHost::Ip(ip) = host {
+        allow
+            .check_addresses(Some(entry), &host, &[SocketAddr::new(ip, port)])
+            .map_err(denied)?;
+    }
+    Ok(())
 }
 
 fn map_send_error(e: &reqwest::Error, url: &Url) -> ModuleError {
@@ -464,7 +337,12 @@ mod tests {
     use super::*;
 
     fn al(e: &[&str]) -> Allowlist {
-        Allowlist::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        crate::broker::package_allowlist(
+            "p",
+            &e.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            &[],
+        )
+        .unwrap()
     }
 
     #[test]
@@ -475,7 +353,13 @@ mod tests {
             "http://127.0.0.1:8080",
             "h.io:8443",
         ]);
-        let ok = |u: &str| a.check(&Url::parse(u).unwrap()).is_ok();
+        let check = |u: &str| check_target(&a, &Url::parse(u).unwrap());
+        let ok = |u: &str| match check(u) {
+            Ok(()) => true,
+            // The loopback literal matches but is not approved.
+            Err(ModuleError::NetworkDenied(m)) if m.contains("--allow-private") => true,
+            Err(_) => false,
+        };
         assert!(ok("https://api.example.com/x"));
         assert!(ok("https://API.example.com./x"));
         assert!(
@@ -495,9 +379,28 @@ mod tests {
         assert!(ok("http://127.0.0.1:8080/"));
         assert!(!ok("http://127.0.0.1:8081/"));
         assert!(ok("https://h.io:8443/"));
+        assert!(!ok("http://h.io:8443/"), "plain http only where named");
         assert!(!ok("ftp://api.example.com/"));
         assert!(!ok("https://example.com/"));
-        assert!(Allowlist::parse(&["a/b".to_string()]).is_err());
-        assert!(Allowlist::parse(&["*".to_string()]).is_err());
+        // A package's loopback literal is refused until the operator
+        // approves its range, and the refusal says how.
+        let e = check("http://127.0.0.1:8080/").unwrap_err().to_string();
+        assert!(
+            e.contains("cordon star grant p api.http --allow-private 127.0.0.1/32"),
+            "{e}"
+        );
+        let approved = crate::broker::package_allowlist(
+            "p",
+            &["http://127.0.0.1:8080".to_string()],
+            &["127.0.0.1/32".parse().unwrap()],
+        )
+        .unwrap();
+        assert!(check_target(&approved, &Url::parse("http://127.0.0.1:8080/").unwrap()).is_ok());
+        for bad in ["a/b", "*", "10.0.0.0/8", "ftp://x"] {
+            assert!(
+                crate::broker::package_allowlist("p", &[bad.to_string()], &[]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -103,6 +103,7 @@ mod bindings;
 mod broker;
 mod error;
 mod eval;
+mod grants;
 mod host;
 mod http;
 mod limits;
@@ -118,9 +119,10 @@ pub use broker::{CancelToken, Services};
 pub use cordon_core::TrustTier;
 pub use error::{EvalError, LimitKind, StarlarkHostError};
 pub use eval::CallOutcome;
+pub use grants::{check_private_targets, grant_status, Approval, Grant, GrantStatus};
 pub use host::{Call, Isolation, StarlarkHost, StarlarkHostBuilder};
 pub use http::HttpLimits;
-pub use limits::EvalLimits;
+pub use limits::{EvalLimits, NotificationLimits};
 pub use package::{
     load_package_from_path, Manifest, Package, PackageStatus, PackageTier, Permission,
     ProviderRequirement,
@@ -129,10 +131,10 @@ pub use protocol::Notification;
 pub use runner::{CacheStats, ExecOutcome};
 pub use sandbox::{PoolConfig, PoolStats, WorkerConfig, WorkerLimits, WorkerPool, WorkerProgram};
 pub use stores::{
-    ApiKey, InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver,
-    InMemorySecretStore, JsonLinesNotifier, KeySource, NotificationSender, PackageStore,
-    PermissionStore, ProviderConfig, ProviderResolver, RecordingNotifier, ResolvedProvider,
-    RunContext, SecretStore, StoreError, WebhookNotifier,
+    ApiKey, DeliveryStats, InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver,
+    InMemorySecretStore, JsonLinesNotifier, KeySource, LineQueue, NotificationSender, PackageStore,
+    PermissionStore, ProviderConfig, ProviderResolver, QueueFull, QueueLimits, RecordingNotifier,
+    ResolvedProvider, RunContext, SecretStore, StoreError, WebhookNotifier,
 };
 #[cfg(feature = "sqlite")]
 pub use stores::{
@@ -147,12 +149,12 @@ pub use worker::dispatch_worker;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::bindings::{globals_for, ModuleSet};
-    pub use crate::broker::{ensure_runnable, Capabilities, ModuleBroker};
+    pub use crate::broker::{ensure_runnable, Admitted, Capabilities, ModuleBroker};
     pub use crate::eval::{compile_package, run_on_eval_thread, CompiledPackage};
-    pub use crate::http::Allowlist;
     pub use crate::protocol::*;
     pub use crate::protocol::{frame, wire};
     pub use crate::sandbox::{ColdWorker, SessionError, WorkerConnection};
     pub use crate::worker::{run_worker, WORKER_ARG};
-    pub use cordon_core::egress::is_public_ip;
+    pub use cordon_egress::is_public_ip;
+    pub use cordon_egress::Allowlist;
 }

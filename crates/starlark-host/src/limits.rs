@@ -56,6 +56,35 @@ pub struct EvalLimits {
     pub eval_stack_bytes: usize,
     /// Caps of the `http` module.
     pub http: HttpLimits,
+    /// The budget of the `notifications` module.
+    pub notifications: NotificationLimits,
+}
+
+/// The `notifications` module's budget, per evaluation: how many a
+/// package may send and how large. The host's broker counts them (in
+/// process and for a worker alike), so the memory a package's
+/// notifications take in the host, and in a sink's queue, is bounded; past
+/// the budget `notifications.send` fails with a limit error the package
+/// sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotificationLimits {
+    /// Notifications per evaluation (default 100).
+    pub max_per_invocation: u32,
+    /// Bytes of one notification: title, body, level and URL (default
+    /// 64 KiB, what a webhook accepts).
+    pub max_bytes: usize,
+    /// Bytes of all notifications of one evaluation (default 512 KiB).
+    pub max_bytes_per_invocation: usize,
+}
+
+impl Default for NotificationLimits {
+    fn default() -> Self {
+        NotificationLimits {
+            max_per_invocation: 100,
+            max_bytes: 64 * 1024,
+            max_bytes_per_invocation: 512 * 1024,
+        }
+    }
 }
 
 impl Default for EvalLimits {
@@ -74,6 +103,7 @@ impl Default for EvalLimits {
             max_load_depth: 16,
             eval_stack_bytes: 64 * 1024 * 1024,
             http: HttpLimits::default(),
+            notifications: NotificationLimits::default(),
         }
     }
 }

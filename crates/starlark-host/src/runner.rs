@@ -8,9 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::bindings::ModuleSet;
-use crate::broker::{CancelToken, Capabilities};
+use crate::broker::{Admitted, CancelToken, Capabilities};
 use crate::error::EvalError;
-use crate::eval::{compile_package, run_on_eval_thread, CallOutcome, CompiledPackage};
+use crate::eval::{
+    compile_package, name_panicked, run_on_eval_thread, CallOutcome, CompiledPackage,
+};
 use crate::host::{Call, Evaluator};
 use crate::limits::EvalLimits;
 use crate::package::Package;
@@ -162,7 +164,7 @@ impl InProcess {
         })
         .await;
         guard.disarm();
-        let compiled = compiled??;
+        let compiled = compiled.map_err(|e| name_panicked(e, &pkg.id))??;
         let compiled = Arc::new(compiled);
         self.cache_put(key, compiled.clone());
         Ok((compiled, false))
@@ -188,12 +190,12 @@ impl Evaluator for InProcess {
     async fn call(
         &self,
         pkg: &Package,
-        modules: ModuleSet,
+        admitted: Admitted,
         call: Call,
     ) -> Result<CallOutcome, EvalError> {
         let start = Instant::now();
-        let (compiled, cached) = self.compiled(pkg, modules, &call.cancel).await?;
-        let (broker, deadline) = call.broker(&self.caps, pkg, modules, &self.limits)?;
+        let (compiled, cached) = self.compiled(pkg, admitted.modules, &call.cancel).await?;
+        let (broker, deadline) = call.broker(&self.caps, pkg, admitted, &self.limits)?;
         let broker = Arc::new(broker);
         let Call {
             entry: name,
@@ -211,7 +213,7 @@ impl Evaluator for InProcess {
         })
         .await;
         guard.disarm();
-        let result = result?;
+        let result = result.map_err(|e| name_panicked(e, &pkg.id))?;
         let elapsed_us = start.elapsed().as_micros() as u64;
         match result {
             Ok((value, output)) => {

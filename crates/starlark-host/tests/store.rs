@@ -40,7 +40,9 @@ async fn everything_survives_reopening_and_secrets_are_sealed() {
             store.install(&pkg, false).unwrap(),
             InstallOutcome::Unchanged
         );
-        store.grant("p", Permission::SecretsRead, "alice").unwrap();
+        store
+            .grant("p", &[Permission::SecretsRead], "alice", &[])
+            .unwrap();
         store.set_secret("p", "tok", SECRET).unwrap();
         store
             .set_provider(
@@ -54,16 +56,19 @@ async fn everything_survives_reopening_and_secrets_are_sealed() {
             .unwrap();
         // Unknown package: a clear error, nothing written.
         let e = store
-            .grant("nope", Permission::ApiHttp, "alice")
+            .grant("nope", &[Permission::ApiHttp], "alice", &[])
             .unwrap_err();
         assert!(e.contains("not installed"), "{e}");
     }
     // A second process would see the same: reopen.
     let store = SqliteStore::open(&db, &key).unwrap();
     assert_eq!(PackageStore::get(&store, "p").await.unwrap().unwrap(), pkg);
+    let grants = store.grants_for_package("p").await.unwrap();
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].permission, Permission::SecretsRead);
     assert_eq!(
-        store.granted_for_package("p").await.unwrap(),
-        vec![Permission::SecretsRead]
+        grants[0].approval,
+        Some(Approval::of(&pkg.manifest).unwrap())
     );
     assert_eq!(
         SecretStore::get(&store, "p", "tok")
@@ -99,10 +104,10 @@ async fn everything_survives_reopening_and_secrets_are_sealed() {
         store.install(&changed, true).unwrap(),
         InstallOutcome::Upgraded
     );
-    assert_eq!(store.granted_for_package("p").await.unwrap().len(), 1);
+    assert_eq!(store.grants_for_package("p").await.unwrap().len(), 1);
     // Revocation takes effect and is recorded.
     assert!(store.revoke("p", Permission::SecretsRead, "bob").unwrap());
-    assert!(store.granted_for_package("p").await.unwrap().is_empty());
+    assert!(store.grants_for_package("p").await.unwrap().is_empty());
     drop(store);
     // The file holds neither the secret nor the key, nor their hex.
     let bytes = std::fs::read(&db).unwrap();
@@ -160,7 +165,7 @@ fn the_key_file_is_made_private_and_a_readable_one_is_refused() {
     assert_eq!(origin, KeyOrigin::File(file.clone()));
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let e = StoreKey::from_env_or_file(&file, true).unwrap_err();
-    assert!(e.contains("0600"), "{e}");
+    assert!(e.contains("chmod 600"), "{e}");
     // A key file of another user is refused even with mode 0600: that
     // user could replace it. (Made by chown, so as root, which is how the
     // tests and CI run; the mode checks above run for any uid.)
@@ -171,7 +176,10 @@ fn the_key_file_is_made_private_and_a_readable_one_is_refused() {
         std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
         let e = StoreKey::from_env_or_file(&theirs, false).unwrap_err();
-        assert!(e.contains("refusing the key file"), "{e}");
+        assert!(
+            e.contains("refusing the store key file") && e.contains("uid 65534"),
+            "{e}"
+        );
     }
     // A missing key file is made only when asked (for a new database).
     let lost = dir.path().join("lost.key");
@@ -249,6 +257,9 @@ async fn the_webhook_retries_with_backoff_and_caps_the_body() {
     let hook =
         WebhookNotifier::new(&url, Duration::from_secs(2), 3, Duration::from_millis(50)).unwrap();
     hook.send(&note("hello")).await.unwrap();
+    let stats = hook.flush(Duration::from_secs(10));
+    assert!(stats.all_delivered(), "{stats:?}");
+    assert_eq!(stats.delivered, 1);
     let bodies = seen.lock().unwrap().clone();
     assert_eq!(bodies.len(), 3, "two 503s, then delivered");
     let v: serde_json::Value = serde_json::from_str(&bodies[2]).unwrap();
@@ -256,13 +267,16 @@ async fn the_webhook_retries_with_backoff_and_caps_the_body() {
         (v["package_id"].clone(), v["body"].clone()),
         (json!("p"), json!("hello"))
     );
-    // Too many failures: an error that says so.
+    // Too many failures: counted, and the last error says so.
     let (url, _) = webhook_server(10).await;
     let hook =
         WebhookNotifier::new(&url, Duration::from_secs(2), 2, Duration::from_millis(10)).unwrap();
-    let e = hook.send(&note("x")).await.unwrap_err();
+    hook.send(&note("x")).await.unwrap();
+    let stats = hook.flush(Duration::from_secs(10));
+    assert_eq!((stats.delivered, stats.failed), (0, 1), "{stats:?}");
+    let e = hook.last_error().unwrap();
     assert!(e.contains("503") && e.contains("2 attempts"), "{e}");
-    // Too large: refused before sending.
+    // Too large: refused before queueing.
     let e = hook.send(&note(&"x".repeat(100_000))).await.unwrap_err();
     assert!(e.contains("cap"), "{e}");
     // Nobody listening: unreachable, after the retries.
@@ -273,11 +287,44 @@ async fn the_webhook_retries_with_backoff_and_caps_the_body() {
         Duration::from_millis(10),
     )
     .unwrap();
-    assert!(hook
-        .send(&note("x"))
-        .await
-        .unwrap_err()
-        .contains("unreachable"));
+    hook.send(&note("x")).await.unwrap();
+    assert_eq!(hook.flush(Duration::from_secs(10)).failed, 1);
+    assert!(hook.last_error().unwrap().contains("unreachable"));
+}
+
+/// A webhook that never answers holds no call: `send` only queues, a
+/// full queue refuses at once, and `flush` gives up when told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_webhook_holds_no_call() {
+    // Accepts, reads nothing, answers nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            h.lock().unwrap().push(c);
+        }
+    });
+    let hook =
+        WebhookNotifier::new(&url, Duration::from_secs(30), 1, Duration::from_millis(10)).unwrap();
+    let mut refused = 0;
+    for i in 0..2000 {
+        // A send that waited for the stuck webhook (30 s) would trip this.
+        let sent =
+            tokio::time::timeout(Duration::from_secs(10), hook.send(&note(&format!("n{i}"))))
+                .await
+                .expect("send waited for the webhook");
+        if sent.is_err() {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "the queue is bounded");
+    let stats = hook.flush(Duration::from_millis(200));
+    assert_eq!(stats.delivered, 0);
+    // At most a full queue waits, and one in delivery.
+    assert!(stats.pending > 0 && stats.pending <= 1024 + 1, "{stats:?}");
+    assert_eq!(stats.refused, refused);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,9 +332,10 @@ async fn json_lines_go_one_per_notification() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("n.jsonl");
     let file = std::fs::File::create(&path).unwrap();
-    let sink = JsonLinesNotifier::new(file);
+    let sink = JsonLinesNotifier::new(file).unwrap();
     sink.send(&note("one")).await.unwrap();
     sink.send(&note("two\nlines")).await.unwrap();
+    assert!(sink.flush(Duration::from_secs(5)).all_delivered());
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<serde_json::Value> = text
         .lines()
@@ -295,4 +343,42 @@ async fn json_lines_go_one_per_notification() {
         .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[1]["body"], json!("two\nlines"));
+}
+
+/// A pipe nobody reads: the writer thread blocks, `send` does not; the
+/// queue stops at its limit and the memory it holds with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_to_a_pipe_nobody_reads_never_block_a_send() {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two fds.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    use std::os::fd::FromRawFd;
+    // SAFETY: both fds are fresh and ours; the read end is kept, unread.
+    let (_r, w) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    let limits = QueueLimits {
+        max_items: 1000,
+        max_bytes: 256 * 1024,
+    };
+    let sink = JsonLinesNotifier::on(LineQueue::new("test", limits, w).unwrap());
+    let big = "x".repeat(10_000);
+    let mut refused = 0;
+    for _ in 0..200 {
+        // A send that waited on the full pipe would never return.
+        let sent = tokio::time::timeout(Duration::from_secs(10), sink.send(&note(&big)))
+            .await
+            .expect("send waited on the pipe");
+        if let Err(e) = sent {
+            assert!(e.contains("not keeping up"), "{e}");
+            refused += 1;
+        }
+    }
+    // About 64 KiB fit in the pipe, 256 KiB in the queue; the rest refused.
+    assert!(refused >= 200 - 40, "refused {refused}");
+    let stats = sink.flush(Duration::from_millis(100));
+    assert!(stats.pending > 0, "{stats:?}");
 }

@@ -172,8 +172,8 @@ pub(crate) fn host_facts(
         "layers".into(),
         match layers {
             Layers::ALL => "all".into(),
-            Layers::LEGACY => {
-                "legacy (first version: fails the probes for what it leaves open)".into()
+            Layers::BASE => {
+                "base (every optional layer off: fails the probes for what it leaves open)".into()
             }
             other => format!("partial {other:?} (fails the probes for what it leaves open)"),
         },
@@ -351,7 +351,7 @@ mod tests {
         assert_eq!(names, sorted, "HOST_FACTS must be sorted, each name once");
         let pool = crate::UidPool::from_env();
         let pool = pool.as_ref().map_err(String::as_str);
-        for layers in [Layers::ALL, Layers::LEGACY] {
+        for layers in [Layers::ALL, Layers::BASE] {
             for tier in crate::Tier::ALL {
                 let choice = super::Choice::decide(Some(tier), layers, pool);
                 for key in super::host_facts(layers, &choice, pool).keys() {

@@ -58,7 +58,7 @@ pub(crate) fn filter_for(
 ) -> seccomp::Filter {
     use seccomp::Filter;
     match (layers.seccomp_allowlist, tier) {
-        (false, _) => Filter::Legacy,
+        (false, _) => Filter::DenyList,
         (true, Some(crate::Tier::Landlock)) => Filter::Landlock { caller_uid },
         (true, _) => Filter::Namespaces { egress },
     }

@@ -22,10 +22,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
-use cordon_core::egress::{
-    proxy_url, EgressLimits, EgressProxy, HostPattern, PROXY_ENV, PROXY_PORT,
-};
 use cordon_core::{ChildCommand, Network};
+use cordon_egress::{proxy_url, EgressLimits, EgressProxy, HostPattern, PROXY_ENV, PROXY_PORT};
 
 use crate::Layers;
 
@@ -54,7 +52,7 @@ pub(crate) fn allowlist(
     match network {
         Network::Deny => Ok(None),
         Network::Allow(_) if !layers.seccomp_allowlist => Err(
-            "Network::Allow needs the seccomp allowlist layer (the legacy deny-list lets UDP \
+            "Network::Allow needs the seccomp allowlist layer (the deny-list lets UDP \
              and raw sockets be made): use every layer, or Network::Deny"
                 .into(),
         ),

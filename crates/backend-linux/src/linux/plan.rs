@@ -25,7 +25,7 @@ pub(crate) struct ChildPlan {
     /// tier landlock (no `unshare` at all).
     pub unshare_flags: libc::c_int,
     /// Identity uid/gid maps for the new user namespace (needed for the
-    /// mounts); `None` leaves it unmapped as the legacy layers did.
+    /// mounts); `None` leaves it unmapped as the base layers did.
     pub id_maps: Option<IdMaps>,
     pub mounts: Option<MountPlan>,
     /// The sandbox's quotas in its user namespace (`quotas.rs`).

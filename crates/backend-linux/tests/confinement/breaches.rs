@@ -1,5 +1,5 @@
 //! The breaches of the isolation issue, each tried as a hostile program
-//! would, first under the first version's layers (`Layers::LEGACY`: the
+//! would, first under the base layers (`Layers::BASE`: the
 //! attack must succeed there, which shows the detector works) and then
 //! under every layer (it must not). The host checks every effect itself;
 //! every victim is created by the test and cleaned up by it.
@@ -10,21 +10,18 @@ use cordon_backend_linux::Layers;
 /// What an attack achieved, seen from the host: `Some(what)` is a breach.
 type Breach = Result<Option<String>, String>;
 
-fn legacy_spawner() -> Spawner {
-    Spawner::confined(
-        Arc::new(LinuxBackend::with_layers(Layers::LEGACY)),
-        config(),
-    )
+fn base_spawner() -> Spawner {
+    Spawner::confined(Arc::new(LinuxBackend::with_layers(Layers::BASE)), config())
 }
 
-/// Runs `attack` under the legacy layers, where it must breach, and under
+/// Runs `attack` under the base layers, where it must breach, and under
 /// every layer, where it must not.
-fn legacy_breaches_full_holds(attack: impl Fn(&Spawner, bool) -> Breach) -> Outcome {
-    match attack(&legacy_spawner(), true)? {
+fn base_breaches_full_holds(attack: impl Fn(&Spawner, bool) -> Breach) -> Outcome {
+    match attack(&base_spawner(), true)? {
         Some(_) => {}
         None => {
             return Err(
-                "the attack did nothing even under the legacy layers: the test cannot \
+                "the attack did nothing even under the base layers: the test cannot \
                  detect the breach it is about"
                     .into(),
             )
@@ -60,7 +57,7 @@ fn writable_scratch() -> tempfile::TempDir {
 /// a creation mode). On a host mount such a file runs as the sandbox's uid
 /// for any local user.
 pub(super) fn breach_setuid_planting() -> Outcome {
-    legacy_breaches_full_holds(|sp, legacy| {
+    base_breaches_full_holds(|sp, base| {
         let scratch = writable_scratch();
         let r = run_with(
             sp,
@@ -95,7 +92,7 @@ pub(super) fn breach_setuid_planting() -> Outcome {
         // sandbox creates is stored as root's, so a planted setuid file
         // would be a root one. Make sure that case is the one tested.
         // SAFETY: geteuid cannot fail.
-        if !legacy && unsafe { libc::geteuid() } == 0 {
+        if !base && unsafe { libc::geteuid() } == 0 {
             use std::os::unix::fs::MetadataExt;
             let owner = std::fs::metadata(scratch.path().join("sid"))
                 .map_err(|e| format!("the program's copy is missing: {e}"))?
@@ -141,7 +138,7 @@ fn process_attributes(pid: u32) -> Result<String, String> {
 /// NOFILE 4), setpriority, SCHED_IDLE, affinity, I/O class, and naming it
 /// with getpgid. The victim is a `sleep` the test starts as that uid.
 pub(super) fn breach_host_process_control() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let mut victim = Command::new("/bin/sleep");
         victim.arg("60");
         // SAFETY: geteuid cannot fail.
@@ -240,7 +237,7 @@ fn remove_sysv(key: i64, ids: &[(&str, i32)]) {
 /// sandbox's uid must be unreachable, and the sandbox's own objects must
 /// not outlive it.
 pub(super) fn breach_sysv_ipc() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let uid = sandbox_uid();
         // SAFETY: SysV calls on objects this test creates; the segment is
         // mapped, written and unmapped here.
@@ -328,7 +325,7 @@ pub(super) fn breach_sysv_ipc() -> Outcome {
 /// A pathname UNIX datagram socket of the host reached without `socket()`:
 /// `socketpair(AF_UNIX, SOCK_DGRAM)` then `sendto(path)`.
 pub(super) fn breach_unix_dgram_sendto() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let dir = canary("x");
         let path = dir.path().join("host.sock");
         let listener =
@@ -382,7 +379,7 @@ fn metadata_of(path: &Path) -> String {
 /// chmod (incl. 06777), utimensat, setxattr and chown on a file of the
 /// sandbox's uid outside every grant: Landlock does not govern them.
 pub(super) fn breach_metadata_outside_grants() -> Outcome {
-    legacy_breaches_full_holds(|sp, _legacy| {
+    base_breaches_full_holds(|sp, _base| {
         let dir = canary("x");
         let target = dir.path().join("secret");
         chown_to_sandbox(&target);
@@ -412,15 +409,16 @@ pub(super) fn breach_metadata_outside_grants() -> Outcome {
 
 // --------------------------------------------- 6. outliving the host
 
-const ORPHAN_LEGACY_ENV: &str = "CORDON_ORPHAN_LEGACY";
+const ORPHAN_BASE_ENV: &str = "CORDON_ORPHAN_BASE";
 
 /// Helper process for [`breach_outliving_the_host`]: spawns a sandboxed
 /// program that leaves a background child and a file in its fresh scratch
-/// dir, prints the scratch path, then waits to be SIGKILLed.
+/// dir, prints the child's pid and the scratch path, then waits to be
+/// SIGKILLed.
 pub(super) fn killed_host_helper() -> ! {
     let rt = rt();
-    let sp = if std::env::var_os(ORPHAN_LEGACY_ENV).is_some() {
-        legacy_spawner()
+    let sp = if std::env::var_os(ORPHAN_BASE_ENV).is_some() {
+        base_spawner()
     } else {
         spawner()
     };
@@ -428,7 +426,7 @@ pub(super) fn killed_host_helper() -> ! {
     let child = rt
         .block_on(async {
             sp.spawn(&sh(&format!(
-                "echo data > left-behind; sleep {token} & echo ready; exec sleep 61"
+                "echo data > left-behind; sleep {token} & echo ready; exec sleep 600"
             )))
         })
         .expect("spawn");
@@ -437,7 +435,7 @@ pub(super) fn killed_host_helper() -> ! {
     let mut line = [0u8; 6];
     rt.block_on(stdout.read_exact(&mut line))
         .expect("ready line");
-    println!("{}", child.scratch_dir().display());
+    println!("{} {}", child.pid(), child.scratch_dir().display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_secs(120));
@@ -448,7 +446,17 @@ pub(super) fn killed_host_helper() -> ! {
 /// of `cordon run`): nothing of the sandbox may stay — no process, no file
 /// it wrote.
 pub(super) fn breach_outliving_the_host() -> Outcome {
-    legacy_breaches_full_holds(|_sp, legacy| {
+    // Adopt the helper's orphans (a child subreaper): the helper's child
+    // then stays unreaped, so its exit is an event (its pidfd), and so do
+    // the processes of a sandbox that outlives the host.
+    // SAFETY: prctl on integers; this scenario process is ours.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(format!(
+            "PR_SET_CHILD_SUBREAPER: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    base_breaches_full_holds(|_sp, base| {
         let token = sleep_token();
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);
@@ -456,8 +464,8 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
             .env("CORDON_ORPHAN_TOKEN", &token)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        if legacy {
-            cmd.env(ORPHAN_LEGACY_ENV, "1");
+        if base {
+            cmd.env(ORPHAN_BASE_ENV, "1");
         }
         let mut helper = KillOnDrop(cmd.spawn().map_err(|e| e.to_string())?);
         let mut out = helper.0.stdout.take().unwrap();
@@ -466,7 +474,13 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
         while out.read(&mut byte).map_err(|e| e.to_string())? == 1 && byte[0] != b'\n' {
             buf.push(byte[0]);
         }
-        let scratch = PathBuf::from(String::from_utf8_lossy(&buf).into_owned());
+        let line = String::from_utf8_lossy(&buf).into_owned();
+        let (pid, scratch) = line
+            .split_once(' ')
+            .and_then(|(p, s)| Some((p.parse::<u32>().ok()?, PathBuf::from(s))))
+            .ok_or_else(|| format!("helper printed {line:?}"))?;
+        // Held before the helper dies, while the pid is surely the child's.
+        let child = crate::driver::pidfd_open(pid).map_err(|e| format!("pidfd of {pid}: {e}"))?;
         // Positive control: the background child runs (it may still be
         // between fork and exec when the program prints its line).
         let mut started = false;
@@ -479,14 +493,12 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
         }
         ensure(started, || "the background child never started".into())?;
         drop(helper);
-        let mut left = host_pids_with_arg(&token);
-        for _ in 0..100 {
-            if left.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            left = host_pids_with_arg(&token);
-        }
+        // The child's parent-death signal ends it (with a PID namespace,
+        // its init, whose exit waits until every process of the namespace
+        // is gone); the program sleeps far longer than this bound. Once it
+        // has exited, whatever still bears the token outlived the host.
+        let child_ended = crate::driver::exits_within(&child, Duration::from_secs(60));
+        let left = host_pids_with_arg(&token);
         for pid in &left {
             // SAFETY: killing this test's own leftover.
             unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
@@ -496,6 +508,11 @@ pub(super) fn breach_outliving_the_host() -> Outcome {
         // The helper was killed before it could clean up.
         let _ = std::fs::remove_dir_all(&scratch);
         let mut breaches = Vec::new();
+        if !child_ended {
+            // SAFETY: the child this process adopted and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            breaches.push(format!("the sandbox's child {pid} outlived the host"));
+        }
         if !left.is_empty() {
             breaches.push(format!("processes {left:?} outlived the host"));
         }

@@ -2,7 +2,7 @@
 //! many processes, a fork chain that resets per-process CPU time, and a
 //! scratch filled past its size. Each is measured by the host while the
 //! hostile program holds what it got, and each is tried twice: under the
-//! rlimits alone (`sandbox_limits` off, or the legacy layers for the
+//! rlimits alone (`sandbox_limits` off, or the base layers for the
 //! scratch), where it must succeed (which shows the measurement can see
 //! it), and under every layer, where it must stop at the limit the
 //! backend's host facts claim for the sandbox as a whole.
@@ -410,14 +410,11 @@ fn stopped_at_one_second(r: &Ran) -> Outcome {
 }
 
 pub(super) fn limit_cpu_fork_chain() -> Outcome {
-    let legacy = Spawner::confined(
-        Arc::new(LinuxBackend::with_layers(Layers::LEGACY)),
-        config(),
-    );
+    let base = Spawner::confined(Arc::new(LinuxBackend::with_layers(Layers::BASE)), config());
     for autoreap in [false, true] {
-        let old = cpu_chain(&legacy, autoreap)?;
+        let old = cpu_chain(&base, autoreap)?;
         ensure(old.stdout.contains("done"), || {
-            format!("under the legacy layers the chain (autoreap {autoreap}) did not complete, so the test cannot see the breach: {old}")
+            format!("under the base layers the chain (autoreap {autoreap}) did not complete, so the test cannot see the breach: {old}")
         })?;
     }
     // Both chains stop where the scope is the sandbox's; where it is not
@@ -427,7 +424,7 @@ pub(super) fn limit_cpu_fork_chain() -> Outcome {
     if claims_sandbox_scope("limit_cpu")? {
         stopped_at_one_second(&cpu_chain(&spawner(), true)?)
     } else {
-        // (The auto-reaped chain completes here, as under the legacy
+        // (The auto-reaped chain completes here, as under the base
         // layers.)
         let scope = LinuxBackend::new().host_facts()["limit_cpu"].clone();
         ensure(
@@ -493,13 +490,10 @@ fn disk_fill(sp: &Spawner) -> Result<(u64, String), String> {
 }
 
 pub(super) fn limit_disk_fill() -> Outcome {
-    let legacy = Spawner::confined(
-        Arc::new(LinuxBackend::with_layers(Layers::LEGACY)),
-        config(),
-    );
-    let (old, line) = disk_fill(&legacy)?;
+    let base = Spawner::confined(Arc::new(LinuxBackend::with_layers(Layers::BASE)), config());
+    let (old, line) = disk_fill(&base)?;
     ensure(old > 2 * DISK, || {
-        format!("under the legacy layers the fill stopped at {old} bytes ({line}): the test cannot see the breach")
+        format!("under the base layers the fill stopped at {old} bytes ({line}): the test cannot see the breach")
     })?;
     ensure(claims_sandbox_scope("limit_disk")?, || {
         "the backend does not claim a sandbox-wide disk limit for a fresh scratch".into()

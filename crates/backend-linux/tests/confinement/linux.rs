@@ -88,6 +88,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(breach_metadata_outside_grants, true),
         s!(breach_outliving_the_host, true),
         s!(concurrent_launches_leave_the_host_as_it_was, true),
+        s!(dumpable_flag_holds_during_launches, true),
         s!(oom_in_the_sandbox_spares_the_host, true),
         s!(host_process_of_the_sandbox_uid_cannot_reach_the_init, false),
         s!(
@@ -158,8 +159,10 @@ pub fn main() {
             }
         }
     }
-    // Driver. `cargo test` passes harness flags; a bare word filters.
-    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    // Driver: libtest's arguments choose the scenarios.
+    let all = scenarios();
+    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+    let chosen = crate::driver::Selection::from_env().chosen_or_exit(&names);
     let exe = std::env::current_exe().expect("current_exe");
     // SAFETY: geteuid cannot fail.
     let is_root = unsafe { libc::geteuid() } == 0;
@@ -171,12 +174,7 @@ pub fn main() {
 
     let mut passed = 0;
     let mut failed = Vec::new();
-    for s in scenarios() {
-        if let Some(f) = &filter {
-            if !s.name.contains(f.as_str()) {
-                continue;
-            }
-        }
+    for s in all.iter().filter(|s| chosen.contains(&s.name)) {
         let mut runs = vec![("host", exe.clone(), false)];
         if let (true, Some((_, copy))) = (s.as_nobody, &nobody_copy) {
             runs.push(("uid65534", copy.clone(), true));
@@ -187,7 +185,7 @@ pub fn main() {
             let ms = started.elapsed().as_millis();
             if ok {
                 passed += 1;
-                println!("test {} [{label}] ... ok ({ms} ms)", s.name);
+                println!("test {} [{label}] ... ok ({ms} ms){output}", s.name);
             } else {
                 println!("test {} [{label}] ... FAILED ({ms} ms)\n{output}", s.name);
                 failed.push(format!("{} [{label}]", s.name));
@@ -248,22 +246,19 @@ fn run_scenario(bin: &Path, name: &str, nobody: bool) -> (bool, String) {
         let _ = err.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = crate::driver::wait_within(&mut child, Duration::from_secs(120));
     let so = t_out.join().unwrap_or_default();
     let se = t_err.join().unwrap_or_default();
     match status {
-        Some(st) if st.success() => (true, String::new()),
+        // What a passing scenario says it could not check (its `note:`
+        // lines) is shown with the pass.
+        Some(st) if st.success() => (
+            true,
+            so.lines()
+                .filter(|l| l.starts_with("note: "))
+                .map(|l| format!("\n  {l}"))
+                .collect(),
+        ),
         Some(st) => (
             false,
             format!("  status: {st}\n  stdout: {so}\n  stderr: {se}"),
@@ -475,10 +470,10 @@ fn available_with_facts() -> Outcome {
             })?;
         }
     }
-    let legacy = LinuxBackend::with_layers(cordon_backend_linux::Layers::LEGACY).host_facts();
+    let base = LinuxBackend::with_layers(cordon_backend_linux::Layers::BASE).host_facts();
     ensure(
-        legacy["namespaces"] == "user" && legacy["layers"].starts_with("legacy"),
-        || format!("{legacy:?}"),
+        base["namespaces"] == "user" && base["layers"].starts_with("base"),
+        || format!("{base:?}"),
     )?;
     Ok(())
 }
@@ -772,6 +767,10 @@ fn tcp_connect_denied() -> Outcome {
     ensure(!r.stdout.contains("CONNECTED"), || {
         format!("bash /dev/tcp: {r}")
     })?;
+    // No event says "no connection will come": a connect that got
+    // through reaches the accept queue when loopback delivers the
+    // handshake's last ACK, asynchronously to the sender. This pause is
+    // that delivery's chance to show; a denial needs no waiting for.
     std::thread::sleep(Duration::from_millis(100));
     match listener.accept() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
@@ -1385,7 +1384,7 @@ fn orphan_helper() -> ! {
     // cleans up.
     let scratch = PathBuf::from(std::env::var_os("CORDON_ORPHAN_SCRATCH").expect("scratch"));
     let child = rt
-        .block_on(async { sp.spawn(&sh("exec sleep 30").scratch(Scratch::Existing(scratch))) })
+        .block_on(async { sp.spawn(&sh("exec sleep 600").scratch(Scratch::Existing(scratch))) })
         .expect("spawn");
     println!("{}", child.pid());
     use std::io::Write;
@@ -1402,6 +1401,16 @@ fn proc_alive(pid: u32) -> bool {
 }
 
 fn parent_death_kills_child() -> Outcome {
+    // Adopt the helper's orphans (a child subreaper): the sandbox's pid
+    // then stays its own until this process reaps it, and its exit is an
+    // event, its pidfd.
+    // SAFETY: prctl on integers; this scenario process is ours.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(format!(
+            "PR_SET_CHILD_SUBREAPER: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let scratch = existing_scratch();
     let out = Command::new(exe)
@@ -1414,17 +1423,41 @@ fn parent_death_kills_child() -> Outcome {
         .trim()
         .parse()
         .map_err(|_| format!("helper printed {:?}", String::from_utf8_lossy(&out.stdout)))?;
-    for _ in 0..100 {
-        if !proc_alive(pid) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let pidfd =
+        crate::driver::pidfd_open(pid).map_err(|e| format!("pidfd of the orphan {pid}: {e}"))?;
+    // The orphan's program sleeps far longer than this bound: only the
+    // parent-death signal ends it within it.
+    if !crate::driver::exits_within(&pidfd, Duration::from_secs(60)) {
+        // SAFETY: the orphan this process adopted and has not reaped.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        reap(&pidfd);
+        return Err(format!("sandboxed child {pid} outlived its parent"));
     }
-    // SAFETY: killing the leftover so the test leaves nothing behind.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    let (code, status) = reap(&pidfd);
+    ensure(code == libc::CLD_KILLED && status == libc::SIGKILL, || {
+        format!("the orphan {pid} ended otherwise than by SIGKILL: si_code {code}, status {status}")
+    })
+}
+
+/// Reaps the adopted orphan of `pidfd`: its `si_code` and `si_status`.
+fn reap(pidfd: &std::os::fd::OwnedFd) -> (i32, i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed siginfo for waitid to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on the pidfd of this process's own (adopted) child.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::__WALL,
+        )
+    };
+    if r != 0 {
+        return (-1, -1);
     }
-    Err(format!("sandboxed child {pid} outlived its parent"))
+    // SAFETY: waitid filled a child's exit into `info`.
+    (info.si_code, unsafe { info.si_status() })
 }
 
 fn pinned_program_runs() -> Outcome {

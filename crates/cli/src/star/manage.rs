@@ -9,11 +9,12 @@
 //! them). Bad input is one line on stderr and exit 125, with nothing
 //! changed.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use cordon_egress::IpRange;
 use cordon_starlark::{
     load_package_from_path, ApiKey, KeyOrigin, Permission, ProviderConfig, ProviderScope,
     SqliteStore, StoreKey,
@@ -76,6 +77,12 @@ pub struct GrantArgs {
     /// Who grants (or revokes), for the record [default: $USER].
     #[arg(long)]
     user: Option<String>,
+    /// With api.http: let the package's targets be in, or resolve into,
+    /// this loopback, private or link-local range (repeatable), e.g.
+    /// `--allow-private 10.0.0.0/8` for git.corp, or 127.0.0.1/32 for a
+    /// target on this host. The manifest alone never approves one.
+    #[arg(long = "allow-private", value_name = "CIDR")]
+    allow_private: Vec<IpRange>,
     #[command(flatten)]
     common: StoreArgs,
 }
@@ -150,9 +157,13 @@ pub fn open_store(loc: &StoreLocation) -> Result<SqliteStore, String> {
         Some(p) => p.clone(),
         None => default_path("XDG_CONFIG_HOME", ".config", "store.key")?,
     };
-    let (key, origin) = StoreKey::from_env_or_file(&key_file, !db.exists())?;
+    // Whether anything is at the path (a dangling symlink too: it is
+    // refused below, and must not make a fresh key first).
+    let fresh = std::fs::symlink_metadata(&db).is_err();
+    let (key, origin) = StoreKey::from_env_or_file(&key_file, fresh)?;
     if let KeyOrigin::Created(path) = &origin {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "cordon: made a new store key in {} (keep it: the secrets in the store open only with it)",
             path.display()
         );
@@ -170,7 +181,7 @@ fn who(user: &Option<String>) -> String {
 }
 
 /// Reads a secret value from stdin (one trailing newline dropped).
-fn read_stdin(what: &str) -> Result<String, String> {
+pub(super) fn read_stdin(what: &str) -> Result<String, String> {
     let mut s = String::new();
     std::io::stdin()
         .read_to_string(&mut s)
@@ -192,16 +203,17 @@ fn read_stdin(what: &str) -> Result<String, String> {
 /// Runs one management command.
 pub fn main(cmd: StarCommand) -> ExitCode {
     match manage(cmd) {
+        // A closed stdout or stderr is not worth a panic.
         Ok((json, value, text)) => {
             if json {
-                println!("{value}");
+                let _ = writeln!(std::io::stdout(), "{value}");
             } else if !text.is_empty() {
-                println!("{text}");
+                let _ = writeln!(std::io::stdout(), "{text}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("cordon: {e}");
+            let _ = writeln!(std::io::stderr(), "cordon: {e}");
             ExitCode::from(EXIT_CORDON_FAILED)
         }
     }
@@ -231,8 +243,14 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
             let text = list
                 .iter()
                 .map(|p| {
-                    let grants: Vec<&str> =
-                        p.grants.iter().map(|g| g.permission.as_str()).collect();
+                    let grants: Vec<String> = p
+                        .grants
+                        .iter()
+                        .map(|g| match g.status {
+                            "active" => g.permission.as_str().to_owned(),
+                            s => format!("{}({s})", g.permission),
+                        })
+                        .collect();
                     let status = json!(p.status);
                     let status = status.as_str().unwrap_or("?");
                     format!("{}\t{}\t{status}\t{}", p.id, p.version, grants.join(","))
@@ -252,11 +270,10 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
         StarCommand::Grant(a) => {
             let store = open_store(&a.common.store)?;
             let by = who(&a.user);
-            for p in &a.permissions {
-                store.grant(&a.id, *p, &by)?;
-            }
+            store.grant(&a.id, &a.permissions, &by, &a.allow_private)?;
             let names: Vec<&str> = a.permissions.iter().map(|p| p.as_str()).collect();
-            let v = json!({"package": a.id, "granted": names, "by": by});
+            let ranges: Vec<String> = a.allow_private.iter().map(|r| r.to_string()).collect();
+            let v = json!({"package": a.id, "granted": names, "by": by, "private": ranges});
             Ok((
                 a.common.json,
                 v,
@@ -264,6 +281,9 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
             ))
         }
         StarCommand::Revoke(a) => {
+            if !a.allow_private.is_empty() {
+                return Err("--allow-private is for grant: revoke api.http to drop it".into());
+            }
             let store = open_store(&a.common.store)?;
             let by = who(&a.user);
             let mut revoked = Vec::new();

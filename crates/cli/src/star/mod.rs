@@ -14,28 +14,31 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use std::sync::Arc;
 
+use cordon_egress::IpRange;
 use cordon_starlark::{
     load_package_from_path, Call, CallOutcome, EvalError, EvalLimits, ExecOutcome,
-    InMemoryPackageStore, InMemoryPermissionStore, InMemorySecretStore, Isolation, Notification,
-    Package, Permission, RecordingNotifier, RunContext, Services, StarlarkHost, StarlarkHostError,
-    TrustTier, WorkerConfig, WorkerProgram,
+    InMemoryPackageStore, InMemoryPermissionStore, InMemorySecretStore, Isolation,
+    JsonLinesNotifier, Notification, Package, Permission, RecordingNotifier, RunContext, Services,
+    StarlarkHost, StarlarkHostError, TrustTier, WebhookNotifier, WorkerConfig, WorkerProgram,
 };
 
 use crate::{EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
 mod manage;
-use manage::{open_store, StoreArgs};
+pub mod stderr;
+use manage::{open_store, read_stdin, StoreArgs};
+use stderr::say;
 
 #[derive(Subcommand)]
 pub enum StarCommand {
     /// Run a Starlark package's entry point and print its result.
     #[command(after_help = "Examples:\n  \
         cordon star run examples/starlark/single.star --entry main\n  \
-        cordon star run examples/starlark/hello --entry main --grant api.http --grant secrets.read \\\n      \
-        --secret greeting_token=abc --args '[\"world\"]' --json\n\n\
+        printf abc | cordon star run examples/starlark/hello --entry main --grant api.http \\\n      \
+        --grant secrets.read --allow-private 127.0.0.1/32 --secret greeting_token --json\n\n\
         Exit status: 0 on success; 1 on a script error; 124 on a timeout or a step/heap limit;\n\
         125 on a host error (bad flags, no conforming sandbox, worker failure).")]
-    Run(StarRunArgs),
+    Run(Box<StarRunArgs>),
     /// Install (or with --upgrade, replace) a package in the store.
     Install(manage::InstallArgs),
     /// List the installed packages.
@@ -83,9 +86,21 @@ pub struct StarRunArgs {
     /// Grant a permission (repeatable): secrets.read, notifications.send, api.http, provider.complete.
     #[arg(long = "grant", value_name = "PERM", value_parser = parse_perm)]
     grants: Vec<Permission>,
-    /// A secret in the package's namespace (repeatable).
-    #[arg(long = "secret", value_name = "KEY=VALUE", value_parser = parse_secret)]
-    secrets: Vec<(String, String)>,
+    /// A secret in the package's namespace, its value read from stdin (one
+    /// trailing newline dropped): never on the command line, where every
+    /// user sees it. One --secret at most; the others with --secret-file.
+    #[arg(long = "secret", value_name = "KEY", value_parser = parse_secret_name)]
+    secrets: Vec<String>,
+    /// A secret whose value is the contents of PATH (one trailing newline
+    /// dropped; repeatable).
+    #[arg(long = "secret-file", value_name = "KEY=PATH", value_parser = parse_secret_file)]
+    secret_files: Vec<(String, PathBuf)>,
+    /// With --grant api.http: let the package's http targets be in, or
+    /// resolve into, this loopback, private or link-local range
+    /// (repeatable), e.g. 127.0.0.1/32 for a server on this host. The
+    /// manifest alone never reaches such an address.
+    #[arg(long = "allow-private", value_name = "CIDR")]
+    allow_private: Vec<IpRange>,
     /// The acting user (needed by the provider module).
     #[arg(long)]
     user: Option<String>,
@@ -134,11 +149,60 @@ fn parse_perm(s: &str) -> Result<Permission, String> {
     })
 }
 
-fn parse_secret(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("`{s}` is not KEY=VALUE")),
+/// `--secret KEY`: a name only. A value given here would be on argv, which
+/// every user reads in /proc/PID/cmdline: a usage error that says how.
+fn parse_secret_name(s: &str) -> Result<String, String> {
+    if let Some((name, _)) = s.split_once('=') {
+        return Err(format!(
+            "a secret's value on the command line is readable by every user of this machine \
+             (in /proc/PID/cmdline); give its name only and pipe the value in \
+             (printf %s \"$VALUE\" | cordon star run … --secret {name}), or use \
+             --secret-file {name}=PATH"
+        ));
     }
+    if s.is_empty() {
+        return Err("a secret needs a name".into());
+    }
+    Ok(s.to_owned())
+}
+
+fn parse_secret_file(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((k, p)) if !k.is_empty() && !p.is_empty() => Ok((k.to_owned(), PathBuf::from(p))),
+        _ => Err(format!("`{s}` is not KEY=PATH")),
+    }
+}
+
+/// The secrets of a path run: one from stdin, the others from files.
+fn secret_values(args: &StarRunArgs) -> Result<Vec<(String, String)>, String> {
+    if args.secrets.len() > 1 {
+        return Err(format!(
+            "only one --secret can read stdin ({} given): pass the others with --secret-file KEY=PATH",
+            args.secrets.len()
+        ));
+    }
+    let mut out = Vec::new();
+    for name in &args.secrets {
+        out.push((
+            name.clone(),
+            read_stdin(&format!("value of secret {name}"))?,
+        ));
+    }
+    for (name, path) in &args.secret_files {
+        use std::io::Read as _;
+        let mut v = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(1 << 20).read_to_string(&mut v))
+            .map_err(|e| format!("--secret-file {name}={}: {e}", path.display()))?;
+        if v.ends_with('\n') {
+            v.pop();
+            if v.ends_with('\r') {
+                v.pop();
+            }
+        }
+        out.push((name.clone(), v));
+    }
+    Ok(out)
 }
 
 pub async fn main(cmd: StarCommand) -> ExitCode {
@@ -146,29 +210,64 @@ pub async fn main(cmd: StarCommand) -> ExitCode {
         StarCommand::Run(args) => args,
         other => return manage::main(other),
     };
-    let result = match run(&args).await {
-        Ok(r) => r,
+    let code = match run(&args).await {
         Err(message) => {
-            eprintln!("cordon: {message}");
-            return ExitCode::from(EXIT_CORDON_FAILED);
+            say(format!("cordon: {message}"));
+            ExitCode::from(EXIT_CORDON_FAILED)
         }
-    };
-    match result {
-        Ok(outcome) => {
+        Ok(Ok(outcome)) => {
             print_outcome(&outcome, args.json);
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             // What the package printed before it failed is what its author
             // needs: on stderr, before the error.
             if !e.output.is_empty() {
-                eprint!("{}", e.output);
-                if !e.output.ends_with('\n') {
-                    eprintln!();
-                }
+                say(&e.output);
             }
-            eprintln!("cordon: {e}");
+            say(format!("cordon: {e}"));
             ExitCode::from(exit_code_for(&e.error))
+        }
+    };
+    stderr::flush();
+    code
+}
+
+/// Where a run's notifications go, kept to wait for their delivery.
+enum Sink {
+    /// Recorded, printed at the end (a package path).
+    Recorded,
+    /// JSON lines on cordon's stderr (an installed package).
+    Stderr,
+    /// JSON lines appended to a file.
+    File(JsonLinesNotifier),
+    /// POSTed to a webhook.
+    Webhook(WebhookNotifier),
+}
+
+impl Sink {
+    /// Waits for queued deliveries (a file: while it makes progress; a
+    /// webhook: up to 10 s), and says what was not delivered.
+    fn finish(&self) {
+        let stats = match self {
+            Sink::Recorded | Sink::Stderr => return,
+            Sink::File(f) => f.flush(Duration::from_secs(2)),
+            Sink::Webhook(w) => w.flush(Duration::from_secs(10)),
+        };
+        if !stats.all_delivered() {
+            let why = match self {
+                Sink::Webhook(w) => w.last_error().map(|e| format!(": {e}")),
+                _ => None,
+            };
+            say(format!(
+                "cordon: notifications: {} delivered, {} failed, {} refused (queue full), {} \
+                 not delivered before exit{}",
+                stats.delivered,
+                stats.failed,
+                stats.refused,
+                stats.pending,
+                why.unwrap_or_default()
+            ));
         }
     }
 }
@@ -189,6 +288,7 @@ struct StarOutcome {
 /// or not at all. The outer error is cordon's own (no gate, no executable).
 async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, String> {
     let notifier = RecordingNotifier::new();
+    let mut sink = Sink::Recorded;
     let (package, services) = if args.package.exists() {
         // A quick trial: grants and secrets from the flags, in memory.
         let package = match load_package_from_path(&args.package) {
@@ -199,9 +299,15 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
         for p in &args.grants {
             perms.grant(&package.id, *p);
         }
+        if !args.allow_private.is_empty() && !args.grants.contains(&Permission::ApiHttp) {
+            return Err("--allow-private approves addresses for --grant api.http only".into());
+        }
+        for r in &args.allow_private {
+            perms.allow_private(&package.id, *r);
+        }
         let secrets = Arc::new(InMemorySecretStore::new());
-        for (k, v) in &args.secrets {
-            secrets.set(&package.id, k, v);
+        for (k, v) in secret_values(args)? {
+            secrets.set(&package.id, &k, &v);
         }
         let packages = Arc::new(InMemoryPackageStore::new());
         packages.insert(package.clone());
@@ -212,9 +318,14 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
     } else {
         // An installed package: everything from the store; notifications
         // are delivered as JSON lines on stderr.
-        if !args.grants.is_empty() || !args.secrets.is_empty() {
+        if !args.grants.is_empty()
+            || !args.secrets.is_empty()
+            || !args.secret_files.is_empty()
+            || !args.allow_private.is_empty()
+        {
             return Err(format!(
-                "--grant and --secret are for a package path; `{}` is an installed package:                  use `cordon star grant` and `cordon star secret set`",
+                "--grant, --allow-private, --secret and --secret-file are for a package path; \
+                 `{}` is an installed package: use `cordon star grant` and `cordon star secret set`",
                 args.package.display()
             ));
         }
@@ -232,9 +343,10 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
         let mut services = Services::new(store.clone(), store.clone());
         services.secrets = Some(store.clone());
         services.providers = Some(store);
-        services.notifier = Some(Arc::new(cordon_starlark::JsonLinesNotifier::new(
-            std::io::stderr(),
-        )));
+        if let Some(q) = stderr::queue() {
+            services.notifier = Some(Arc::new(JsonLinesNotifier::on(q.clone())));
+            sink = Sink::Stderr;
+        }
         (package, services)
     };
     let mut services = services;
@@ -244,17 +356,16 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
             .append(true)
             .open(path)
             .map_err(|e| format!("--notify-file {}: {e}", path.display()))?;
-        services.notifier = Some(Arc::new(cordon_starlark::JsonLinesNotifier::new(file)));
+        let lines = JsonLinesNotifier::new(file)?;
+        services.notifier = Some(Arc::new(lines.clone()));
+        sink = Sink::File(lines);
     }
     if let Some(url) = &args.notify_webhook {
-        let hook = cordon_starlark::WebhookNotifier::new(
-            url,
-            Duration::from_secs(10),
-            3,
-            Duration::from_millis(500),
-        )
-        .map_err(|e| format!("--notify-webhook: {e}"))?;
-        services.notifier = Some(Arc::new(hook));
+        let hook =
+            WebhookNotifier::new(url, Duration::from_secs(10), 3, Duration::from_millis(500))
+                .map_err(|e| format!("--notify-webhook: {e}"))?;
+        services.notifier = Some(Arc::new(hook.clone()));
+        sink = Sink::Webhook(hook);
     }
     let limits = EvalLimits {
         timeout: args.timeout.unwrap_or(EvalLimits::default().timeout),
@@ -263,17 +374,17 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
     let mut builder = StarlarkHost::builder(services).limits(limits);
     let tier = match args.isolation {
         IsolationArg::InProcess => {
-            eprintln!(
+            say(
                 "cordon: --isolation in-process: the package is treated as TRUSTED and runs \
-                 inside cordon: size checks, but no memory protection"
+                 inside cordon: size checks, but no memory protection",
             );
             builder = builder.trusted_isolation(Isolation::InProcess);
             TrustTier::Trusted
         }
         IsolationArg::Process => {
-            eprintln!(
+            say(
                 "cordon: --isolation process: the package is treated as TRUSTED (a worker \
-                 process with limits, no sandbox)"
+                 process with limits, no sandbox)",
             );
             let program = WorkerProgram::current_exe()
                 .map_err(|e| format!("cannot find cordon's own executable: {e}"))?;
@@ -287,7 +398,7 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
                 crate::run::admit(&args.backend, false, cordon_core::RunnerConfig::default())
                     .await?;
             if let Err(e) = &sandbox {
-                eprint!("{}", crate::conformance::render(&e.report));
+                say(crate::conformance::render(&e.report));
             }
             let program = WorkerProgram::current_exe()
                 .map_err(|e| format!("cannot find cordon's own executable: {e}"))?;
@@ -329,6 +440,7 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
     .await;
     // The worker is killed and reaped before cordon exits.
     host.shutdown().await;
+    sink.finish();
     Ok(result.map(|(exec, call)| StarOutcome {
         package,
         exec,
@@ -354,11 +466,14 @@ pub fn exit_code_for(e: &StarlarkHostError) -> u8 {
 }
 
 fn print_outcome(o: &StarOutcome, json: bool) {
+    use std::io::Write as _;
     let output = match &o.call {
         Some(c) => format!("{}{}", o.exec.output, c.output),
         None => o.exec.output.clone(),
     };
     let value = o.call.as_ref().map(|c| c.value.clone());
+    // Writes to a closed stdout (`| head -0`) are not cordon's failure.
+    let mut out = std::io::stdout().lock();
     if json {
         let v = serde_json::json!({
             "package": o.package.id,
@@ -367,14 +482,15 @@ fn print_outcome(o: &StarOutcome, json: bool) {
             "globals": o.exec.globals,
             "notifications": o.notifications,
         });
-        println!("{v}");
+        let _ = writeln!(out, "{v}");
         return;
     }
-    print!("{output}");
+    let _ = write!(out, "{output}");
     if let Some(v) = value {
-        println!("{v}");
+        let _ = writeln!(out, "{v}");
     }
+    let _ = out.flush();
     for n in &o.notifications {
-        eprintln!("notification: {} — {}", n.title, n.body);
+        say(format!("notification: {} — {}", n.title, n.body));
     }
 }

@@ -177,7 +177,8 @@ pub enum CacheOutcome {
     Refused(String),
 }
 
-/// Admits `backend` through the standard suite P1–P7, answered from the
+/// Admits `backend` through the standard suite (the probes it must pass:
+/// P1–P7, and P8 if it claims the egress allowlist), answered from the
 /// per-boot cache in [`default_dir`] when a trustworthy conforming report
 /// is there (`recheck` runs the suite anyway); returns the runner, or why
 /// not with the report, and how the cache was used. This is `cordon run`'s

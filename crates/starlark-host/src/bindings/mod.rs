@@ -18,6 +18,7 @@ use starlark::values::{ProvidesStaticType, Value};
 use crate::protocol::{ModuleCall, ModuleCalls, ModuleReply, Notification, SecretGet};
 
 mod guards;
+mod guards_calls;
 mod http;
 mod json;
 mod provider;
@@ -137,6 +138,7 @@ pub fn globals_for(modules: ModuleSet) -> &'static Globals {
             GlobalsBuilder::extended_by(&[LibraryExtension::StructType, LibraryExtension::Print]);
         b.namespace("json", json_module);
         guards::guards(&mut b);
+        guards_calls::guard_calls(&mut b);
         if modules.secrets {
             b.namespace("secrets", secrets_module);
         }

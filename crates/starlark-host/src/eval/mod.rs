@@ -23,7 +23,8 @@ use crate::protocol::{DenyAllCalls, ModuleCalls};
 
 mod size_guards;
 mod threads;
-pub use threads::run_on_eval_thread;
+pub(crate) use size_guards::METHODS as GUARDED_METHODS;
+pub use threads::{name_panicked, run_on_eval_thread};
 
 /// A package parsed, its top level executed and frozen. Immutable and
 /// shareable between threads; every call evaluates on a fresh heap.

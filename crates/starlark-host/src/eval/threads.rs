@@ -4,7 +4,11 @@
 use crate::error::StarlarkHostError;
 
 /// Run `f` on an evaluation thread with `stack_bytes` of native stack and
-/// await its result. A panic in `f` becomes [`StarlarkHostError::Internal`].
+/// await its result. A panic in `f` (the interpreter giving up on a
+/// script: an allocation it cannot make, say) becomes a script error,
+/// [`StarlarkHostError::Script`] with an empty package (the caller names
+/// it, `name_panicked`): it is the script's doing, never an internal
+/// error of the host.
 ///
 /// Threads are kept warm in a small pool per stack size (at most
 /// `MAX_IDLE_EVAL_THREADS` idle ones): starting a thread with a 64 MiB
@@ -46,13 +50,32 @@ where
         Ok(Ok(r)) => Ok(r),
         Ok(Err(p)) => {
             let msg = cordon_core::panic_message(p.as_ref());
-            Err(StarlarkHostError::Internal(format!(
-                "the interpreter panicked: {msg}"
-            )))
+            Err(StarlarkHostError::Script {
+                package: String::new(),
+                message: format!(
+                    "the interpreter gave up on this script (it panicked: {msg}); in process \
+                     nothing but the size checks bounds a script: run it in a worker \
+                     (Isolation::Process, or the sandbox) to hold it to memory limits"
+                ),
+            })
         }
         Err(()) => Err(StarlarkHostError::Internal(
             "evaluation thread vanished".to_owned(),
         )),
+    }
+}
+
+/// Names the package of a panic's script error from [`run_on_eval_thread`].
+pub fn name_panicked(e: StarlarkHostError, package: &str) -> StarlarkHostError {
+    match e {
+        StarlarkHostError::Script {
+            package: p,
+            message,
+        } if p.is_empty() => StarlarkHostError::Script {
+            package: package.to_owned(),
+            message,
+        },
+        other => other,
     }
 }
 

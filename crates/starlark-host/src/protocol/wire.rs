@@ -63,12 +63,15 @@ pub enum ErrorCode {
     Conversion,
     /// The package is not valid.
     InvalidPackage,
-    /// Anything else (an interpreter bug, an encoding failure).
+    /// The interpreter gave up on the script by panicking: the script's
+    /// error, but the worker's state is suspect (the host retires it).
+    Panic,
+    /// Anything else (an encoding failure, a leaked forwarder).
     Internal,
 }
 
 impl ErrorCode {
-    const PLAIN: [(ErrorCode, &'static str); 12] = [
+    const PLAIN: [(ErrorCode, &'static str); 13] = [
         (ErrorCode::Protocol, "protocol"),
         (ErrorCode::Version, "version"),
         (ErrorCode::Identity, "identity"),
@@ -80,6 +83,7 @@ impl ErrorCode {
         (ErrorCode::NoSuchEntryPoint, "no_such_entry_point"),
         (ErrorCode::Conversion, "conversion"),
         (ErrorCode::InvalidPackage, "invalid_package"),
+        (ErrorCode::Panic, "panic"),
         (ErrorCode::Internal, "internal"),
     ];
 
@@ -157,7 +161,8 @@ impl From<&EvalLimits> for WireLimits {
 }
 
 impl WireLimits {
-    /// Back to [`EvalLimits`] (HTTP caps at their defaults: unused in the worker).
+    /// Back to [`EvalLimits`] (HTTP caps and the notification budget at
+    /// their defaults: the host's broker enforces them, not the worker).
     pub fn to_limits(&self) -> EvalLimits {
         let z = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         EvalLimits {
@@ -174,6 +179,7 @@ impl WireLimits {
             max_load_depth: z(self.max_load_depth),
             eval_stack_bytes: z(self.eval_stack_bytes),
             http: Default::default(),
+            notifications: Default::default(),
         }
     }
 }
@@ -261,7 +267,9 @@ pub fn error_from_code(
             kind,
             message,
         },
-        Some(ErrorCode::Script) => StarlarkHostError::Script { package, message },
+        Some(ErrorCode::Script | ErrorCode::Panic) => {
+            StarlarkHostError::Script { package, message }
+        }
         Some(ErrorCode::Cancelled) => StarlarkHostError::Cancelled { package },
         Some(ErrorCode::NoSuchEntryPoint) => StarlarkHostError::NoSuchEntryPoint {
             package,

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use cordon_core::{ExitOutcome, Runner, RunningChild, SandboxRunner, TrustedProcessRunner};
 
 use crate::bindings::ModuleSet;
-use crate::broker::Capabilities;
+use crate::broker::{Admitted, Capabilities};
 use crate::error::{EvalError, LimitKind, StarlarkHostError};
 use crate::eval::CallOutcome;
 use crate::host::{Call, Evaluator};
@@ -405,9 +405,10 @@ impl Evaluator for WorkerPool {
     async fn call(
         &self,
         pkg: &Package,
-        modules: ModuleSet,
+        admitted: Admitted,
         call: Call,
     ) -> Result<CallOutcome, EvalError> {
+        let modules = admitted.modules;
         let start = Instant::now();
         let inner = &self.inner;
         let _permit = inner
@@ -416,7 +417,7 @@ impl Evaluator for WorkerPool {
             .await
             .map_err(|_| StarlarkHostError::Internal("the worker pool is closed".into()))?;
         let (mut worker, cached) = inner.checkout(pkg, modules).await?;
-        let (broker, deadline) = match call.broker(&inner.caps, pkg, modules, &inner.limits) {
+        let (broker, deadline) = match call.broker(&inner.caps, pkg, admitted, &inner.limits) {
             Ok(b) => b,
             Err(e) => {
                 inner.check_in(worker).await;
@@ -471,12 +472,16 @@ impl Evaluator for WorkerPool {
                     message
                 };
                 let e = wire::error_from_code(&pkg.id, &code, message, &worker.loaded.functions);
-                // After an internal error or an allocation failure the
-                // worker's state is suspect: do not reuse it.
+                // After an internal error, a panic or an allocation
+                // failure the worker's state is suspect: do not reuse it.
                 if memory
                     || matches!(
                         parsed,
-                        Some(wire::ErrorCode::Internal | wire::ErrorCode::NotLoaded)
+                        Some(
+                            wire::ErrorCode::Internal
+                                | wire::ErrorCode::Panic
+                                | wire::ErrorCode::NotLoaded
+                        )
                     )
                 {
                     inner.retire(worker).await;

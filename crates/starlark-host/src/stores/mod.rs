@@ -1,8 +1,15 @@
 //! Stores and services the host provides, as traits with in-memory
 //! implementations (for tests and embedders), the persistent
-//! [`SqliteStore`] (`sqlite.rs`, feature `sqlite`) with its schema
-//! (`schema.rs`) and its sealing of secrets (`seal.rs`), and the notification senders (`senders.rs`).
+//! [`SqliteStore`] (feature `sqlite`: `sqlite.rs` the store and its
+//! packages, `sqlite_grants.rs` grants, secrets and providers, `schema.rs`
+//! its migrations, `seal.rs` the sealing of secrets, `rows.rs` the row
+//! MACs, `fs_checks.rs` the checks of its files), and the notification
+//! senders (`senders.rs`).
 
+#[cfg(feature = "sqlite")]
+mod fs_checks;
+#[cfg(feature = "sqlite")]
+mod rows;
 #[cfg(feature = "sqlite")]
 mod schema;
 #[cfg(feature = "sqlite")]
@@ -10,22 +17,28 @@ mod seal;
 mod senders;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite_grants;
 
 #[cfg(feature = "sqlite")]
 pub use seal::{KeyOrigin, StoreKey, STORE_KEY_ENV};
-pub use senders::{JsonLinesNotifier, WebhookNotifier};
+pub use senders::{
+    DeliveryStats, JsonLinesNotifier, LineQueue, QueueFull, QueueLimits, WebhookNotifier,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope, SqliteStore};
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::grants::{Approval, Grant};
 use crate::package::{Package, Permission, ProviderRequirement};
 use crate::protocol::Notification;
+use cordon_egress::IpRange;
 
 /// Error type of the store traits.
 pub type StoreError = String;
@@ -63,11 +76,13 @@ pub trait PackageStore: Send + Sync {
     async fn get(&self, id: &str) -> Result<Option<Package>, StoreError>;
 }
 
-/// Granted permissions, separate from what manifests request.
+/// Granted permissions, separate from what manifests request, each with
+/// what it approved ([`Grant`]): the host suspends a grant whose package
+/// now asks for more.
 #[async_trait]
 pub trait PermissionStore: Send + Sync {
-    /// Permissions granted to a package.
-    async fn granted_for_package(&self, package_id: &str) -> Result<Vec<Permission>, StoreError>;
+    /// The grants of a package (revoked ones left out).
+    async fn grants_for_package(&self, package_id: &str) -> Result<Vec<Grant>, StoreError>;
 }
 
 /// Secrets, namespaced per package.
@@ -199,7 +214,8 @@ impl PackageStore for InMemoryPackageStore {
 /// In-memory [`PermissionStore`].
 #[derive(Default)]
 pub struct InMemoryPermissionStore {
-    grants: Mutex<HashMap<String, BTreeSet<Permission>>>,
+    grants: Mutex<HashMap<String, BTreeMap<Permission, Grant>>>,
+    private: Mutex<HashMap<String, Vec<IpRange>>>,
 }
 
 impl InMemoryPermissionStore {
@@ -207,23 +223,49 @@ impl InMemoryPermissionStore {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Grant a permission.
+    /// Grants a permission that approves whatever the package asks
+    /// ([`Grant::unbound`]): for a quick trial, or an embedder that checks
+    /// manifests itself. [`InMemoryPermissionStore::grant_approving`] binds
+    /// it to a manifest instead.
     pub fn grant(&self, package_id: &str, permission: Permission) {
-        self.grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.grants)
             .entry(package_id.to_owned())
             .or_default()
-            .insert(permission);
+            .insert(permission, Grant::unbound(permission));
+    }
+    /// Grants a permission that approves `package`'s manifest as it is
+    /// now: a later version that reaches more is suspended.
+    pub fn grant_approving(
+        &self,
+        package: &Package,
+        permission: Permission,
+    ) -> Result<(), StoreError> {
+        let approval = Approval::of(&package.manifest)?;
+        lock(&self.grants)
+            .entry(package.id.clone())
+            .or_default()
+            .insert(
+                permission,
+                Grant {
+                    permission,
+                    approval: Some(approval),
+                    private: Vec::new(),
+                },
+            );
+        Ok(())
+    }
+    /// Lets the package's `http` targets be in or resolve into `range`, a
+    /// loopback, private or link-local range (what `--allow-private` is
+    /// for an installed package's grant).
+    pub fn allow_private(&self, package_id: &str, range: IpRange) {
+        lock(&self.private)
+            .entry(package_id.to_owned())
+            .or_default()
+            .push(range);
     }
     /// Revoke a permission.
     pub fn revoke(&self, package_id: &str, permission: Permission) {
-        if let Some(set) = self
-            .grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(package_id)
-        {
+        if let Some(set) = lock(&self.grants).get_mut(package_id) {
             set.remove(&permission);
         }
     }
@@ -231,13 +273,24 @@ impl InMemoryPermissionStore {
 
 #[async_trait]
 impl PermissionStore for InMemoryPermissionStore {
-    async fn granted_for_package(&self, package_id: &str) -> Result<Vec<Permission>, StoreError> {
-        Ok(self
-            .grants
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    async fn grants_for_package(&self, package_id: &str) -> Result<Vec<Grant>, StoreError> {
+        let private = lock(&self.private)
             .get(package_id)
-            .map(|s| s.iter().copied().collect())
+            .cloned()
+            .unwrap_or_default();
+        Ok(lock(&self.grants)
+            .get(package_id)
+            .map(|s| {
+                s.values()
+                    .cloned()
+                    .map(|mut g| {
+                        if g.permission == Permission::ApiHttp {
+                            g.private.extend(private.iter().copied());
+                        }
+                        g
+                    })
+                    .collect()
+            })
             .unwrap_or_default())
     }
 }

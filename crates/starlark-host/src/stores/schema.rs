@@ -43,6 +43,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
          sealed_key BLOB NOT NULL,
          updated_at INTEGER NOT NULL,
          PRIMARY KEY (scope, scope_id));",
+    // 2: rows carry a MAC under the store key (`rows.rs`), and a grant
+    // records what it approved. Rows of version 1 have no MAC: they are
+    // refused until written again (install --upgrade, grant, provider
+    // set), since nothing says they were not changed.
+    "ALTER TABLE packages ADD COLUMN mac BLOB;
+     ALTER TABLE grants ADD COLUMN approval TEXT;
+     ALTER TABLE grants ADD COLUMN mac BLOB;
+     ALTER TABLE providers ADD COLUMN mac BLOB;",
 ];
 
 pub(super) fn schema_version(conn: &Connection) -> Result<usize, StoreError> {

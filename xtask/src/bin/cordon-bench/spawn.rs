@@ -237,10 +237,10 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
     use cordon_backend_linux::{Layers, LinuxBackend};
     use cordon_core::{RunnerConfig, Spawner};
     const S: &str = "1b. Linux backend, layer by layer";
-    let legacy = Layers::LEGACY;
+    let base = Layers::BASE;
     let pid = Layers {
         pid_namespace: true,
-        ..legacy
+        ..base
     };
     let ipc = Layers {
         ipc_namespace: true,
@@ -277,7 +277,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
         (
             "user ns + rlimits + caps + Landlock + seccomp deny-list",
             "layers.userns_landlock_seccomp",
-            legacy,
+            base,
         ),
         ("+ PID namespace (init)", "layers.pid_namespace", pid),
         ("+ IPC namespace", "layers.ipc_namespace", ipc),
@@ -372,7 +372,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
 }
 
 pub async fn suite(plan: &Plan, backend: Arc<dyn SandboxBackend>) -> Vec<Row> {
-    const S: &str = "2. conformance suite P1-P7";
+    const S: &str = "2. conformance suite";
     let mut total = vec![];
     let mut per: Vec<Vec<Duration>> = vec![vec![]; 7];
     let mut conforms = true;

@@ -29,8 +29,8 @@
 //! longer than the 255 instructions classic BPF can encode into `ja`
 //! trampolines.
 //!
-//! [`legacy_programs`] is the first version's pair (a deny-list and
-//! `clone3` → `ENOSYS`), kept for `Layers::LEGACY` and compiled by the
+//! [`deny_list_programs`] is the deny-list pair (a deny-list and
+//! `clone3` → `ENOSYS`), kept for `Layers::BASE` and compiled by the
 //! same code. README.md gives the reason behind every rule.
 
 // `libc`'s syscall-number and ioctl types differ between targets and C
@@ -60,10 +60,10 @@ pub(crate) fn egress_programs() -> Result<Vec<Program>, String> {
     Ok(vec![full_filter(true)?])
 }
 
-/// The first version's filters, in install order: the deny-list (default
+/// The deny-list filters, in install order: the deny-list (default
 /// allow, `setsid`/`setpgid` still refused) and `clone3` → `ENOSYS`. Used
-/// by `Layers::LEGACY` only.
-pub(crate) fn legacy_programs() -> Result<Vec<Program>, String> {
+/// by `Layers::BASE` only.
+pub(crate) fn deny_list_programs() -> Result<Vec<Program>, String> {
     Ok(vec![deny_list()?, clone3()?])
 }
 
@@ -80,7 +80,7 @@ pub(crate) use codegen::*;
 pub(crate) use rules::*;
 pub(crate) use tables::*;
 
-// The filters: the full allowlist and the first version's pair.
+// The filters: the full allowlist and the deny-list pair.
 
 /// `SECCOMP_RET_ALLOW`: the syscall runs.
 const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
@@ -235,9 +235,9 @@ fn full_filter(egress: bool) -> Result<Program, String> {
 /// Which filter a sandbox installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Filter {
-    /// `Layers::LEGACY` (or a layer set without the allowlist): the first
-    /// version's pair.
-    Legacy,
+    /// A layer set without the allowlist (`Layers::BASE`): the deny-list
+    /// pair ([`deny_list_programs`]).
+    DenyList,
     /// Tier namespaces: the allowlist.
     Namespaces {
         /// The variant of an egress allowlist ([`egress_programs`]).
@@ -256,7 +256,7 @@ pub(crate) enum Filter {
 impl Filter {
     /// Every filter, for the once-per-process compilation.
     pub(crate) const ALL: [Filter; 5] = [
-        Filter::Legacy,
+        Filter::DenyList,
         Filter::Namespaces { egress: false },
         Filter::Namespaces { egress: true },
         Filter::Landlock { caller_uid: false },
@@ -266,7 +266,7 @@ impl Filter {
     /// Its programs, in install order.
     pub(crate) fn programs(self) -> Result<Vec<Program>, String> {
         match self {
-            Filter::Legacy => legacy_programs(),
+            Filter::DenyList => deny_list_programs(),
             Filter::Namespaces { egress: false } => programs(),
             Filter::Namespaces { egress: true } => egress_programs(),
             Filter::Landlock { caller_uid } => landlock_tier::programs(caller_uid),
@@ -276,7 +276,7 @@ impl Filter {
     /// What it is, for `host_facts()["seccomp"]`.
     pub(crate) fn description(self) -> &'static str {
         match self {
-            Filter::Legacy => {
+            Filter::DenyList => {
                 "deny-list only (listed syscalls return EPERM, clone3 returns ENOSYS)"
             }
             Filter::Namespaces { .. } => {
@@ -291,12 +291,12 @@ impl Filter {
     }
 }
 
-// ------------------------------------------------ the legacy filters
+// ------------------------------------------------ the deny-list filters
 
-/// The first version's deny-list, refused with `EPERM` (default allow).
-/// Unchanged, `setsid` and `setpgid` included: `Layers::LEGACY` has no PID
+/// The deny-list, refused with `EPERM` (default allow).
+/// Unchanged, `setsid` and `setpgid` included: `Layers::BASE` has no PID
 /// namespace to contain a new session.
-pub(crate) fn legacy_denied_syscalls() -> Vec<(libc::c_long, &'static str)> {
+pub(crate) fn deny_listed_syscalls() -> Vec<(libc::c_long, &'static str)> {
     vec![
         (libc::SYS_socket, "socket"),
         (libc::SYS_io_uring_setup, "io_uring_setup"),
@@ -340,11 +340,11 @@ pub(crate) fn legacy_denied_syscalls() -> Vec<(libc::c_long, &'static str)> {
     ]
 }
 
-/// The legacy deny-list filter (listed syscalls → `EPERM`, default
+/// The deny-list filter (listed syscalls → `EPERM`, default
 /// allow), with the x32 guard on x86_64.
 fn deny_list() -> Result<Program, String> {
-    let mut spec = Spec::new("legacy deny-list", RET_ALLOW, true);
-    for (nr, name) in legacy_denied_syscalls() {
+    let mut spec = Spec::new("deny-list", RET_ALLOW, true);
+    for (nr, name) in deny_listed_syscalls() {
         spec.insert(Sys::new(nr as i64, name), Verdict::Ret(RET_EPERM))?;
     }
     let refused = |rules: Vec<Rule>| Verdict::Check {
@@ -381,10 +381,10 @@ fn deny_list() -> Result<Program, String> {
     compile(&spec)
 }
 
-/// The legacy `clone3` → `ENOSYS` filter (no x32 guard: the deny-list
+/// The deny-list pair's `clone3` → `ENOSYS` filter (no x32 guard: the deny-list
 /// installed with it has one, and the kernel runs both).
 fn clone3() -> Result<Program, String> {
-    let mut spec = Spec::new("legacy clone3", RET_ALLOW, false);
+    let mut spec = Spec::new("deny-list clone3", RET_ALLOW, false);
     spec.insert(sys![SYS_clone3][0], Verdict::Ret(RET_ENOSYS))?;
     compile(&spec)
 }

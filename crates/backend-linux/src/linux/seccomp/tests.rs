@@ -193,17 +193,14 @@ impl Model {
     }
 }
 
-/// The legacy pair's verdicts, straight from the first version's
-/// rules.
-fn legacy_model(arch: u32, nr: u32, args: &[u64; 6]) -> u32 {
+/// The deny-list pair's verdicts, written out from its rules.
+fn deny_list_model(arch: u32, nr: u32, args: &[u64; 6]) -> u32 {
     if arch != ARCH || (cfg!(target_arch = "x86_64") && nr >= X32_SYSCALL_BIT) {
         return KILL;
     }
     let nr = i64::from(nr);
     let low = |i: usize| args[i] & 0xffff_ffff;
-    let refused = legacy_denied_syscalls()
-        .iter()
-        .any(|(n, _)| *n as i64 == nr)
+    let refused = deny_listed_syscalls().iter().any(|(n, _)| *n as i64 == nr)
         || (nr == libc::SYS_clone as i64 && CLONE_NS_FLAGS.iter().any(|(f, _)| low(0) & f != 0))
         || (nr == libc::SYS_ioctl as i64
             && [libc::TIOCSTI as u64, libc::TIOCLINUX as u64].contains(&low(1)))
@@ -300,9 +297,9 @@ fn satisfying(rule: &[Cond], rng: &mut Rng, pool: &[u64]) -> [u64; 6] {
 fn the_filter_compiles_with_the_x32_guard() {
     let progs = programs().unwrap();
     assert_eq!(progs.len(), 1, "one filter");
-    let legacy = legacy_programs().unwrap();
-    // The full filter and the legacy deny-list are guarded.
-    for p in [&progs[0], &legacy[0]] {
+    let base = deny_list_programs().unwrap();
+    // The full filter and the deny-list are guarded.
+    for p in [&progs[0], &base[0]] {
         assert_valid(p);
         assert!(p.len() > 40 && p.len() <= BPF_MAXINSNS);
         if cfg!(target_arch = "x86_64") {
@@ -841,8 +838,8 @@ fn checked_calls_get_the_models_verdict_on_random_arguments() {
 }
 
 #[test]
-fn legacy_filters_get_their_models_verdict() {
-    let progs = legacy_programs().unwrap();
+fn deny_list_filters_get_their_models_verdict() {
+    let progs = deny_list_programs().unwrap();
     for p in &progs {
         assert_valid(p);
     }
@@ -866,7 +863,7 @@ fn legacy_filters_get_their_models_verdict() {
         }
         for arch in [ARCH, AUDIT_ARCH_I386] {
             for args in &vectors {
-                let want = legacy_model(arch, nr, args);
+                let want = deny_list_model(arch, nr, args);
                 let got = run_all(&progs, &data(arch, nr, *args));
                 assert_eq!(
                     got,
@@ -1253,8 +1250,8 @@ fn wide_constants_and_bad_argument_indexes_are_refused() {
 }
 
 #[test]
-fn legacy_programs_are_the_first_versions() {
-    let progs = legacy_programs().unwrap();
+fn deny_list_programs_are_the_deny_list_and_clone3() {
+    let progs = deny_list_programs().unwrap();
     assert_eq!(progs.len(), 2);
     let v = |nr: i64| run_all(&progs, &data(ARCH, nr as u32, [0; 6]));
     assert_eq!(v(libc::SYS_setsid as i64), EPERM);
@@ -1265,10 +1262,7 @@ fn legacy_programs_are_the_first_versions() {
     // exists to change).
     assert_eq!(v(libc::SYS_kcmp as i64), ALLOW);
     assert!(progs[1].iter().any(|i| i.code == RET_K && i.k == ENOSYS));
-    let mut nrs: Vec<_> = legacy_denied_syscalls()
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let mut nrs: Vec<_> = deny_listed_syscalls().into_iter().map(|(n, _)| n).collect();
     let len = nrs.len();
     nrs.sort();
     nrs.dedup();

@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::request::{parse_request, read_head};
-use super::{check_addresses, match_target, HostPattern, Refusal, TargetHost};
+use super::{Access, Allowlist, HostPattern, Refusal, TargetHost};
 
 /// How much the proxy lets one sandbox do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct EgressStats {
 }
 
 struct Shared {
-    allow: Vec<HostPattern>,
+    allow: Allowlist,
     limits: EgressLimits,
     /// Readable once the proxy is dropped (see `stop_tx`).
     stop: OwnedFd,
@@ -98,7 +98,9 @@ impl std::fmt::Debug for Shared {
 impl EgressProxy {
     /// Serves the connections accepted on `listener` (a listening TCP
     /// socket, typically made inside the sandbox's network by the backend
-    /// and passed out) with the allowlist `allow`.
+    /// and passed out) with the allowlist `allow`, an operator's list
+    /// ([`Allowlist::for_process`]): targets, and the private ranges its
+    /// names may resolve into.
     pub fn serve(
         listener: OwnedFd,
         allow: Vec<HostPattern>,
@@ -110,7 +112,7 @@ impl EgressProxy {
         // so `stop` stays readable and every wait sees it.
         let (stop, stop_tx) = std::os::unix::net::UnixStream::pair()?;
         let shared = Arc::new(Shared {
-            allow,
+            allow: Allowlist::for_process(allow),
             limits,
             stop: OwnedFd::from(stop),
             stop_tx: OwnedFd::from(stop_tx),
@@ -328,7 +330,12 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
         Ok(r) => r,
         Err(why) => return refuse(shared, client, 400, "Bad Request", &why),
     };
-    let pattern = match match_target(&shared.allow, &req.host, req.port) {
+    let access = if req.connect {
+        Access::Tunnel
+    } else {
+        Access::Http
+    };
+    let pattern = match shared.allow.match_target(&req.host, req.port, access) {
         Ok(p) => p,
         Err(why) => return refuse(shared, client, 403, "Forbidden", &why),
     };
@@ -342,7 +349,10 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
             }
         },
     };
-    if let Err(why) = check_addresses(pattern, &req.host, &addrs) {
+    if let Err(why) = shared
+        .allow
+        .check_addresses(Some(pattern), &req.host, &addrs)
+    {
         return refuse(shared, client, 403, "Forbidden", &why);
     }
     let Some(upstream) = connect_any(shared, &addrs) else {
