@@ -551,6 +551,12 @@ fn run_ids(path: &Path, uid: u32, exe_bytes: &[u8]) -> Result<(u32, u32), String
 /// the host judges what they are worth.
 fn plant_setid(r: &mut Reporter, exe: &str) {
     use std::os::unix::fs::PermissionsExt;
+    // An executable larger than the file size limit (a debug build) makes
+    // the copy fail with EFBIG, reported below, instead of killing the
+    // child with SIGXFSZ where the scratch is on a disk (no tmpfs to
+    // fill first).
+    // SAFETY: sets this process's disposition of one signal to ignore.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     for (name, mode) in SETID_FILES {
         let res = std::fs::copy(exe, name)
             .and_then(|_| std::fs::set_permissions(name, std::fs::Permissions::from_mode(mode)));
