@@ -192,7 +192,7 @@ impl Default for Layers {
 /// required tier, nor from a tier that is available. Each tier must pass
 /// the conformance probes on its own: the gate certifies the tier in use.
 ///
-/// `docs/decisions/0001-landlock-tier.md` records why the second tier is
+/// `docs/decisions/0009-landlock-tier.md` records why the second tier is
 /// what it is; the README's "Tiers" section says, probe by probe, what
 /// each protection becomes in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
