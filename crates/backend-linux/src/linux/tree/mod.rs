@@ -401,69 +401,6 @@ unsafe fn init_prologue(shared: &Shared) {
     }
 }
 
-/// The signal the warden's parent (the init) dying sends it.
-const WARDEN_SIGNAL: libc::c_int = libc::SIGTERM;
-
-/// The warden (tier landlock): the init's child, in its process group,
-/// outside the Landlock domain. It only waits for its parent-death
-/// signal (blocked, so it queues), which the init's death sends however
-/// the init died, and then kills the whole process group, itself with
-/// it. Raw syscalls only.
-extern "C" fn warden_main(shared: *const Shared) -> ! {
-    const SIGSET_BYTES: usize = 8;
-    // SAFETY: the slot outlives the warden (it is reused only once the
-    // init, which the warden outlives only by its own kill, is gone).
-    let shared = unsafe { &*shared };
-    // SAFETY: raw syscalls on integers and on this frame's own locals.
-    unsafe {
-        let all: u64 = !0;
-        raw(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK as usize,
-            &all as *const u64 as usize,
-            0,
-            SIGSET_BYTES,
-        );
-        raw(libc::SYS_close_range, 0, u32::MAX as usize, 0, 0);
-        let r = raw(
-            libc::SYS_prctl,
-            libc::PR_SET_PDEATHSIG as usize,
-            WARDEN_SIGNAL as usize,
-            0,
-            0,
-        );
-        // The init died before the signal was armed (or it cannot be):
-        // the group goes now.
-        let init = shared.init_tid.load(Ordering::Acquire);
-        if r == 0 && raw(libc::SYS_getppid, 0, 0, 0, 0) == init as isize {
-            let set: u64 = 1 << (WARDEN_SIGNAL - 1);
-            while raw(
-                libc::SYS_rt_sigtimedwait,
-                &set as *const u64 as usize,
-                0,
-                0,
-                SIGSET_BYTES,
-            ) != WARDEN_SIGNAL as isize
-            {}
-        }
-        raw(libc::SYS_kill, 0, libc::SIGKILL as usize, 0, 0);
-        raw(libc::SYS_exit_group, 1, 0, 0, 0);
-    }
-    unreachable!("exit_group returned")
-}
-
-/// Other architectures: the warden is a raw fork of the init.
-#[cfg(not(target_arch = "x86_64"))]
-fn start_warden(shared: &Shared) -> isize {
-    // SAFETY: a fork (no CLONE_VM, no new stack): the child has its own
-    // copy of everything and never returns from `warden_main`.
-    let pid = unsafe { raw(libc::SYS_clone, libc::SIGCHLD as usize, 0, 0, 0) };
-    if pid == 0 {
-        warden_main(shared)
-    }
-    pid
-}
-
 /// The init once the program has exec'd: closes everything, reaps every
 /// child, and when the program ends records its status and exits (which
 /// kills the rest of the namespace). Raw syscalls only.
@@ -533,9 +470,13 @@ extern "C" fn hand_over(ctx: *const ChildContext, init: libc::pid_t) -> ! {
     unsafe { &*ctx }.hand_over(init)
 }
 
+mod warden;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+#[cfg(not(target_arch = "x86_64"))]
+use warden::start_warden;
+use warden::warden_main;
 #[cfg(target_arch = "x86_64")]
 use x86_64::{start, start_warden};
 
