@@ -330,6 +330,7 @@ impl StandardSuite {
                 sandbox,
                 kernel.clone(),
                 scopes.clone(),
+                false,
             )?;
             let mut base = ProbeContext::new(
                 self.spawner(Arc::new(Unconfined)),
@@ -338,8 +339,8 @@ impl StandardSuite {
                 sandbox,
                 kernel,
                 scopes,
+                true,
             )?;
-            base.baseline = true;
             // The unconfined control runs, the host-side targets of both
             // sides and the suite dirs must not outlive this process.
             watchdog.guard_dir(real.root.path())?;
