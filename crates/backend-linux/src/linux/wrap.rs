@@ -285,7 +285,7 @@ fn refuse_privileged_files(root: &Path) -> Result<(), String> {
                 stack.push(entry.path());
             }
         } else if meta.is_file() {
-            let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) as u32 != 0;
+            let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
             if setid || has_file_caps(&path) {
                 return Err(format!(
                     "the writable grant {} holds {}, a {} file: the sandbox could rewrite it \
