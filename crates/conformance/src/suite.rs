@@ -331,6 +331,7 @@ impl StandardSuite {
                 sandbox,
                 kernel.clone(),
                 scopes.clone(),
+                false,
             )?;
             let mut base = ProbeContext::new(
                 self.spawner(Arc::new(Unconfined)),
@@ -339,8 +340,8 @@ impl StandardSuite {
                 sandbox,
                 kernel,
                 scopes,
+                true,
             )?;
-            base.baseline = true;
             real.gives_up = crate::given_up::GivenUp::from_facts(&host.backend_facts);
             // The unconfined control runs, the host-side targets of both
             // sides and the suite dirs must not outlive this process.
