@@ -101,7 +101,12 @@ pub struct BackendArg {
 
 /// `P1`..`P8`.
 pub fn parse_probe_id(s: &str) -> Result<cordon_core::ProbeId, String> {
-    cordon_core::ProbeId::parse(s).ok_or_else(|| format!("`{s}` is not a probe; use P1 to P8"))
+    // Any `P<n>` parses (a third party's registry may hold more); cordon
+    // runs the standard registry, so only its probes are names here.
+    let known = cordon_conformance::ProbeRegistry::standard().ids();
+    cordon_core::ProbeId::parse(s)
+        .filter(|id| known.contains(id))
+        .ok_or_else(|| format!("`{s}` is not a probe; use P1 to P8"))
 }
 
 /// Logs go to stderr; for `cordon star`, through its bounded queue

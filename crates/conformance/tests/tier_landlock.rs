@@ -250,6 +250,12 @@ mod linux {
         if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
             v.insert("P1 host-sacrificial-affinity".into());
         }
+        if !as_root {
+            // The sandbox owns the read-granted file, and the base layers
+            // have no filter for the fd-based metadata writes.
+            v.insert("P5 fchmod-read-grant".into());
+            v.insert("P5 fsetxattr-read-grant".into());
+        }
         if as_root {
             // Every sandbox is uid 65534, as is the attacker (but for
             // setns, which the container's filter refuses itself).

@@ -99,6 +99,7 @@ impl Probe for P5 {
         };
         args.push(("same_fs".into(), same_fs.to_string()));
         args.push(("exe".into(), ctx.exe.display().to_string()));
+        args.push(("package_file".into(), ctx.package_file.display().to_string()));
         let mut checks = Vec::new();
         let meta_path = ctx.outside_dir.join(format!("meta-{token}.txt"));
         let meta_before = match plant_meta(&meta_path, ctx.sandbox, ctx.host_uid) {
@@ -248,6 +249,7 @@ impl Probe for P5 {
         if let Some(meta) = args.get("meta") {
             metadata_writes(r, meta);
         }
+        read_grant_metadata_writes(r, &get("package_file"));
         plant_setid(r, &get("exe"));
         r.hold("planted");
 
@@ -281,6 +283,8 @@ const CHECKS: &[(&str, Evidence)] = &[
     ("utimensat-outside", Evidence::Child),
     ("setxattr-outside", Evidence::Child),
     ("chown-outside", Evidence::Child),
+    ("fchmod-read-grant", Evidence::Child),
+    ("fsetxattr-read-grant", Evidence::Child),
     ("host-canary-not-linked", Evidence::Host),
     ("host-setid-scratch-mount", Evidence::Host),
     ("control-package-exec", Evidence::Child),
@@ -637,6 +641,47 @@ fn metadata_writes(r: &mut Reporter, meta: &str) {
                 .map(|_| "chown(-1, -1)".to_string());
         }
         r.forbidden("chown-outside", res, &META_DENIED);
+    }
+}
+
+/// Metadata writes on a descriptor of a file the sandbox may only read
+/// (the package's data file, opened read-only): its mode set to what it
+/// is, and an xattr. Each is a write
+/// that needs no write access to the descriptor, only ownership, which a
+/// sandbox of the caller's uid has; a read-only mount (`EROFS`), the
+/// filter (`EPERM`) or file ownership (`EPERM`) must refuse it.
+fn read_grant_metadata_writes(r: &mut Reporter, file: &str) {
+    let fd = match child::open(file, libc::O_RDONLY | libc::O_CLOEXEC) {
+        Ok(fd) => fd,
+        Err(e) => {
+            for name in ["fchmod-read-grant", "fsetxattr-read-grant"] {
+                r.check(
+                    name,
+                    ProbeStatus::Unreachable,
+                    format!("cannot open the granted file: {}", child::errno_name(e)),
+                );
+            }
+            return;
+        }
+    };
+    let rc = |v: libc::c_int| if v == 0 { Ok(()) } else { Err(errno()) };
+    // SAFETY: an fd we opened, valid C strings and in-bounds buffers.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        let mode = if libc::fstat(fd, &mut st) == 0 { st.st_mode & 0o7777 } else { 0o644 };
+        r.forbidden(
+            "fchmod-read-grant",
+            rc(libc::fchmod(fd, mode)).map(|_| format!("fchmod {mode:o} on a read-only fd")),
+            &META_DENIED,
+        );
+        let name = child::cstr(XATTR);
+        r.forbidden(
+            "fsetxattr-read-grant",
+            rc(libc::fsetxattr(fd, name.as_ptr(), b"pwned".as_ptr().cast(), 5, 0))
+                .map(|_| "set an xattr on a read-only fd".into()),
+            &META_DENIED,
+        );
+        child::close(fd);
     }
 }
 

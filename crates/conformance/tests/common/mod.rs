@@ -170,6 +170,8 @@ pub fn all_checks(as_root: bool) -> BTreeSet<Check> {
         (P5, "utimensat-outside"),
         (P5, "setxattr-outside"),
         (P5, "chown-outside"),
+        (P5, "fchmod-read-grant"),
+        (P5, "fsetxattr-read-grant"),
         (P5, "host-canary-not-linked"),
         (P5, "host-setid-scratch-mount"),
         (P6, "fd-limit"),
@@ -330,6 +332,11 @@ pub fn base_fails(as_root: bool) -> BTreeSet<Check> {
     ]);
     if several_cpus() {
         fails.insert((P1, "host-sacrificial-affinity".into()));
+    }
+    if !as_root {
+        // No read-only mount, and the sandbox is the file's owner.
+        fails.insert((P5, "fchmod-read-grant".into()));
+        fails.insert((P5, "fsetxattr-read-grant".into()));
     }
     if as_root {
         fails.insert((P5, "host-setid-scratch-exec".into()));

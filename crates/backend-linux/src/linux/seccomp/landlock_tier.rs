@@ -21,11 +21,15 @@
 //!   the caller's uid ([`programs`] with `caller_uid`), the path-based
 //!   metadata writes Landlock does not govern — `chmod`, `chown`,
 //!   `utimensat` with a path, `setxattr`, `removexattr` and their
-//!   variants — are refused; the fd-based ones (`fchmod`, `fchown`,
-//!   `futimens`, `fsetxattr`) need a descriptor Landlock let the sandbox
-//!   open (an `O_PATH` one does not do). On a root host the sandbox's uid
-//!   owns nothing outside its scratch, and file permissions refuse those
-//!   calls there.
+//!   variants — are refused, and so are the fd-based ones (`fchmod`,
+//!   `fchown`, `fsetxattr`, `fremovexattr`) and the inode-attribute
+//!   `ioctl`s (`FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR`): Landlock opens a
+//!   read grant read-only, but the caller owns those files, and no
+//!   Landlock right covers a metadata write on such a descriptor (P5's
+//!   `*-read-grant` checks try it). Only `futimens` stays (a descriptor's
+//!   times, no data or permission). On a root host the sandbox's uid owns
+//!   nothing outside its scratch, and file permissions refuse those calls
+//!   there.
 
 #![allow(clippy::unnecessary_cast)]
 
@@ -43,8 +47,8 @@ pub(crate) const DESCRIPTION_CALLER_UID: &str =
     "one filter (tier landlock, the caller's uid): the allowlist of tier namespaces, with SysV \
      IPC and POSIX message queues, setsid, setpgid and pidfd_open refused (EPERM), every \
      pid-taking scheduler, priority, I/O-priority, rlimit and process-group call limited to \
-     the caller (pid 0), and path-based metadata writes (chmod, chown, utimensat with a path, \
-     setxattr, removexattr) refused";
+     the caller (pid 0), and metadata writes (chmod, chown, utimensat with a path, setxattr, \
+     removexattr, fchmod, fchown, fsetxattr, fremovexattr, the inode-flag ioctls) refused";
 
 /// The programs of tier landlock, in install order: one filter.
 pub(crate) fn programs(caller_uid: bool) -> Result<Vec<Program>, String> {
@@ -124,6 +128,18 @@ pub(crate) fn path_metadata_writes() -> Vec<Sys> {
     v
 }
 
+/// The fd-based metadata writes, refused for a sandbox of the caller's
+/// uid: a read-only descriptor of a file the caller owns is enough for
+/// them.
+pub(crate) fn fd_metadata_writes() -> Vec<Sys> {
+    sys![SYS_fchmod, SYS_fchown, SYS_fsetxattr, SYS_fremovexattr].to_vec()
+}
+
+/// `FS_IOC_SETFLAGS` (`_IOW('f', 2, long)`: immutable, append-only, …)
+/// and `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`), and the
+/// 32-bit `FS_IOC32_SETFLAGS`: an owner's inode-attribute writes.
+pub(crate) const IOCTL_INODE_SETTERS: [u64; 3] = [0x4008_6602, 0x401c_5820, 0x4004_6602];
+
 /// Tier landlock's tables: tier namespaces' with the changes above.
 pub(crate) fn tables(caller_uid: bool) -> Tables {
     let mut t = Tables::namespaces(false);
@@ -153,9 +169,23 @@ pub(crate) fn tables(caller_uid: bool) -> Tables {
         });
     }
     if caller_uid {
-        for s in path_metadata_writes() {
+        for s in path_metadata_writes()
+            .into_iter()
+            .chain(fd_metadata_writes())
+        {
             t.deny(s);
         }
+        let refused: Vec<u64> = IOCTL_DENIED
+            .iter()
+            .copied()
+            .chain(IOCTL_INODE_SETTERS)
+            .collect();
+        let (is, none) = one_of(1, &refused);
+        t.check(Checked {
+            sys: sys![SYS_ioctl][0],
+            allow: none,
+            deny: is,
+        });
         // utimensat(fd, NULL, ...) is futimens: a descriptor Landlock let
         // the sandbox open. With a path (a 64-bit pointer), refused.
         t.check(Checked {
