@@ -1,18 +1,25 @@
 //! Stores and services the host provides, as traits with in-memory
-//! implementations (for tests and embedders), the persistent
+//! implementations (for tests and embedders), the persistent stores —
 //! [`SqliteStore`] (feature `sqlite`: `sqlite.rs` the store and its
 //! packages, `sqlite_grants.rs` grants, secrets and providers, `schema.rs`
-//! its migrations, `seal.rs` the sealing of secrets, `rows.rs` the row
-//! MACs, `fs_checks.rs` the checks of its files), and the notification
-//! senders (`senders.rs`).
+//! its migrations) and `PgStore` (feature `postgres`: `pg.rs`, `pg_grants.rs`,
+//! `pg_schema.rs`, `pg_config.rs` its URL, TLS and password), both over
+//! `records.rs` (the rows and the rules they are read and written by),
+//! `seal.rs` (the sealing of secrets), `rows.rs` (the row MACs) and
+//! `fs_checks.rs` (the checks of the files they read) — and the
+//! notification senders (`senders.rs`).
 
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod admin;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod fs_checks;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod records;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 #[cfg(feature = "sqlite")]
 mod schema;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod seal;
 mod senders;
 #[cfg(feature = "sqlite")]
@@ -20,13 +27,17 @@ mod sqlite;
 #[cfg(feature = "sqlite")]
 mod sqlite_grants;
 
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use admin::{services_of, StoreAdmin};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use records::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use seal::{KeyOrigin, StoreKey, STORE_KEY_ENV};
 pub use senders::{
     DeliveryStats, JsonLinesNotifier, LineQueue, QueueFull, QueueLimits, WebhookNotifier,
 };
 #[cfg(feature = "sqlite")]
-pub use sqlite::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope, SqliteStore};
+pub use sqlite::SqliteStore;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
