@@ -102,25 +102,31 @@ pub struct Build {
     pub release: bool,
     /// Without `--no-default-features` when true.
     pub default_features: bool,
+    /// `--features`, when not empty.
+    pub features: &'static str,
 }
 
 impl Build {
     /// What `cargo xtask conformance` runs: `cordon` without its `starlark`
-    /// feature, so the Starlark host, reqwest and rustls are not built.
+    /// feature, so the Starlark host, reqwest and rustls are not built;
+    /// under its other name, `cordon-gate`, so the build leaves the user's
+    /// `target/debug/cordon` (with `cordon star`) as it was.
     pub const GATE: Build = Build {
         package: "cordon",
-        bin: "cordon",
+        bin: "cordon-gate",
         release: false,
         default_features: false,
+        features: "gate",
     };
 
     /// The `cordon` command `cargo xtask bench` measures end to end
     /// (`cordon run -- /bin/true`): release, without the Starlark host.
     pub const BENCH_CLI: Build = Build {
         package: "cordon",
-        bin: "cordon",
+        bin: "cordon-gate",
         release: true,
         default_features: false,
+        features: "gate",
     };
 
     /// What `cargo xtask bench` runs: the harness, in release mode (debug
@@ -130,6 +136,7 @@ impl Build {
         bin: "cordon-bench",
         release: true,
         default_features: true,
+        features: "",
     };
 
     /// What `cargo xtask docs` runs: the doc generator (debug: the same
@@ -139,6 +146,7 @@ impl Build {
         bin: "cordon-docs",
         release: false,
         default_features: true,
+        features: "",
     };
 
     /// The arguments after `cargo`.
@@ -158,6 +166,9 @@ impl Build {
         }
         if !self.default_features {
             args.push("--no-default-features");
+        }
+        if !self.features.is_empty() {
+            args.extend(["--features", self.features]);
         }
         args
     }
@@ -317,9 +328,11 @@ mod tests {
                 "--package",
                 "cordon",
                 "--bin",
-                "cordon",
+                "cordon-gate",
                 "--message-format=json-render-diagnostics",
-                "--no-default-features"
+                "--no-default-features",
+                "--features",
+                "gate"
             ]
         );
         assert!(Build::BENCH.args().contains(&"--release"));

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -126,48 +126,29 @@ fn assert_fresh(what: &str, messages: &[String]) {
     assert!(rebuilt.is_empty(), "{what}: rebuilt {rebuilt:#?}");
 }
 
-/// Restores `target/<profile>/<bin>` when dropped: the builds below
-/// replace it, and other test binaries of the same `cargo test` run
-/// (`CARGO_BIN_EXE_cordon`) use it.
-struct KeepBinary {
-    path: PathBuf,
-    saved: Option<PathBuf>,
-}
-
-impl KeepBinary {
-    fn new(bin: &str) -> KeepBinary {
-        // This test binary is `target/<profile>/deps/xtask-<hash>`.
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-        let path = profile_dir.join(bin);
-        let saved = profile_dir.join(format!(".{bin}.kept-by-xtask-test-{}", std::process::id()));
-        let saved = std::fs::hard_link(&path, &saved).ok().map(|()| saved);
-        KeepBinary { path, saved }
-    }
-}
-
-impl Drop for KeepBinary {
-    fn drop(&mut self) {
-        if let Some(saved) = &self.saved {
-            let _ = std::fs::rename(saved, &self.path);
-        }
-    }
+/// Which file is at `path` (device, inode, size, modification time): a
+/// build that replaced or rewrote it changes this.
+fn identity(path: &Path) -> (u64, u64, u64, std::time::SystemTime) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (m.dev(), m.ino(), m.len(), m.modified().unwrap())
 }
 
 #[test]
 fn xtask_builds_are_fresh_when_repeated_and_alternated_with_plain_cargo() {
-    let _keep = KeepBinary::new("cordon");
     // What `cargo test -p cordon` and a plain `cargo build -p cordon` make:
     // default features, so the Starlark host and `ring` are in the graph.
     let full = Build {
+        bin: "cordon",
         default_features: true,
+        features: "",
         ..Build::GATE
     };
     let gate = Build::GATE;
 
     let first = gate.run(xtask_cargo()).unwrap();
     assert!(
-        cargo::executable(&first, "cordon").is_some_and(|p| p.is_file()),
+        cargo::executable(&first, "cordon-gate").is_some_and(|p| p.is_file()),
         "no executable in {first:?}"
     );
     let names: Vec<String> = units(&first).into_iter().map(|(u, _)| u).collect();
@@ -185,10 +166,20 @@ fn xtask_builds_are_fresh_when_repeated_and_alternated_with_plain_cargo() {
         &gate.run(plain_cargo()).unwrap(),
     );
 
-    full.run(plain_cargo()).unwrap();
+    let users = cargo::executable(&full.run(plain_cargo()).unwrap(), "cordon")
+        .expect("the default-feature build names its executable");
+    let before = identity(&users);
     assert_fresh(
         "the gate build after a default-feature build",
         &gate.run(xtask_cargo()).unwrap(),
+    );
+    // The gate's build leaves the user's `cordon` (with `cordon star`)
+    // where and as it was.
+    assert_eq!(
+        identity(&users),
+        before,
+        "the gate build replaced {}",
+        users.display()
     );
     assert_fresh(
         "the default-feature build under xtask's environment",

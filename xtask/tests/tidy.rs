@@ -145,22 +145,26 @@ fn named_paths(markdown: &str) -> Vec<String> {
     out
 }
 
+/// The directory a section heading names (`### \`crates/core\` — …`,
+/// `### \`xtask\``): a bare file name under it is that crate's.
+fn heading_dir(line: &str) -> Option<String> {
+    let span = line.split('`').nth(1)?;
+    (span.starts_with("crates/") || span == "xtask").then(|| span.trim_end_matches('/').to_string())
+}
+
 #[test]
 fn paths_the_docs_name_exist() {
     let root = root();
-    let files: Vec<String> = rust_files()
-        .iter()
-        .map(|p| relative(p))
-        .chain(
-            ["README.md", "ARCHITECTURE.md", "Cargo.toml"]
-                .iter()
-                .map(|s| s.to_string()),
-        )
-        .collect();
-    let mut docs = vec![root.join("ARCHITECTURE.md")];
-    for d in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
-        if d.path().extension().is_some_and(|e| e == "md") {
-            docs.push(d.path());
+    let mut docs = vec![
+        root.join("README.md"),
+        root.join("ARCHITECTURE.md"),
+        root.join("benches/README.md"),
+    ];
+    for dir in ["docs", "docs/decisions"] {
+        for d in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if d.path().extension().is_some_and(|e| e == "md") {
+                docs.push(d.path());
+            }
         }
     }
     for c in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
@@ -173,18 +177,48 @@ fn paths_the_docs_name_exist() {
     let mut checked = 0;
     for doc in &docs {
         let text = std::fs::read_to_string(doc).unwrap();
-        // A crate README's paths may be relative to its crate.
-        let base = doc.parent().unwrap();
-        for path in named_paths(&text) {
-            checked += 1;
-            let exists = root.join(&path).exists()
-                || base.join(&path).exists()
-                || path.ends_with(".toml") && !path.contains('/') // a file name users write (package.toml)
-                || files
-                    .iter()
-                    .any(|f| f.ends_with(&format!("/{}", path.trim_start_matches("./"))));
-            if !exists {
-                dangling.push(format!("{}: `{path}`", relative(doc)));
+        // Where a path may be written from: the repository's root, the
+        // doc's own directory (a crate README: its crate), and under a
+        // heading that names a crate, that crate; in each, also its `src/`
+        // and `tests/`; and any directory the same section names. Never a
+        // suffix of any file: every crate has a `lib.rs`, so a stale
+        // `child.rs` would always pass.
+        let own = doc.parent().unwrap().to_path_buf();
+        let mut section = own.clone();
+        for block in text.split("\n#") {
+            if let Some(dir) = block.lines().next().and_then(heading_dir) {
+                section = root.join(dir);
+            }
+            let mut bases = Vec::new();
+            for base in [&root, &own, &section] {
+                for sub in ["", "src", "tests"] {
+                    bases.push(base.join(sub));
+                }
+            }
+            // A directory the section names (`stores/`, `linux/seccomp/`)
+            // is a base too: "`stores/`: `sqlite.rs`, `seal.rs`".
+            let dirs: Vec<_> = block
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|span| !span.contains(char::is_whitespace) && span.contains('/'))
+                .flat_map(|span| bases.iter().map(move |b| b.join(span)))
+                .filter_map(|p| {
+                    if p.is_dir() {
+                        Some(p)
+                    } else {
+                        p.is_file().then(|| p.parent().unwrap().to_path_buf())
+                    }
+                })
+                .collect();
+            bases.extend(dirs);
+            for path in named_paths(block) {
+                checked += 1;
+                let exists = bases.iter().any(|b| b.join(&path).exists())
+                    || path.ends_with(".toml") && !path.contains('/'); // a file name users write (package.toml)
+                if !exists {
+                    dangling.push(format!("{}: `{path}`", relative(doc)));
+                }
             }
         }
     }

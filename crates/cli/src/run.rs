@@ -69,12 +69,12 @@ pub struct RunArgs {
     /// addresses are refused unless --allow-private names a range holding
     /// them (an IP literal, or `localhost`, allows its own address).
     #[arg(long = "allow-host", value_name = "[SCHEME://]HOST[:PORT]")]
-    allow_host: Vec<cordon_core::egress::HostPattern>,
+    allow_host: Vec<cordon_egress::HostPattern>,
     /// Let the --allow-host names resolve into this loopback, private or
     /// link-local range (repeatable), e.g. `--allow-host git.corp
     /// --allow-private 10.0.0.0/8`: a corporate host or a cluster service.
     #[arg(long = "allow-private", value_name = "CIDR", requires = "allow_host")]
-    allow_private: Vec<cordon_core::egress::IpRange>,
+    allow_private: Vec<cordon_egress::IpRange>,
     /// Kill the program and its descendants after SECS (exit status 124).
     #[arg(long, value_name = "SECS", value_parser = crate::parse_secs)]
     timeout: Option<Duration>,
@@ -326,7 +326,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         Network::Deny
     } else {
         let ranges = args.allow_private.iter().copied();
-        let ranges = ranges.map(cordon_core::egress::HostPattern::private_range);
+        let ranges = ranges.map(cordon_egress::HostPattern::private_range);
         Network::Allow(args.allow_host.iter().cloned().chain(ranges).collect())
     };
     let config = RunnerConfig {

@@ -23,9 +23,10 @@
 //!
 //! ## Every declared check, once
 //! Each probe declares, for this host, the checks it makes and the
-//! strongest evidence each may carry (`expected.rs`: a list per probe,
-//! plus the checks some hosts add — root, several CPUs, a limit claimed
-//! sandbox-wide, the host's own addresses). The host holds every run to
+//! strongest evidence each may carry ([`Probe::checks`], given the
+//! [`HostConditions`]: a list per probe, plus the checks some hosts add —
+//! root, several CPUs, a limit claimed sandbox-wide, the host's own
+//! addresses; `expected.rs` holds each run to it). The host holds every run to
 //! it: a check missing, reported twice, undeclared, or reported with
 //! stronger evidence than declared, or a probe child that does not exit
 //! cleanly after its `DONE`, makes the probe `Unreachable`, naming what is

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use cordon_backend_linux::LinuxBackend;
 use cordon_backend_noop::NoopBackend;
-use cordon_core::egress::{EgressLimits, EgressProxy};
 use cordon_core::{
     Availability, ChildCommand, Network, ProbeId, ProbeStatus, SandboxBackend, SandboxPolicy,
     SandboxResources, WrapError, WrapResources,
 };
+use cordon_egress::{EgressLimits, EgressProxy};
 
 fn p8_status(report: &cordon_core::ConformanceReport, check: &str) -> Option<ProbeStatus> {
     let p8 = report.probes.iter().find(|p| p.id == ProbeId::P8)?;

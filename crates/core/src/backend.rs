@@ -171,7 +171,7 @@ pub trait SandboxBackend: Send + Sync {
     }
 
     /// Whether this backend enforces [`Network::Allow`](crate::Network::Allow)
-    /// (the egress allowlist, see [`crate::egress`]). A backend that says
+    /// (the egress allowlist, see the `cordon-egress` crate). A backend that says
     /// so is put through probe P8 as well, and conforms only if it passes
     /// it; a [`SandboxRunner`](crate::SandboxRunner) configured with an
     /// allowlist is built only on a report in which P8 passed. `false`

@@ -45,7 +45,6 @@
 mod backend;
 mod child;
 mod command;
-pub mod egress;
 mod error;
 mod launch;
 mod policy;

@@ -35,9 +35,9 @@ pub enum Network {
     #[default]
     Deny,
     /// Outgoing TCP to the listed hosts only, through a proxy the host
-    /// runs (see [`crate::egress`]): the sandbox gets a network of its own
+    /// runs (the `cordon-egress` crate): the sandbox gets a network of its own
     /// with no route out, and one way to the host, an HTTP proxy at
-    /// `127.0.0.1:`[`PROXY_PORT`](crate::egress::PROXY_PORT) that the
+    /// `127.0.0.1:`[`PROXY_PORT`](cordon_egress::PROXY_PORT) that the
     /// program is pointed at with `http_proxy`, `https_proxy` and
     /// `all_proxy` (upper case too). The proxy checks each `CONNECT` or
     /// plain-HTTP request's host and port against the list and every
@@ -47,7 +47,7 @@ pub enum Network {
     ///
     /// An empty list is allowed and means "the proxy, which refuses
     /// everything".
-    Allow(Vec<crate::egress::HostPattern>),
+    Allow(Vec<cordon_egress::HostPattern>),
 }
 
 /// Resource limits. `None` means "no limit from this layer".

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use cordon_core::egress::{Advice, Allowlist, IpRange};
+use cordon_egress::{Advice, Allowlist, IpRange};
 use tokio::sync::Notify;
 
 use crate::bindings::ModuleSet;

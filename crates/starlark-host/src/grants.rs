@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use cordon_core::egress::{address_class, HostPattern, IpRange};
+use cordon_egress::{address_class, HostPattern, IpRange};
 use serde::{Deserialize, Serialize};
 
 use crate::package::{Manifest, Permission};

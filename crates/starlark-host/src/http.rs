@@ -1,5 +1,5 @@
 //! The `http` capability: the package's allowlist (core's one
-//! network-target grammar, `cordon_core::egress::Allowlist`), the address
+//! network-target grammar, `cordon_egress::Allowlist`), the address
 //! guard, redirects and caps, over reqwest (rustls, no proxy, no automatic
 //! redirects).
 
@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_core::egress::{Access, Allowlist, TargetHost};
+use cordon_egress::{Access, Allowlist, TargetHost};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
@@ -259,7 +259,7 @@ fn check_target(allow: &Allowlist, url: &Url) -> Result<(), ModuleError> {
     }
     .ok_or_else(|| ModuleError::InvalidArgument(format!("URL {url} has no usable host")))?;
     let port = url.port_or_known_default().unwrap_or(443);
-    let denied = |r: cordon_core::egress::Refusal| ModuleError::NetworkDenied(r.0);
+    let denied = |r: cordon_egress::Refusal| ModuleError::NetworkDenied(r.0);
     let entry = allow.match_target(&host, port, access).map_err(denied)?;
     if let TargetHost::Ip(ip) = host {
         allow

@@ -155,6 +155,6 @@ pub mod internals {
     pub use crate::protocol::{frame, wire};
     pub use crate::sandbox::{ColdWorker, SessionError, WorkerConnection};
     pub use crate::worker::{run_worker, WORKER_ARG};
-    pub use cordon_core::egress::is_public_ip;
-    pub use cordon_core::egress::Allowlist;
+    pub use cordon_egress::is_public_ip;
+    pub use cordon_egress::Allowlist;
 }

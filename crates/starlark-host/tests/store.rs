@@ -310,11 +310,14 @@ async fn a_stuck_webhook_holds_no_call() {
         WebhookNotifier::new(&url, Duration::from_secs(30), 1, Duration::from_millis(10)).unwrap();
     let mut refused = 0;
     for i in 0..2000 {
-        let t = std::time::Instant::now();
-        if hook.send(&note(&format!("n{i}"))).await.is_err() {
+        // A send that waited for the stuck webhook (30 s) would trip this.
+        let sent =
+            tokio::time::timeout(Duration::from_secs(10), hook.send(&note(&format!("n{i}"))))
+                .await
+                .expect("send waited for the webhook");
+        if sent.is_err() {
             refused += 1;
         }
-        assert!(t.elapsed() < Duration::from_secs(1), "send waited");
     }
     assert!(refused > 0, "the queue is bounded");
     let stats = hook.flush(Duration::from_millis(200));
@@ -364,18 +367,16 @@ async fn json_lines_to_a_pipe_nobody_reads_never_block_a_send() {
     let sink = JsonLinesNotifier::on(LineQueue::new("test", limits, w).unwrap());
     let big = "x".repeat(10_000);
     let mut refused = 0;
-    let t = std::time::Instant::now();
     for _ in 0..200 {
-        if let Err(e) = sink.send(&note(&big)).await {
+        // A send that waited on the full pipe would never return.
+        let sent = tokio::time::timeout(Duration::from_secs(10), sink.send(&note(&big)))
+            .await
+            .expect("send waited on the pipe");
+        if let Err(e) = sent {
             assert!(e.contains("not keeping up"), "{e}");
             refused += 1;
         }
     }
-    assert!(
-        t.elapsed() < Duration::from_secs(2),
-        "sends waited: {:?}",
-        t.elapsed()
-    );
     // About 64 KiB fit in the pipe, 256 KiB in the queue; the rest refused.
     assert!(refused >= 200 - 40, "refused {refused}");
     let stats = sink.flush(Duration::from_millis(100));

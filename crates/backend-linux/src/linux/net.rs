@@ -22,10 +22,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
-use cordon_core::egress::{
-    proxy_url, EgressLimits, EgressProxy, HostPattern, PROXY_ENV, PROXY_PORT,
-};
 use cordon_core::{ChildCommand, Network};
+use cordon_egress::{proxy_url, EgressLimits, EgressProxy, HostPattern, PROXY_ENV, PROXY_PORT};
 
 use crate::Layers;
 

@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_core::egress::PROXY_PORT;
 use cordon_core::{SandboxPolicy, WrapError};
+use cordon_egress::PROXY_PORT;
 
 use super::landlock_rules::{self, Grant, PathRule};
 use super::maps::IdMaps;

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 use cordon_starlark::{
     load_package_from_path, ApiKey, KeyOrigin, Permission, ProviderConfig, ProviderScope,
     SqliteStore, StoreKey,

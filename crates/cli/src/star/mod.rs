@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use std::sync::Arc;
 
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 use cordon_starlark::{
     load_package_from_path, Call, CallOutcome, EvalError, EvalLimits, ExecOutcome,
     InMemoryPackageStore, InMemoryPermissionStore, InMemorySecretStore, Isolation,
@@ -38,7 +38,7 @@ pub enum StarCommand {
         --grant secrets.read --allow-private 127.0.0.1/32 --secret greeting_token --json\n\n\
         Exit status: 0 on success; 1 on a script error; 124 on a timeout or a step/heap limit;\n\
         125 on a host error (bad flags, no conforming sandbox, worker failure).")]
-    Run(StarRunArgs),
+    Run(Box<StarRunArgs>),
     /// Install (or with --upgrade, replace) a package in the store.
     Install(manage::InstallArgs),
     /// List the installed packages.

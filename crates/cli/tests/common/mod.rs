@@ -1,9 +1,10 @@
 //! Helpers shared by the CLI integration tests.
 #![allow(dead_code)]
 
+use std::io::Read as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 pub const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
@@ -235,4 +236,98 @@ pub fn assert_no_process_with_arg(running: Running) {
         "processes {left:?} with argument {} outlived their sandbox",
         running.arg
     );
+}
+
+/// What one cordon run left: its exit code (`None`: killed by a signal,
+/// the hang guard's included), whether the hang guard had to kill it, its
+/// peak RSS (of cordon itself) and its stderr (what fitted in the pipe,
+/// read only after it exited).
+pub struct Ended {
+    pub code: Option<i32>,
+    pub hung: bool,
+    pub peak_mib: i64,
+    pub stderr: String,
+}
+
+/// Runs `cmd` with its stderr on a pipe that nobody reads while it runs,
+/// under a 3 GiB address-space limit (so a regression fails this test
+/// instead of taking the shared host's memory), and reaps it with wait4
+/// for its own peak RSS. A cordon still running after 60 s is killed
+/// ([`Ended::hung`]).
+pub fn run_unread(cmd: &mut Command) -> Ended {
+    run_unread_limited(cmd, Some(3 << 30))
+}
+
+/// [`run_unread`] with another address-space limit, or none (a cordon
+/// that starts a worker with its own, higher, limit).
+pub fn run_unread_limited(cmd: &mut Command, address_space: Option<u64>) -> Ended {
+    use std::os::unix::process::CommandExt;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds are fresh and ours.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    if let Some(bytes) = address_space {
+        let lim = libc::rlimit {
+            rlim_cur: bytes,
+            rlim_max: bytes,
+        };
+        // SAFETY: setrlimit is async-signal-safe; the limit is a plain value.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(w))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The Command holds our copy of the write end until replaced: drop it,
+    // or the read below would never see the end.
+    cmd.stderr(Stdio::null());
+    // A cordon that never ends fails the test instead of hanging it: wait
+    // for its exit (a pidfd) at most 60 s, then kill it.
+    // SAFETY: pidfd_open on our own unreaped child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as i32, 0) } as i32;
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the fd is fresh and ours.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polls one pollfd we own.
+    let hung = unsafe { libc::poll(&mut pfd, 1, 60_000) } == 0;
+    if hung {
+        // SAFETY: our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child and writes into our locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    std::mem::forget(child); // reaped above
+    let mut stderr = String::new();
+    let mut r = std::fs::File::from(r);
+    // The write end is closed: the child exited, ours was dropped above.
+    let _ = r.read_to_string(&mut stderr);
+    Ended {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        hung,
+        peak_mib: usage.ru_maxrss / 1024,
+        stderr,
+    }
 }

@@ -2,99 +2,11 @@
 //! with nobody reading cordon's stderr, secrets kept off argv, and
 //! in-process value builders the size checks must refuse.
 
-use std::io::Read as _;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use super::common::{cordon, text};
+use super::common::{cordon, run_unread, text, Ended};
 use super::operator::{package_dir, Operator, Who};
 use super::script;
-
-/// What one cordon run left: its exit code, how long it took, its peak
-/// RSS (of cordon itself) and its stderr (what fitted in the pipe, read
-/// only after it exited).
-struct Ended {
-    code: Option<i32>,
-    took: Duration,
-    peak_mib: i64,
-    stderr: String,
-}
-
-/// Runs `cmd` with its stderr on a pipe that nobody reads while it runs,
-/// under a 3 GiB address-space limit (so a regression fails this test
-/// instead of taking the shared host's memory), and reaps it with wait4
-/// for its own peak RSS.
-fn run_unread(cmd: &mut Command) -> Ended {
-    use std::os::unix::process::CommandExt;
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both fds are fresh and ours.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: setrlimit is async-signal-safe; the limit is a plain value.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 3 << 30,
-                rlim_max: 3 << 30,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let t = Instant::now();
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(w))
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The Command holds our copy of the write end until replaced: drop it,
-    // or the read below would never see the end.
-    cmd.stderr(Stdio::null());
-    // A cordon that never ends fails the test instead of hanging it: wait
-    // for its exit (a pidfd) at most 60 s, then kill it.
-    // SAFETY: pidfd_open on our own unreaped child.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as i32, 0) } as i32;
-    assert!(
-        pidfd >= 0,
-        "pidfd_open: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: the fd is fresh and ours.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let mut pfd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: polls one pollfd we own.
-    if unsafe { libc::poll(&mut pfd, 1, 60_000) } == 0 {
-        // SAFETY: our own child, not yet reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    }
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 fills it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child and writes into our locals.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    let took = t.elapsed();
-    assert_eq!(pid, child.id() as i32);
-    std::mem::forget(child); // reaped above
-    let mut stderr = String::new();
-    let mut r = std::fs::File::from(r);
-    // The write end is closed: the child exited, ours was dropped above.
-    let _ = r.read_to_string(&mut stderr);
-    Ended {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        took,
-        peak_mib: usage.ru_maxrss / 1024,
-        stderr,
-    }
-}
 
 const FLOOD: &str = "def main():\n    for i in range(100000):\n        notifications.send('t', 'x' * 200000)\n    return 1\n";
 /// Within any budget per notification, as many as it may.
@@ -107,12 +19,9 @@ fn head(s: &str, n: usize) -> &str {
     s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
 }
 
-fn assert_flood_bounded(what: &str, e: &Ended, timeout: Duration) {
+fn assert_flood_bounded(what: &str, e: &Ended) {
     // The figures, for `--nocapture`.
-    eprintln!(
-        "{what}: exit {:?} after {:?}, peak RSS {} MiB",
-        e.code, e.took, e.peak_mib
-    );
+    eprintln!("{what}: exit {:?}, peak RSS {} MiB", e.code, e.peak_mib);
     assert!(
         matches!(e.code, Some(1) | Some(124)),
         "{what}: exit {:?}: {}",
@@ -120,11 +29,7 @@ fn assert_flood_bounded(what: &str, e: &Ended, timeout: Duration) {
         head(&e.stderr, 2000)
     );
     assert!(e.peak_mib < 256, "{what}: peak RSS {} MiB", e.peak_mib);
-    assert!(
-        e.took < timeout + Duration::from_secs(1),
-        "{what}: took {:?}",
-        e.took
-    );
+    assert!(!e.hung, "{what}: still running after 60 s, killed");
     assert!(
         !e.stderr.contains("panicked"),
         "{what}: {}",
@@ -135,12 +40,13 @@ fn assert_flood_bounded(what: &str, e: &Ended, timeout: Duration) {
 /// The flood of the review: an installed package sends 200 KB
 /// notifications in a loop; cordon delivers them as JSON lines on stderr,
 /// which is a pipe nobody reads. The package gets a clean limit error,
-/// cordon stays under 256 MiB and ends within the deadline plus 1 s.
+/// cordon stays under 256 MiB and ends by itself (a limit error or the
+/// deadline's 124; a cordon blocked on the full pipe is killed by the hang
+/// guard and fails the test).
 #[test]
 fn a_notification_flood_with_nobody_reading_stderr_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let op = Operator::new(dir.path(), Who::Root);
-    let timeout = Duration::from_secs(3);
     for (name, body) in [("flood", FLOOD), ("many", MANY_SMALL), ("spin", THEN_SPIN)] {
         let p = package_dir(
             &op.dir,
@@ -174,7 +80,7 @@ fn a_notification_flood_with_nobody_reading_stderr_is_bounded() {
         .arg("--key-file")
         .arg(op.key());
         let e = run_unread(&mut c);
-        assert_flood_bounded(&format!("installed {name}"), &e, timeout);
+        assert_flood_bounded(&format!("installed {name}"), &e);
     }
     // A package path: notifications are recorded, then printed (stderr).
     for (name, body) in [("flood", FLOOD), ("many", MANY_SMALL)] {
@@ -197,7 +103,7 @@ fn a_notification_flood_with_nobody_reading_stderr_is_bounded() {
             .args(["--entry", "main", "--timeout", "3"])
             .arg(&p);
             let e = run_unread(&mut c);
-            assert_flood_bounded(&format!("{isolation} {name}"), &e, timeout);
+            assert_flood_bounded(&format!("{isolation} {name}"), &e);
         }
     }
 }
@@ -348,7 +254,6 @@ fn in_process_builders_are_size_checked() {
         ("fstring", "s = 'y' * 10000\n    l = [s] * 1000000\n    return len(f'{l}')"),
         ("dict-repr", "s = 'y' * 10000\n    d = {i: s for i in range(100000)}\n    return len(str(d))"),
     ];
-    let timeout = Duration::from_secs(3);
     for (name, body) in bombs {
         let p = script(dir.path(), &format!("def main():\n    {body}\n"));
         let mut c = cordon(cache.path());
@@ -370,7 +275,7 @@ fn in_process_builders_are_size_checked() {
             e.code,
             head(&e.stderr, 2000)
         );
-        assert!(e.took < 2 * timeout, "{name}: took {:?}", e.took);
+        assert!(!e.hung, "{name}: still running after 60 s, killed");
         assert!(e.peak_mib < 64 + 128, "{name}: peak RSS {} MiB", e.peak_mib);
         assert!(
             !e.stderr.contains("internal error") && !e.stderr.contains("panicked"),

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cordon_core::egress::HostPattern;
+use cordon_egress::HostPattern;
 use cordon_core::{CheckResult, Evidence, Network, ProbeId, ProbeStatus, SandboxBackend};
 
 use crate::child::{errno, Reporter};

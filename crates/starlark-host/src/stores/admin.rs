@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 
 use super::records::{InstallOutcome, PackageRecord, ProviderScope};
 use super::{

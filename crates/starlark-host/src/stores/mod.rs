@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 use crate::grants::{Approval, Grant};
 use crate::package::{Package, Permission, ProviderRequirement};
 use crate::protocol::Notification;
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 
 /// Error type of the store traits.
 pub type StoreError = String;

@@ -6,7 +6,7 @@
 //! are one code on both backends: a row MACed by one verifies on the other
 //! under the same key, and a row changed on either is refused alike.
 
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 use serde::{Deserialize, Serialize};
 
 use super::rows::{Field, RowMac};

@@ -4,7 +4,7 @@
 //! `records.rs`'s; this file moves the rows.
 
 use async_trait::async_trait;
-use cordon_core::egress::IpRange;
+use cordon_egress::IpRange;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::records::{GrantRow, ProviderRow, ProviderScope, GRANT_COLUMNS};

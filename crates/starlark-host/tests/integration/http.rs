@@ -1,7 +1,7 @@
 //! The `http` module against a real server on 127.0.0.1: the allowlist,
 //! the loopback guard, redirects, and the size, time and count caps.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_starlark::*;
 use serde_json::json;
@@ -223,15 +223,11 @@ def many():
     );
     h.grant_all(&pkg);
     assert_err_contains(h.call(&pkg, "big", None).await, "larger than 65536 bytes");
-    let t = Instant::now();
     assert_err_contains(h.call(&pkg, "slow", None).await, "longer than 400 ms");
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-    let t = Instant::now();
     assert_err_contains(
         h.call(&pkg, "slow_script_timeout", None).await,
         "longer than 100 ms",
     );
-    assert!(t.elapsed() < Duration::from_secs(2));
     assert_err_contains(
         h.call(&pkg, "many", None).await,
         "more than 3 HTTP requests",
@@ -256,9 +252,7 @@ async fn blocking_call_honours_invocation_deadline_and_cancellation() {
         ),
     );
     h.grant_all(&pkg);
-    let t = Instant::now();
     assert_err_contains(h.call(&pkg, "main", None).await, "deadline");
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
     let h = harness(EvalLimits::default());
     h.grant_all(&pkg);
@@ -268,7 +262,6 @@ async fn blocking_call_honours_invocation_deadline_and_cancellation() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         c2.cancel();
     });
-    let t = Instant::now();
     let r = h
         .runner
         .call_entry_point_with_cancel(&pkg, "main", vec![], Default::default(), None, cancel)
@@ -277,7 +270,6 @@ async fn blocking_call_honours_invocation_deadline_and_cancellation() {
         matches!(r, Err(StarlarkHostError::Cancelled { .. })),
         "{r:?}"
     );
-    assert!(t.elapsed() < Duration::from_secs(2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

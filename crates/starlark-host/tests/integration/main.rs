@@ -77,10 +77,10 @@ impl Harness {
             self.perms.grant(&pkg.id, *p);
         }
         for t in &pkg.manifest.network_access {
-            let t: cordon_core::egress::HostPattern = t.parse().unwrap();
+            let t: cordon_egress::HostPattern = t.parse().unwrap();
             if let Some(ip) = t.ip_literal() {
                 self.perms
-                    .allow_private(&pkg.id, cordon_core::egress::IpRange::single(ip));
+                    .allow_private(&pkg.id, cordon_egress::IpRange::single(ip));
             }
         }
     }

@@ -115,28 +115,24 @@ async fn the_key_never_reaches_the_script() {
     assert_err_contains(h.call(&pkg, "ask", None).await, "provider");
 }
 
-/// A model call that takes 15 s completes under the default limits (a
-/// 10 s script timeout): a package with `provider` gets the provider's
-/// timeout on top of its own (`http` waits count against the script's own
-/// deadline: `http.rs`).
+/// A model call that takes longer than the script's whole timeout (the
+/// server answers 3 s late; the script has 1 s) completes: a package with
+/// `provider` gets the provider's timeout on top of its own (`http` waits
+/// count against the script's own deadline: `http.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_model_is_not_cut_at_the_scripts_deadline() {
     let srv = start().await;
-    let h = harness(EvalLimits::default());
-    assert_eq!(
-        EvalLimits::default().timeout,
-        std::time::Duration::from_secs(10)
-    );
+    let mut limits = EvalLimits::default();
+    limits.timeout = std::time::Duration::from_secs(1);
+    let h = harness(limits);
     let pkg = prov_pkg("prov-slow");
     h.grant_all(&pkg);
     h.providers
-        .set_host_default(cfg(&format!("{}/after-15", srv.base()), "sk-host"));
-    let t = std::time::Instant::now();
+        .set_host_default(cfg(&format!("{}/after-3", srv.base()), "sk-host"));
     let v = h
         .call(&pkg, "ask", Some(&RunContext::for_user("u")))
         .await
         .unwrap()
         .value;
     assert_eq!(v["content"], json!("echo: hello there"));
-    assert!(t.elapsed() >= std::time::Duration::from_secs(15));
 }

@@ -1,7 +1,12 @@
+//! # cordon-egress
+//!
 //! Network egress through an allowlist: what a sandbox with
-//! [`Network::Allow`](crate::Network::Allow) may reach, the proxy that
-//! decides it outside the sandbox, and the one network-target grammar the
-//! Starlark `http` module shares.
+//! `cordon_core::Network::Allow` may reach, the proxy that decides it
+//! outside the sandbox, and the one network-target grammar the Starlark
+//! `http` module shares. It depends on no other Cordon crate: core's
+//! policy type holds its [`HostPattern`]s, the Linux backend runs its
+//! [`EgressProxy`] for a sandbox, and the Starlark host checks a
+//! package's requests with the same [`Allowlist`].
 //!
 //! A backend that supports the allowlist gives the sandbox a network of its
 //! own with no route out, and one way to the host: a listening TCP socket
@@ -28,7 +33,7 @@
 //! [`Allowlist`]'s table.
 //!
 //! ```
-//! use cordon_core::egress::{Access, Allowlist, HostPattern, IpRange, TargetHost};
+//! use cordon_egress::{Access, Allowlist, HostPattern, IpRange, TargetHost};
 //! use std::net::SocketAddr;
 //!
 //! let mut entries: Vec<HostPattern> = ["api.example.com:443", "*.pkg.example.org", "git.corp"]

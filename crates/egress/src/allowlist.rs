@@ -83,7 +83,7 @@ pub struct Refusal(pub String);
 
 impl Allowlist {
     /// The list an operator wrote for a process (`cordon run --allow-host`,
-    /// `--allow-private`; [`Network::Allow`](crate::Network::Allow)).
+    /// `--allow-private`; `cordon_core::Network::Allow`).
     pub fn for_process(entries: Vec<HostPattern>) -> Allowlist {
         Allowlist {
             entries,
