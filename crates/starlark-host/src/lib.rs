@@ -130,6 +130,12 @@ pub use package::{
 pub use protocol::Notification;
 pub use runner::{CacheStats, ExecOutcome};
 pub use sandbox::{PoolConfig, PoolStats, WorkerConfig, WorkerLimits, WorkerPool, WorkerProgram};
+#[cfg(feature = "test-cluster")]
+pub use stores::TestCluster;
+#[cfg(feature = "postgres")]
+pub use stores::{
+    is_postgres_url, Migration, PasswordSource, PgConfig, PgOptions, PgStore, STORE_URL_ENV,
+};
 #[cfg(feature = "sqlite")]
 pub use stores::{
     services_of, GrantRecord, InstallOutcome, KeyOrigin, PackageRecord, ProviderScope, SqliteStore,

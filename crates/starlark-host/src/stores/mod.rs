@@ -13,6 +13,14 @@
 mod admin;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod fs_checks;
+#[cfg(feature = "postgres")]
+mod pg;
+#[cfg(feature = "postgres")]
+mod pg_config;
+#[cfg(feature = "postgres")]
+mod pg_grants;
+#[cfg(feature = "postgres")]
+mod pg_schema;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod records;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -26,9 +34,17 @@ mod senders;
 mod sqlite;
 #[cfg(feature = "sqlite")]
 mod sqlite_grants;
+#[cfg(feature = "test-cluster")]
+pub mod test_cluster;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use admin::{services_of, StoreAdmin};
+#[cfg(feature = "postgres")]
+pub use pg::{PgOptions, PgStore};
+#[cfg(feature = "postgres")]
+pub use pg_config::{is_postgres_url, PasswordSource, PgConfig, STORE_URL_ENV};
+#[cfg(feature = "postgres")]
+pub use pg_schema::Migration;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use records::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -38,6 +54,8 @@ pub use senders::{
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+#[cfg(feature = "test-cluster")]
+pub use test_cluster::TestCluster;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
