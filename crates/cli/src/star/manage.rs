@@ -158,11 +158,12 @@ fn default_path(xdg: &str, fallback: &str, file: &str) -> Result<PathBuf, String
 /// Where the store is: a file, or a PostgreSQL database.
 enum Location {
     File(PathBuf),
-    Postgres(PgConfig),
+    Postgres(Box<PgConfig>),
 }
 
 fn location(loc: &StoreLocation) -> Result<Location, String> {
-    let url = |u: &str, source| PgConfig::from_url(u, source).map(Location::Postgres);
+    let url =
+        |u: &str, source| PgConfig::from_url(u, source).map(|c| Location::Postgres(Box::new(c)));
     match &loc.db {
         Some(db) if is_postgres_url(db) => url(db, PasswordSource::Argv),
         Some(path) => Ok(Location::File(PathBuf::from(path))),

@@ -195,6 +195,22 @@ pub struct ResolvedProvider {
     pub source: KeySource,
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl ResolvedProvider {
+    /// The provider `config` found at `source`, with the model the
+    /// package's requirement names, if any.
+    pub(crate) fn new(
+        mut config: ProviderConfig,
+        source: KeySource,
+        requirement: &crate::package::ProviderRequirement,
+    ) -> Self {
+        if let Some(m) = &requirement.model {
+            config.model = m.clone();
+        }
+        ResolvedProvider { config, source }
+    }
+}
+
 /// Chooses the provider for a call from (user, channel, package requirement).
 #[async_trait]
 pub trait ProviderResolver: Send + Sync {

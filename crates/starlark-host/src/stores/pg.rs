@@ -73,10 +73,18 @@ const DB_ERROR: &str = "store database: ";
 
 /// A driver error, with the server's own message when it sent one.
 pub(super) fn pg_err(e: tokio_postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(db) => format!("{DB_ERROR}{}: {}", db.severity(), db.message()),
-        None => format!("{DB_ERROR}{e}"),
+    if let Some(db) = e.as_db_error() {
+        return format!("{DB_ERROR}{}: {}", db.severity(), db.message());
     }
+    // The driver's own message names the step; its sources say why (a
+    // refused connection, a certificate that does not verify).
+    let mut text = format!("{DB_ERROR}{e}");
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
 }
 
 impl PgStore {
@@ -279,13 +287,7 @@ impl PgStore {
     pub async fn packages(&self) -> Result<Vec<PackageRecord>, StoreError> {
         self.within("listing packages", async {
             let mut client = self.client().await?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(pg_err)?;
+            let tx = snapshot(&mut client).await?;
             let ids: Vec<String> = tx
                 .query("SELECT id FROM packages ORDER BY id", &[])
                 .await
@@ -306,13 +308,7 @@ impl PgStore {
     pub async fn package_record(&self, id: &str) -> Result<Option<PackageRecord>, StoreError> {
         self.within("reading a package", async {
             let mut client = self.client().await?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(pg_err)?;
+            let tx = snapshot(&mut client).await?;
             self.record_in(&*tx, id).await
         })
         .await
@@ -339,6 +335,19 @@ impl PgStore {
             .collect();
         self.keys.package_record(row, grants, secrets).map(Some)
     }
+}
+
+/// A read-only transaction that sees one snapshot of the database.
+async fn snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<deadpool_postgres::Transaction<'_>, StoreError> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(pg_err)
 }
 
 #[async_trait]

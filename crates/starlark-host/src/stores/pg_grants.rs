@@ -236,12 +236,7 @@ impl PermissionStore for PgStore {
                 Self::grant_rows(&**client, package_id).await
             })
             .await?;
-        Ok(self
-            .keys
-            .verified_grants(package_id, rows)?
-            .into_iter()
-            .map(|(g, _)| g)
-            .collect())
+        self.keys.grants(package_id, rows)
     }
 }
 

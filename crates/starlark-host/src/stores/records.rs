@@ -423,6 +423,15 @@ impl Keys {
         Ok(out)
     }
 
+    /// [`Keys::verified_grants`]'s grants alone.
+    pub(super) fn grants(&self, id: &str, rows: Vec<GrantRow>) -> Result<Vec<Grant>, StoreError> {
+        Ok(self
+            .verified_grants(id, rows)?
+            .into_iter()
+            .map(|(g, _)| g)
+            .collect())
+    }
+
     fn grant_records(
         &self,
         rows: Vec<GrantRow>,
@@ -580,20 +589,5 @@ impl Keys {
             api_key: ApiKey::new(key),
             model: row.model,
         })
-    }
-}
-
-impl super::ResolvedProvider {
-    /// The provider `config` found at `source`, with the model the
-    /// package's requirement names, if any.
-    pub(super) fn new(
-        mut config: ProviderConfig,
-        source: super::KeySource,
-        requirement: &crate::package::ProviderRequirement,
-    ) -> Self {
-        if let Some(m) = &requirement.model {
-            config.model = m.clone();
-        }
-        super::ResolvedProvider { config, source }
     }
 }

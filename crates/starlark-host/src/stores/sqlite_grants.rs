@@ -192,12 +192,7 @@ impl SqliteStore {
 impl PermissionStore for SqliteStore {
     async fn grants_for_package(&self, package_id: &str) -> Result<Vec<Grant>, StoreError> {
         let rows = Self::grant_rows(&self.conn(), package_id)?;
-        Ok(self
-            .keys
-            .verified_grants(package_id, rows)?
-            .into_iter()
-            .map(|(g, _)| g)
-            .collect())
+        self.keys.grants(package_id, rows)
     }
 }
 

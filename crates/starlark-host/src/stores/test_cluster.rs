@@ -29,6 +29,8 @@ pub struct TestCluster {
     /// Dropping it ends the thread that started the server (whose death
     /// is the server's parent-death signal).
     keeper: Mutex<Option<mpsc::Sender<()>>>,
+    /// Whether it takes TLS connections only.
+    tls: bool,
 }
 
 /// The directory holding `initdb` and `postgres`: `CORDON_PG_BIN`, the
@@ -133,9 +135,87 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// A CA (`ca.pem`) and the server's certificate and key
+/// (`server.pem`, `server.key`) for `localhost` and 127.0.0.1, in `dir`.
+fn make_certificates(dir: &Path) -> Result<(), String> {
+    let openssl = |args: &[&str]| {
+        run(
+            Command::new("openssl").current_dir(dir).args(args),
+            "openssl (the TLS test cluster's certificates)",
+        )
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-days", "2", "-subj", "/CN=cordon test CA"],
+            &["-addext", "basicConstraints=critical,CA:TRUE"],
+            &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            &["-keyout", "ca.key", "-out", "ca.pem"],
+        ]
+        .concat(),
+    )?;
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &["-subj", "/CN=localhost", "-keyout", "server.key"],
+            &["-out", "server.csr"],
+        ]
+        .concat(),
+    )?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|e| format!("server.ext: {e}"))?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ])?;
+    Ok(())
+}
+
 impl TestCluster {
     /// Makes and starts a new cluster, or says why not.
     pub fn start() -> Result<TestCluster, String> {
+        Self::start_with(false)
+    }
+
+    /// A cluster that takes TLS connections only (`hostssl` in
+    /// `pg_hba.conf`), its certificate, for `localhost` and 127.0.0.1,
+    /// signed by a CA made for it with `openssl` ([`TestCluster::ca_file`]).
+    pub fn start_tls() -> Result<TestCluster, String> {
+        Self::start_with(true)
+    }
+
+    /// The CA that signed a TLS cluster's certificate (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    fn start_with(tls: bool) -> Result<TestCluster, String> {
         let bin = find_bin_dir()?;
         let dir = tempfile::Builder::new()
             .prefix("cordon-pg-")
@@ -153,6 +233,7 @@ impl TestCluster {
             },
             child: Mutex::new(None),
             keeper: Mutex::new(None),
+            tls: false,
         };
         chown_to_server(&dir)?;
         let pwfile = dir.join("pwfile");
@@ -169,6 +250,19 @@ impl TestCluster {
                 .arg(format!("--pwfile={}", pwfile.display())),
             "initdb",
         )?;
+        if tls {
+            make_certificates(&dir)?;
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n",
+            )
+            .map_err(|e| format!("pg_hba.conf: {e}"))?;
+            let key = dir.join("server.key");
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| format!("server.key: {e}"))?;
+            chown_to_server(&key)?;
+            cluster.tls = true;
+        }
         // A port taken between our probe and the server's bind: try again.
         let mut last = String::new();
         for _ in 0..5 {
@@ -194,6 +288,18 @@ impl TestCluster {
             .args(["-c", "full_page_writes=off", "-c", "max_connections=200"])
             .stdout(Stdio::null())
             .stderr(log);
+        if self.tls {
+            cmd.args(["-c", "ssl=on", "-c"])
+                .arg(format!(
+                    "ssl_cert_file={}",
+                    self.dir.join("server.pem").display()
+                ))
+                .arg("-c")
+                .arg(format!(
+                    "ssl_key_file={}",
+                    self.dir.join("server.key").display()
+                ));
+        }
         {
             use std::os::unix::process::CommandExt;
             // SAFETY: one async-signal-safe syscall between fork and exec,
@@ -307,20 +413,21 @@ impl TestCluster {
         url.replacen("://cordon@", &format!("://cordon:{}@", self.password), 1)
     }
 
+    /// `program` of the server's (`psql`, `pg_dump`) as the superuser,
+    /// over TCP to this cluster.
+    fn client(&self, program: &str) -> Command {
+        let mut c = Command::new(self.bin.join(program));
+        c.env("PGPASSWORD", &self.password)
+            .args(["-h", "127.0.0.1", "-U", "cordon", "-p"])
+            .arg(self.port.to_string());
+        c
+    }
+
     /// Runs `sql` in database `db` as the superuser; its output.
     pub fn psql(&self, db: &str, sql: &str) -> Result<String, String> {
         run(
-            Command::new(self.bin.join("psql"))
-                .env("PGPASSWORD", &self.password)
+            self.client("psql")
                 .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &self.port.to_string(),
-                    "-U",
-                    "cordon",
-                ])
                 .args(["-d", db, "-c", sql]),
             "psql",
         )
@@ -329,20 +436,7 @@ impl TestCluster {
     /// Everything database `db` holds, as `pg_dump` writes it (without
     /// the random `\restrict` key newer versions put in every dump).
     pub fn dump(&self, db: &str) -> Result<String, String> {
-        let dump = run(
-            Command::new(self.bin.join("pg_dump"))
-                .env("PGPASSWORD", &self.password)
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &self.port.to_string(),
-                    "-U",
-                    "cordon",
-                ])
-                .arg(db),
-            "pg_dump",
-        )?;
+        let dump = run(self.client("pg_dump").arg(db), "pg_dump")?;
         Ok(dump
             .lines()
             .filter(|l| !l.starts_with("\\restrict") && !l.starts_with("\\unrestrict"))

@@ -260,3 +260,50 @@ async fn a_stopped_or_silent_server_fails_calls_with_a_clear_error() {
     );
     drop(silent);
 }
+
+/// A server that takes TLS only: the store connects with its CA's
+/// certificate and works; with another CA it is refused (the server's
+/// certificate is verified, never just accepted), and without TLS the
+/// server refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_server_verifies_its_certificate() {
+    let cluster = TestCluster::start_tls().unwrap_or_else(|e| panic!("{e}"));
+    let key = StoreKey::generate().unwrap();
+    let base = cluster.with_password(&cluster.url("postgres"));
+    let connect = |query: String| {
+        let (key, url) = (key.clone(), format!("{base}?{query}"));
+        async move {
+            let cfg = PgConfig::from_url(&url, PasswordSource::Private)?;
+            PgStore::connect(&cfg, &key, PgOptions::default()).await
+        }
+    };
+    let ca = cluster.ca_file();
+    let store = connect(format!("sslmode=require&sslrootcert={}", ca.display()))
+        .await
+        .unwrap();
+    store
+        .install(&package("p", "x = 1\n"), false)
+        .await
+        .unwrap();
+    assert!(PackageStore::get(&store, "p").await.unwrap().is_some());
+
+    // Another CA: the certificate does not verify.
+    let other = TestCluster::start_tls().unwrap_or_else(|e| panic!("{e}"));
+    let e = connect(format!(
+        "sslmode=require&sslrootcert={}",
+        other.ca_file().display()
+    ))
+    .await
+    .unwrap_err();
+    assert!(e.contains("certificate"), "{e}");
+    drop(other);
+    // The WebPKI roots do not know a test CA either.
+    let e = connect("sslmode=require".into()).await.unwrap_err();
+    assert!(e.contains("certificate"), "{e}");
+    // No TLS: the server refuses.
+    let e = connect("sslmode=disable".into()).await.unwrap_err();
+    assert!(
+        e.contains("no encryption") || e.contains("pg_hba.conf"),
+        "{e}"
+    );
+}
