@@ -184,18 +184,83 @@ impl Default for Layers {
     }
 }
 
-/// The Linux sandbox backend (Landlock + seccomp + user, PID, IPC and mount
-/// namespaces + rlimits + capability drop). See the crate docs.
+/// How a sandbox is isolated from the rest of the host. A
+/// [`LinuxBackend`] uses the strongest tier this host allows (it decides
+/// once, at its first use, so the gate and every spawn see the same one),
+/// or the one it was told to require ([`LinuxBackend::with_tier`]), and
+/// names it in its host facts (`tier`); it never falls back from a
+/// required tier, nor from a tier that is available. Each tier must pass
+/// the conformance probes on its own: the gate certifies the tier in use.
 ///
-/// It holds no state but its [`Layers`] and, for a root host, the
-/// [`UidPool`] its sandboxes' uids come from: every call re-checks the
-/// host, so a backend created before the host lost a feature still
-/// reports it.
+/// `docs/decisions/0009-landlock-tier.md` records why the second tier is
+/// what it is; the README's "Tiers" section says, probe by probe, what
+/// each protection becomes in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// The full sandbox: user, PID, IPC, mount and UTS namespaces (and a
+    /// network namespace with an egress allowlist) around Landlock,
+    /// seccomp, rlimits and no capabilities. Needs unprivileged user
+    /// namespaces that can map ids and mount (not a container runtime's
+    /// default seccomp profile, not Ubuntu's AppArmor user-namespace
+    /// restriction, not `user.max_user_namespaces=0`).
+    Namespaces,
+    /// No namespace at all, for hosts that refuse them: Landlock (ABI ≥ 6,
+    /// Linux ≥ 6.12: files, TCP, and signals and abstract UNIX sockets
+    /// scoped to the sandbox), a seccomp filter that also refuses SysV IPC,
+    /// POSIX message queues, new sessions and process groups, pidfds and
+    /// every pid-taking call on another pid, the uid of its own on a root
+    /// host, and a subreaper outside the Landlock domain that kills the
+    /// sandbox's process group when it ends. It gives up hiding the host's
+    /// hostname and the existence of host pids, `--allow-host`, and (on a
+    /// root host) writable host directories; see the README.
+    Landlock,
+}
+
+impl Tier {
+    /// Every tier, strongest first: the order [`LinuxBackend::new`] tries
+    /// them in.
+    pub const ALL: [Tier; 2] = [Tier::Namespaces, Tier::Landlock];
+
+    /// Its name in host facts and on the command line (`namespaces`,
+    /// `landlock`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Namespaces => "namespaces",
+            Tier::Landlock => "landlock",
+        }
+    }
+
+    /// The tier named `name` ([`Tier::name`]).
+    pub fn parse(name: &str) -> Option<Tier> {
+        Tier::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The Linux sandbox backend (Landlock + seccomp + user, PID, IPC and mount
+/// namespaces + rlimits + capability drop, or without the namespaces in
+/// [`Tier::Landlock`]). See the crate docs.
+///
+/// It holds its [`Layers`], the tier it was told to require (if any) and,
+/// once decided, the tier it uses, and for a root host the [`UidPool`]
+/// its sandboxes' uids come from: every other call re-checks the host, so
+/// a backend created before the host lost a feature still reports it.
+/// Clones share the decided tier.
 #[derive(Debug, Clone, Default)]
 pub struct LinuxBackend {
     layers: Layers,
+    /// The tier required by [`LinuxBackend::with_tier`]; `None`: the
+    /// strongest available.
+    required: Option<Tier>,
     #[cfg(target_os = "linux")]
     uid_pool: Option<std::sync::Arc<UidPool>>,
+    #[cfg(target_os = "linux")]
+    chosen: std::sync::Arc<std::sync::OnceLock<linux::tier::Choice>>,
 }
 
 impl LinuxBackend {
@@ -213,9 +278,46 @@ impl LinuxBackend {
     pub fn with_layers(layers: Layers) -> Self {
         LinuxBackend {
             layers,
+            required: None,
             #[cfg(target_os = "linux")]
             uid_pool: None,
+            #[cfg(target_os = "linux")]
+            chosen: Default::default(),
         }
+    }
+
+    /// The same backend, using `tier` and nothing else: where the host
+    /// does not allow it, the backend is unavailable with the reason (it
+    /// never falls back to another tier).
+    pub fn with_tier(mut self, tier: Tier) -> Self {
+        self.required = Some(tier);
+        #[cfg(target_os = "linux")]
+        {
+            self.chosen = Default::default();
+        }
+        self
+    }
+
+    /// The tier this backend uses on this host: the required one, or the
+    /// strongest the host allows, decided at the first call (of this or
+    /// of any [`SandboxBackend`] method) and kept for the backend's life.
+    /// An error says why no tier can run here (each tier's reason).
+    pub fn tier(&self) -> Result<Tier, String> {
+        #[cfg(target_os = "linux")]
+        {
+            self.choice().tier()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err("Landlock and seccomp exist only on Linux: use the backend for this OS".into())
+        }
+    }
+
+    /// The tier decided for this backend (decided now if not yet).
+    #[cfg(target_os = "linux")]
+    fn choice(&self) -> &linux::tier::Choice {
+        self.chosen
+            .get_or_init(|| linux::tier::Choice::decide(self.required, self.layers, self.pool()))
     }
 
     /// The same backend, giving a root host's sandboxes their uids from
@@ -251,7 +353,7 @@ impl SandboxBackend for LinuxBackend {
     fn availability(&self) -> Availability {
         #[cfg(target_os = "linux")]
         {
-            linux::availability(self.layers, self.pool())
+            linux::availability(self.layers, self.choice(), self.pool())
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -265,7 +367,7 @@ impl SandboxBackend for LinuxBackend {
     fn host_facts(&self) -> BTreeMap<String, String> {
         #[cfg(target_os = "linux")]
         {
-            linux::host_facts(self.layers, self.pool())
+            linux::host_facts(self.layers, self.choice(), self.pool())
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -277,8 +379,12 @@ impl SandboxBackend for LinuxBackend {
     /// `Layers::BASE`): a network namespace and the host's proxy
     /// (`linux/net.rs`). The deny-list would let UDP and raw
     /// sockets be made, so those layers refuse `Network::Allow`.
+    /// [`Tier::Landlock`] does not claim it: without a network namespace
+    /// the proxy's port would be reachable on every host address.
     fn claims_egress_allowlist(&self) -> bool {
-        cfg!(target_os = "linux") && self.layers.seccomp_allowlist
+        cfg!(target_os = "linux")
+            && self.layers.seccomp_allowlist
+            && self.tier() == Ok(Tier::Namespaces)
     }
 
     fn step_name(&self, id: u32) -> Option<&'static str> {
@@ -307,7 +413,7 @@ impl SandboxBackend for LinuxBackend {
     fn private_scratch_mountpoint(&self, base: &std::path::Path) -> Option<std::path::PathBuf> {
         #[cfg(target_os = "linux")]
         {
-            if self.layers.mount_namespace {
+            if self.layers.mount_namespace && self.tier() == Ok(Tier::Namespaces) {
                 return linux::shared_mountpoint(base);
             }
         }
@@ -322,7 +428,7 @@ impl SandboxBackend for LinuxBackend {
     ) -> Result<cordon_core::WrapResources, WrapError> {
         #[cfg(target_os = "linux")]
         {
-            linux::wrap(cmd, policy, self.layers, self.pool())
+            linux::wrap(cmd, policy, self.layers, self.choice(), self.pool())
         }
         #[cfg(not(target_os = "linux"))]
         {

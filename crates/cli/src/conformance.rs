@@ -21,7 +21,7 @@ pub struct ConformanceArgs {
 }
 
 pub async fn main(args: ConformanceArgs) -> ExitCode {
-    let backend = match backends::by_name(&args.backend.backend) {
+    let backend = match backends::by_name(&args.backend.backend, args.backend.tier.as_deref()) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("cordon: {e}");

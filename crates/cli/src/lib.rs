@@ -90,6 +90,13 @@ pub struct BackendArg {
     /// Recorded in the report. Repeatable.
     #[arg(long = "accept-unproven", value_name = "P", value_parser = parse_probe_id)]
     pub accept_unproven: Vec<cordon_core::ProbeId>,
+    /// Linux: use this tier and no other (`namespaces`: user, PID, IPC,
+    /// mount and UTS namespaces; `landlock`: no namespaces, for hosts that
+    /// refuse them). Where the host cannot run it, or it fails a probe,
+    /// cordon refuses (exit 125) instead of using another. Default: the
+    /// strongest tier this host allows.
+    #[arg(long, value_name = "TIER", value_parser = clap::builder::PossibleValuesParser::new(backends::TIERS))]
+    pub tier: Option<String>,
 }
 
 /// `P1`..`P8`.

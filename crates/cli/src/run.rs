@@ -268,7 +268,7 @@ pub async fn admit(
     config: RunnerConfig,
 ) -> Result<Result<SandboxRunner, cordon_core::SandboxUnavailable>, String> {
     let accept = &backend.accept_unproven;
-    let backend = backends::by_name(&backend.backend)?;
+    let backend = backends::by_name(&backend.backend, backend.tier.as_deref())?;
     let (admitted, outcome) =
         cordon_conformance::cache::admit(backend, recheck, accept, config).await;
     if let cordon_conformance::cache::CacheOutcome::Refused(why) = outcome {
@@ -387,6 +387,10 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     };
     if let Some(Ok(r)) = &admitted {
         let facts = &r.report().host.backend_facts;
+        // The tier the gate certified (a Linux backend's), in one line.
+        if let Some(tier) = facts.get("tier") {
+            eprintln!("cordon: sandbox tier {tier}");
+        }
         sandbox_uid = SandboxUser::from_facts(facts);
         exec_dirs.extend(r.backend().exec_dirs());
         for dir in args.scratch.iter().chain(&args.read_write) {

@@ -642,3 +642,51 @@ fn limits_hold_for_the_sandbox_or_cordon_refuses() {
         assert!(!text(&out.stderr).contains("warning"), "{who}");
     }
 }
+
+/// As root, a writable grant holding a setuid file is refused: through the
+/// idmapped mount the sandbox owns root's files, and a store through a
+/// shared writable mmap would keep the bit (the hostile program tries
+/// exactly that). Unprivileged, the file is the caller's own, and the
+/// program runs as the caller: no uid to gain, so it runs.
+#[test]
+fn a_writable_grant_holding_a_setuid_file_is_refused_as_root() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let helper = dir.path().join("sub/helper");
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(&helper, b"#!/bin/sh\necho the helper\n").unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let rewrite = format!(
+        "import mmap, os\nfd = os.open({:?}, os.O_RDWR)\nm = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_WRITE | mmap.PROT_READ)\nm[0:4] = b'#!/x'\nm.flush()\nprint('rewritten')\n",
+        helper.to_str().unwrap()
+    );
+    let out = run(cordon(cache.path())
+        .args(["run", "--rw"])
+        .arg(dir.path())
+        .args(["--", "/usr/bin/python3", "-c", &rewrite]));
+    let err = text(&out.stderr);
+    let m = std::fs::metadata(&helper).unwrap();
+    let content = std::fs::read(&helper).unwrap();
+    if root {
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(
+            err.contains("setuid/setgid") && err.contains("sub/helper"),
+            "{err}"
+        );
+        assert_eq!(content, b"#!/bin/sh\necho the helper\n");
+        assert_eq!(m.mode() & 0o7777, 0o4755);
+        // Without the bit the same grant runs.
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = run(cordon(cache.path())
+            .args(["run", "--rw"])
+            .arg(dir.path())
+            .args(["--", "/bin/true"]));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    } else {
+        assert_eq!(text(&out.stdout), "rewritten\n", "{err}");
+    }
+}

@@ -10,7 +10,9 @@
 //! The baseline runs the same hostile probe code unconfined, so it must be
 //! safe: every target a probe aims at is one the suite created for that
 //! very run (its own sacrificial process, listeners, files, IPC objects,
-//! pty), never anything else of the host. And it must die with the host:
+//! pty), never anything else of the host — nor anything another local user
+//! could swap in for one: the baseline's target dirs are the host uid's
+//! alone (0700, `ProbeContext::new`). And it must die with the host:
 //! the backend's one hook executes the probe binary as the control's
 //! keeper (`keeper.rs`), a subreaper that starts the probe child and kills
 //! every process below it when the child ends or the host dies.

@@ -89,13 +89,16 @@ impl Reporter {
         }
     }
 
-    /// Reports check `name` with `status` (`Unproven` is reported as
-    /// unreachable: only the host can judge that) and a one-line detail.
+    /// Reports check `name` with `status` (`Unproven` and `GivenUp` are
+    /// reported as unreachable: only the host can judge those) and a
+    /// one-line detail.
     pub fn check(&mut self, name: &str, status: ProbeStatus, detail: impl AsRef<str>) {
         let s = match status {
             ProbeStatus::Pass => "pass",
             ProbeStatus::Fail => "fail",
-            ProbeStatus::Unreachable | ProbeStatus::Unproven => "unreachable",
+            ProbeStatus::Unreachable | ProbeStatus::Unproven | ProbeStatus::GivenUp => {
+                "unreachable"
+            }
         };
         let detail = detail.as_ref().replace(['\t', '\n'], " ");
         let _ = writeln!(self.out, "CHECK\t{name}\t{s}\t{detail}");

@@ -42,12 +42,16 @@ pub struct ProbeContext {
     /// The probe executable, copied into the package dir.
     pub(crate) exe: PathBuf,
     pub(crate) package_file: PathBuf,
-    /// A world-writable (0777) suite dir outside every grant: where the
-    /// canaries and other targets sit, so that only the sandbox, not file
-    /// modes, stands between them and the child.
+    /// A suite dir outside every grant, where the canaries and other
+    /// targets sit: world-writable (0777) for the backend's run, so that
+    /// only the sandbox, not file modes, stands between them and the
+    /// child; 0700 for the baseline's, whose unconfined child (root, on a
+    /// root host) must not work on anything another local user could have
+    /// put there (a symlink swapped in for a target). Host code plants in
+    /// it without following links ([`create_new_file`]).
     pub(crate) outside_dir: PathBuf,
-    /// A stand-in for a home directory (0777, under the suite dir), so no
-    /// probe depends on `$HOME`.
+    /// A stand-in for a home directory (under the suite dir, the same mode
+    /// as `outside_dir`), so no probe depends on `$HOME`.
     pub(crate) home_dir: PathBuf,
     pub(crate) canary_file: PathBuf,
     pub(crate) canary_content: Vec<u8>,
@@ -70,6 +74,9 @@ pub struct ProbeContext {
     pub(crate) watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
     /// What adds a check on this host (`expected.rs`).
     pub(crate) conditions: crate::expected::HostConditions,
+    /// What the backend gives up on this host (`given_up.rs`); nothing
+    /// for the baseline.
+    pub(crate) gives_up: crate::given_up::GivenUp,
 }
 
 /// A started probe child and the token that finds it in `/proc`.
@@ -172,9 +179,26 @@ fn mkdir_mode(path: &Path, mode: u32) -> std::io::Result<()> {
 }
 
 fn write_mode(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, content)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    let mut f = create_new_file(path)?;
+    f.write_all(content)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+/// Creates `path` as a new file, never through a link: it fails if any
+/// entry is there already (another local user's symlink in a
+/// world-writable target dir, say), so what the host then does on the
+/// returned fd (write, `fchmod`, `fchown`, xattrs, times) lands on the
+/// file it made.
+pub(crate) fn create_new_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(path)
 }
 
 impl ProbeContext {
@@ -187,6 +211,7 @@ impl ProbeContext {
         sandbox: Ids,
         kernel: KernelFacts,
         scopes: LimitScopes,
+        baseline: bool,
     ) -> std::io::Result<ProbeContext> {
         // World-readable dirs, so that only the sandbox — not file
         // permissions — stands between the child and the canaries.
@@ -207,10 +232,11 @@ impl ProbeContext {
         }
         let package_file = pkg_dir.join("package-data.txt");
         write_mode(&package_file, b"package data\n", 0o644)?;
+        let targets_mode = if baseline { 0o700 } else { 0o777 };
         let outside_dir = root.path().join("outside");
-        mkdir_mode(&outside_dir, 0o777)?;
+        mkdir_mode(&outside_dir, targets_mode)?;
         let home_dir = root.path().join("home");
-        mkdir_mode(&home_dir, 0o777)?;
+        mkdir_mode(&home_dir, targets_mode)?;
         let canary_file = outside_dir.join("secret.txt");
         let canary_content = format!("cordon canary {}\n", random_token()).into_bytes();
         write_mode(&canary_file, &canary_content, 0o666)?;
@@ -232,9 +258,10 @@ impl ProbeContext {
             sandbox,
             kernel,
             scopes,
-            baseline: false,
+            baseline,
             watchdog: None,
             conditions,
+            gives_up: Default::default(),
             root,
         })
     }

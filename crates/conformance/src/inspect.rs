@@ -131,6 +131,11 @@ impl Limit {
         let ok = |v: &str| v.parse::<u64>().is_ok_and(|n| n <= max);
         ok(&self.soft) && ok(&self.hard)
     }
+
+    /// True when both values are numbers (not `unlimited`).
+    pub(crate) fn is_finite(&self) -> bool {
+        self.at_most(u64::MAX)
+    }
 }
 
 impl std::fmt::Display for Limit {

@@ -153,6 +153,8 @@ mod child;
 #[cfg(target_os = "linux")]
 mod expected;
 #[cfg(target_os = "linux")]
+pub mod given_up;
+#[cfg(target_os = "linux")]
 mod harness;
 pub mod host_state;
 #[cfg(target_os = "linux")]

@@ -58,8 +58,10 @@ impl Scope {
 }
 
 /// The scope of each limit P6 checks at more than one scope.
-/// (`limit_processes` is not read: P6's process-limit check always counts
-/// every process of the sandbox, whatever the backend claims.)
+/// (P6's process-limit check always counts every process of the
+/// sandbox, whatever the backend claims; `limit_processes` only says
+/// whether the budget is shared with the host's other processes of the
+/// same uid.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LimitScopes {
     /// `limit_memory`.
@@ -68,6 +70,13 @@ pub(crate) struct LimitScopes {
     pub cpu: Scope,
     /// `limit_disk` (for a discarded scratch dir).
     pub disk: Scope,
+    /// `limit_processes` starts `per-uid`: the process limit counts every
+    /// task of the uid the sandbox runs as (no user namespace, and no uid
+    /// of its own). Every sandbox of that uid shares it, and so does the
+    /// unconfined control: the suite then runs P6, whose fork loop fills
+    /// it, after every other probe and alone (`suite.rs`), and P6 its
+    /// fork loop before its other children.
+    pub processes_per_uid: bool,
 }
 
 impl LimitScopes {
@@ -77,6 +86,9 @@ impl LimitScopes {
             memory: Scope::of(facts, "limit_memory"),
             cpu: Scope::of(facts, "limit_cpu"),
             disk: Scope::of(facts, "limit_disk"),
+            processes_per_uid: facts
+                .get("limit_processes")
+                .is_some_and(|v| v.trim_start().starts_with("per-uid")),
         }
     }
 }
@@ -110,5 +122,11 @@ mod tests {
         );
         assert!(said.contains("sandbox-memory-limit was not run"), "{said}");
         assert!(!none.cpu.is_sandbox());
+        assert!(!none.processes_per_uid && !s.processes_per_uid);
+        let shared = BTreeMap::from([(
+            "limit_processes".to_string(),
+            "per-uid: RLIMIT_NPROC".to_string(),
+        )]);
+        assert!(LimitScopes::from_facts(&shared).processes_per_uid);
     }
 }

@@ -236,6 +236,7 @@ impl StandardSuite {
             let manifest = crate::expected::checks(probe.as_ref(), &ctx.conditions);
             let mut checks = probe.host(&ctx).await;
             crate::expected::enforce(&manifest, &mut checks);
+            ctx.gives_up.apply(id, &mut checks);
             let result = fold(id, title, checks, manifest.len(), started);
             tracing::debug!(probe = %id, baseline = ctx.baseline, status = ?result.status,
                 ms = result.duration_ms, "probe finished");
@@ -330,6 +331,7 @@ impl StandardSuite {
                 sandbox,
                 kernel.clone(),
                 scopes.clone(),
+                false,
             )?;
             let mut base = ProbeContext::new(
                 self.spawner(Arc::new(Unconfined)),
@@ -338,8 +340,9 @@ impl StandardSuite {
                 sandbox,
                 kernel,
                 scopes,
+                true,
             )?;
-            base.baseline = true;
+            real.gives_up = crate::given_up::GivenUp::from_facts(&host.backend_facts);
             // The unconfined control runs, the host-side targets of both
             // sides and the suite dirs must not outlive this process.
             watchdog.guard_dir(real.root.path())?;
@@ -357,8 +360,14 @@ impl StandardSuite {
             // deadlines, and a probe that panics fails alone.
             Ok((real, base)) => {
                 let (real, base) = (Arc::new(real), Arc::new(base));
+                // A process limit shared by every task of the uid is filled
+                // by P6's fork loop (and by the control's, which has no
+                // limit): P6 then runs after the others, and its control
+                // after it, so no other probe's fork is refused for it.
+                let alone = |id: &ProbeId| real.scopes.processes_per_uid && *id == ProbeId::P6;
                 let runs: Vec<_> = ids
                     .iter()
+                    .filter(|id| !alone(id))
                     .map(|id| {
                         (
                             *id,
@@ -367,13 +376,21 @@ impl StandardSuite {
                         )
                     })
                     .collect();
-                let (mut real, mut base) = (Vec::new(), Vec::new());
+                let (mut real_results, mut base_results) = (Vec::new(), Vec::new());
                 for (id, r, b) in runs {
-                    real.push(self.joined(id, r).await);
-                    base.push(self.joined(id, b).await);
+                    real_results.push(self.joined(id, r).await);
+                    base_results.push(self.joined(id, b).await);
                 }
-                crate::verdict::mark(&mut real, &base);
-                real
+                for id in ids.iter().filter(|id| alone(id)) {
+                    let r = self.joined(*id, self.spawn_probe(&real, *id)).await;
+                    real_results.push(r);
+                    let b = self.joined(*id, self.spawn_probe(&base, *id)).await;
+                    base_results.push(b);
+                }
+                // In the order asked for.
+                real_results.sort_by_key(|p| ids.iter().position(|id| *id == p.id));
+                crate::verdict::mark(&mut real_results, &base_results);
+                real_results
             }
             Err(e) => ids
                 .iter()

@@ -20,6 +20,7 @@
 //!                                              // the suite added; empty if unavailable
 //!     {"id": "P1", "title": "Process isolation",
 //!      "status": "pass" | "fail" | "unreachable" | "unproven",
+//!                                              // a check may also be "given_up"
 //!      "detail": "...",                        // why, for anything not pass
 //!      "checks_expected": 55,                  // how many checks the probe declares
 //!                                              // for this host; = checks.len()
@@ -81,6 +82,15 @@ pub enum ProbeStatus {
     /// Counts as not passing unless the operator accepted it
     /// ([`ConformanceReport::accepted_unproven`]).
     Unproven,
+    /// A check only: it failed, and what it checks is a protection the
+    /// backend says it does not give on this host (its `gives_up` host
+    /// fact, e.g. the Linux backend's tier landlock: no UTS namespace, so
+    /// the host's hostname shows). Only the names the suite knows, each
+    /// standing for a fixed set of checks, can be given up; the check
+    /// still ran, its detail says what it found, and the report lists it.
+    /// It neither fails nor passes its probe, and is no evidence either
+    /// way.
+    GivenUp,
 }
 
 /// Who observed a check's outcome.
@@ -413,6 +423,28 @@ impl ConformanceReport {
                 "\ntotal: {:.1} ms\nevidence: {host} of {} checks verified by the host, the rest reported by the probe child",
                 self.total_duration_ms,
                 checks.clone().count()
+            );
+        }
+        let given_up: Vec<String> = self
+            .probes
+            .iter()
+            .flat_map(|p| {
+                p.checks
+                    .iter()
+                    .filter(|c| c.status == ProbeStatus::GivenUp)
+                    .map(move |c| format!("{} {}", p.id, c.name))
+            })
+            .collect();
+        if !given_up.is_empty() {
+            let _ = writeln!(
+                s,
+                "given up by the backend on this host (its gives_up fact: {}), so these checks \
+                 failed and do not count: {}",
+                h.backend_facts
+                    .get("gives_up")
+                    .map(String::as_str)
+                    .unwrap_or("none stated"),
+                given_up.join(", ")
             );
         }
         let unsandboxed: Vec<String> = self

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -226,7 +227,13 @@ pub fn load_package_from_path(path: impl AsRef<Path>) -> Result<Package, Starlar
         path: path.display().to_string(),
         source: e,
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
+    let meta = std::fs::symlink_metadata(path).map_err(io)?;
+    if meta.file_type().is_symlink() {
+        return Err(StarlarkHostError::InvalidPackage(format!(
+            "{} is a symlink: pass the package's own file or directory (links are not followed)",
+            path.display()
+        )));
+    }
     if meta.is_file() {
         if path.extension().and_then(|e| e.to_str()) != Some("star") {
             return Err(StarlarkHostError::InvalidPackage(format!(
@@ -240,7 +247,7 @@ pub fn load_package_from_path(path: impl AsRef<Path>) -> Result<Package, Starlar
                 path.display()
             )));
         }
-        let src = std::fs::read_to_string(path).map_err(io)?;
+        let src = read_regular_file(path).map_err(io)?;
         let id = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -257,14 +264,14 @@ pub fn load_package_from_path(path: impl AsRef<Path>) -> Result<Package, Starlar
         return Ok(Package::new(manifest, sources));
     }
     let toml_path = path.join("package.toml");
-    let text = std::fs::read_to_string(&toml_path).map_err(|e| StarlarkHostError::PackageIo {
+    let text = read_regular_file(&toml_path).map_err(|e| StarlarkHostError::PackageIo {
         path: toml_path.display().to_string(),
         source: e,
     })?;
     let manifest = parse_manifest(&text)?;
     let mut sources = BTreeMap::new();
     let mut total = 0u64;
-    collect_star_files(path, "", 0, &mut sources, &mut total)?;
+    collect_star_files(path, path, "", 0, &mut sources, &mut total)?;
     if !sources.contains_key(&manifest.script) {
         return Err(StarlarkHostError::InvalidPackage(format!(
             "package {:?}: script {:?} named in package.toml was not found in {}",
@@ -304,8 +311,11 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, StarlarkHostError> {
     Ok(m)
 }
 
+/// Reads the `.star` files under `dir` (opened as named; `shown` is how
+/// errors name it).
 fn collect_star_files(
     dir: &Path,
+    shown: &Path,
     prefix: &str,
     depth: usize,
     out: &mut BTreeMap<String, String>,
@@ -315,10 +325,15 @@ fn collect_star_files(
         return Ok(());
     }
     let io = |e: std::io::Error| StarlarkHostError::PackageIo {
-        path: dir.display().to_string(),
+        path: shown.display().to_string(),
         source: e,
     };
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
+    // Listed through the fd of the dir itself, opened without following a
+    // link: a dir swapped for a symlink after its parent was listed is
+    // refused, not entered.
+    let dir_fd = open_nofollow(dir, libc::O_DIRECTORY).map_err(io)?;
+    let pinned = PathBuf::from(format!("/dev/fd/{}", dir_fd.as_raw_fd()));
+    let mut entries: Vec<_> = std::fs::read_dir(&pinned)
         .map_err(io)?
         .collect::<Result<_, _>>()
         .map_err(io)?;
@@ -334,14 +349,26 @@ fn collect_star_files(
             format!("{prefix}/{name}")
         };
         if ft.is_dir() {
-            collect_star_files(&entry.path(), &rel, depth + 1, out, total)?;
+            collect_star_files(
+                &pinned.join(&name),
+                &shown.join(&name),
+                &rel,
+                depth + 1,
+                out,
+                total,
+            )?;
         } else if ft.is_file() && name.ends_with(".star") {
             if out.len() >= MAX_PACKAGE_FILES {
                 return Err(StarlarkHostError::InvalidPackage(format!(
                     "package has more than {MAX_PACKAGE_FILES} .star files"
                 )));
             }
-            let src = std::fs::read_to_string(entry.path()).map_err(io)?;
+            let src = read_regular_file(&pinned.join(&name)).map_err(|e| {
+                StarlarkHostError::PackageIo {
+                    path: shown.join(&name).display().to_string(),
+                    source: e,
+                }
+            })?;
             *total += src.len() as u64;
             if *total > MAX_PACKAGE_BYTES {
                 return Err(StarlarkHostError::InvalidPackage(format!(
@@ -353,6 +380,40 @@ fn collect_star_files(
         // Symlinks and other file types are skipped on purpose.
     }
     Ok(())
+}
+
+/// Opens `path` read-only without following a link in its last component
+/// (`ELOOP` if it is one), with `extra` flags.
+fn open_nofollow(path: &Path, extra: i32) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | extra)
+        .open(path)
+}
+
+/// The text of the regular file at `path`, checked and read on one fd: a
+/// symlink (or a FIFO, a device) swapped in after the dir was listed is
+/// refused, never read.
+fn read_regular_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let f = open_nofollow(path, 0)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_PACKAGE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_PACKAGE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_PACKAGE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
 }
 
 /// Normalise a `load()` path relative to the package root. Returns `None`
@@ -387,6 +448,41 @@ pub fn normalize_load_path(path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the loader reads is what it checked, on one fd: a symlink (to
+    /// a file only its reader may read) and a FIFO in place of a source are
+    /// refused, never followed or waited on; a package path that is a
+    /// symlink is refused too.
+    #[test]
+    fn the_loader_reads_no_link_and_no_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "KEY = 'the reader's own secret'\n").unwrap();
+        let link = dir.path().join("link.star");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let e = read_regular_file(&link).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        let fifo = dir.path().join("fifo.star");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = read_regular_file(&fifo).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = load_package_from_path(&link).unwrap_err().to_string();
+        assert!(e.contains("is a symlink"), "{e}");
+        // A package dir whose subdir is a link: not entered.
+        let pkg = dir.path().join("pkg");
+        std::fs::create_dir(&pkg).unwrap();
+        std::fs::write(
+            pkg.join("package.toml"),
+            "id = \"p\"\nscript = \"main.star\"\n",
+        )
+        .unwrap();
+        std::fs::write(pkg.join("main.star"), "def main():\n    return 1\n").unwrap();
+        std::os::unix::fs::symlink(dir.path(), pkg.join("lib")).unwrap();
+        let p = load_package_from_path(&pkg).unwrap();
+        assert_eq!(p.sources.keys().collect::<Vec<_>>(), ["main.star"]);
+    }
 
     #[test]
     fn load_paths_cannot_escape() {

@@ -24,9 +24,39 @@ struct CapData {
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// Drops every capability up to `last_cap` (the running kernel's, read in
-/// the parent). Async-signal-safe.
-pub(crate) fn drop_all(last_cap: libc::c_ulong) -> std::io::Result<()> {
+/// When the bounding set is emptied: it takes `CAP_SETPCAP`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bounding {
+    /// With the rest ([`drop_all`]): in tier namespaces the launcher holds
+    /// every capability of the sandbox's user namespace.
+    WithTheRest,
+    /// Before the uid changes ([`drop_bounding`], a root host in tier
+    /// landlock: as the sandbox's uid it holds no capability at all).
+    BeforeCredentials,
+    /// Never: an unprivileged host in tier landlock holds no
+    /// `CAP_SETPCAP`. `no_new_privs` then keeps every exec from raising
+    /// its capabilities above the empty permitted set (commoncap's
+    /// `cap_bprm_creds_from_file`), which is what the bounding set is
+    /// for; the gate reports the full set as given up.
+    CannotDrop,
+}
+
+/// Empties the bounding set up to `last_cap` (the running kernel's, read
+/// in the parent). Async-signal-safe.
+pub(crate) fn drop_bounding(last_cap: libc::c_ulong) -> std::io::Result<()> {
+    let mut cap: libc::c_ulong = 0;
+    while cap <= last_cap {
+        // SAFETY: prctl on integers.
+        check_long(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) }.into())?;
+        cap += 1;
+    }
+    Ok(())
+}
+
+/// Drops every capability up to `last_cap`: the ambient set, the
+/// bounding set when `bounding` says so now, then the permitted,
+/// effective and inheritable sets. Async-signal-safe.
+pub(crate) fn drop_all(last_cap: libc::c_ulong, bounding: Bounding) -> std::io::Result<()> {
     // SAFETY: prctl on integers; capset reads the header and two data
     // structs on this frame.
     unsafe {
@@ -40,10 +70,8 @@ pub(crate) fn drop_all(last_cap: libc::c_ulong) -> std::io::Result<()> {
             )
             .into(),
         )?;
-        let mut cap: libc::c_ulong = 0;
-        while cap <= last_cap {
-            check_long(libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0).into())?;
-            cap += 1;
+        if bounding == Bounding::WithTheRest {
+            drop_bounding(last_cap)?;
         }
         let header = CapHeader {
             version: LINUX_CAPABILITY_VERSION_3,

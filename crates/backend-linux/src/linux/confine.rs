@@ -14,7 +14,11 @@
 //! memory. With a PID namespace the launcher hands over to the init once
 //! the namespaces exist, and the steps after [`Step::ProcessTree`] run in
 //! the program process that [`tree::split`](super::tree::split) creates
-//! inside the new namespace.
+//! inside the new namespace. Tier landlock takes the same list without
+//! the namespace steps (no `unshare`, maps, quotas, hostname or mounts):
+//! its init is a subreaper with a warden (`tree/`), and the program is
+//! confined by rlimits, capabilities, no_new_privs, Landlock and its
+//! seccomp filter alone.
 
 use cordon_core::ChildContext;
 
@@ -60,11 +64,16 @@ pub(crate) enum Step {
     Landlock = 16,
     /// Install the seccomp filters (`seccomp/`).
     Seccomp = 17,
+    /// Empty the capability bounding set before the uid changes (tier
+    /// landlock on a root host, right after [`Step::MapWriter`]'s place;
+    /// `caps.rs`).
+    BoundingSet = 18,
 }
 
 impl Step {
-    /// Every step, in the order [`confine`] takes them.
-    pub(crate) const ALL: [Step; 17] = [
+    /// Every step, by id: the order [`confine`] takes them in, but for
+    /// the steps added later (each says where it runs).
+    pub(crate) const ALL: [Step; 18] = [
         Step::CgroupJoin,
         Step::MapWriter,
         Step::Credentials,
@@ -82,6 +91,7 @@ impl Step {
         Step::NoNewPrivs,
         Step::Landlock,
         Step::Seccomp,
+        Step::BoundingSet,
     ];
 
     /// The name errors give it: what failed, by the call or mechanism.
@@ -104,6 +114,7 @@ impl Step {
             Step::NoNewPrivs => "no_new_privs",
             Step::Landlock => "landlock_restrict_self",
             Step::Seccomp => "seccomp",
+            Step::BoundingSet => "capability_bounding_set",
         }
     }
 
@@ -128,7 +139,7 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     // program joins instead (below): the init shares the host's memory,
     // and the cgroup's OOM killer, which kills every process sharing its
     // victim's memory, must never pick it.
-    if plan.tree_slot.is_none() {
+    if plan.tree.is_none() {
         cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
     }
     // A root host's maps are written by a helper that stays root, made
@@ -143,10 +154,18 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         ),
         _ => None,
     };
+    // As the sandbox's uid, with no user namespace, it could not (tier
+    // landlock on a root host).
+    if plan.bounding == caps::Bounding::BeforeCredentials {
+        caps::drop_bounding(plan.last_cap).map_err(at(Step::BoundingSet))?;
+    }
     if let Some((uid, gid)) = plan.drop_to {
         creds::become_ids(uid, gid).map_err(at(Step::Credentials))?;
     }
-    namespaces::enter(plan.unshare_flags).map_err(at(Step::Namespaces))?;
+    // Tier landlock makes none.
+    if plan.unshare_flags != 0 {
+        namespaces::enter(plan.unshare_flags).map_err(at(Step::Namespaces))?;
+    }
     maps::write(writer, plan.id_maps.as_ref()).map_err(at(Step::IdMaps))?;
     // While this process holds the new user namespace's capabilities.
     if let Some(q) = &plan.quotas {
@@ -161,16 +180,17 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         // open (the plan owns it).
         unsafe { net::open_way_out(egress) }.map_err(at(Step::EgressListener))?;
     }
-    // From here on, with a PID namespace, this is the program (pid 2).
-    if let Some(slot) = plan.tree_slot {
+    // From here on, with a PID namespace, this is the program (pid 2); in
+    // tier landlock, the child of the subreaper init.
+    if let Some((slot, mode)) = plan.tree {
         // SAFETY: the slot is held by the resources, which outlive the
         // launch.
-        unsafe { super::tree::split(slot, ctx) }.map_err(at(Step::ProcessTree))?;
+        unsafe { super::tree::split(slot, mode, ctx) }.map_err(at(Step::ProcessTree))?;
         cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
     }
     if let Some(mounts) = &plan.mounts {
         mounts
-            .apply(plan.tree_slot.is_some())
+            .apply(plan.tree.is_some())
             .map_err(at(Step::Mounts))?;
         if mounts.scratch_is_private() {
             landlock_rules::add_scratch_rule(&plan.ruleset, plan.scratch_rights)
@@ -178,7 +198,7 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         }
     }
     rlimits::apply(&plan.rlimits).map_err(at(Step::Rlimits))?;
-    caps::drop_all(plan.last_cap).map_err(at(Step::Capabilities))?;
+    caps::drop_all(plan.last_cap, plan.bounding).map_err(at(Step::Capabilities))?;
     caps::no_new_privs().map_err(at(Step::NoNewPrivs))?;
     landlock_rules::restrict_self(&plan.ruleset).map_err(at(Step::Landlock))?;
     // Last, so nothing above is itself filtered; the program can neither

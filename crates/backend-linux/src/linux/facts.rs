@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use cordon_core::Availability;
 
-use super::{cgroup, namespace_names, probe, seccomp, uid};
-use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
+use super::tier::{self, Choice};
+use super::{cgroup, namespace_names, probe, uid};
+use crate::{Layers, Tier, SANDBOX_GID, SANDBOX_UID};
 
 /// Every fact the backend's
 /// [`host_facts`](cordon_core::SandboxBackend::host_facts) may report,
@@ -14,6 +15,12 @@ use crate::{Layers, SANDBOX_GID, SANDBOX_UID};
 /// list by `cargo xtask docs`). A test holds `host_facts` to it.
 pub const HOST_FACTS: &[(&str, &str)] = &[
     ("arch", "the CPU architecture (`std::env::consts::ARCH`)"),
+    (
+        "gives_up",
+        "tier landlock: the protections it does not give, by the names the conformance suite \
+         reports their checks under (`hostname`, `host-pid-existence`, and on an unprivileged \
+         host `capability-bounding-set`)",
+    ),
     (
         "landlock_abi",
         "the kernel's Landlock ABI version, or why Landlock is unavailable",
@@ -69,35 +76,24 @@ pub const HOST_FACTS: &[(&str, &str)] = &[
         "seccomp",
         "the seccomp filter the program runs under, or why seccomp is unavailable",
     ),
+    (
+        "tier",
+        "the tier in use (`namespaces` or `landlock`), whether it was required, and why a \
+         stronger tier was passed over; `none: ...` when no tier can run here",
+    ),
     ("uid", "the host process's effective uid"),
 ];
 
-/// Why the backend cannot run here, one reason per missing mechanism.
-fn missing(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Vec<String> {
-    let mut reasons = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if layers.own_uid && unsafe { libc::geteuid() } == 0 {
-        if let Err(r) = pool.map_err(str::to_string).and_then(uid::UidPool::usable) {
-            reasons.push(r);
-        }
-    }
-    if let Err(r) = probe::landlock_abi() {
-        reasons.push(r);
-    }
-    if let Err(r) = probe::seccomp() {
-        reasons.push(r);
-    }
-    if let Err(r) = seccomp::programs() {
-        reasons.push(r);
-    }
-    if let Err(r) = probe::namespaces(layers) {
-        reasons.push(r);
-    }
-    reasons
-}
-
-pub(crate) fn availability(layers: Layers, pool: Result<&uid::UidPool, &str>) -> Availability {
-    let reasons = missing(layers, pool);
+pub(crate) fn availability(
+    layers: Layers,
+    choice: &Choice,
+    pool: Result<&uid::UidPool, &str>,
+) -> Availability {
+    let tier = match choice.tier() {
+        Ok(t) => t,
+        Err(reason) => return Availability::Unavailable { reason },
+    };
+    let reasons = tier::missing(tier, layers, pool);
     if reasons.is_empty() {
         if let Ok(abi) = probe::landlock_abi() {
             if abi < probe::SCOPING_ABI {
@@ -110,17 +106,31 @@ pub(crate) fn availability(layers: Layers, pool: Result<&uid::UidPool, &str>) ->
         }
         Availability::Available
     } else {
+        let required = if choice.required {
+            format!("tier {tier} is required and cannot run here: ")
+        } else {
+            String::new()
+        };
         Availability::Unavailable {
-            reason: reasons.join("; "),
+            reason: format!("{required}{}", reasons.join("; ")),
         }
     }
 }
 
 pub(crate) fn host_facts(
     layers: Layers,
+    choice: &Choice,
     pool: Result<&uid::UidPool, &str>,
 ) -> BTreeMap<String, String> {
     let mut f = BTreeMap::new();
+    let tier = choice.tier().ok();
+    let landlock_tier = tier == Some(Tier::Landlock);
+    f.insert("tier".into(), choice.describe());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if landlock_tier {
+        f.insert("gives_up".into(), gives_up(root).join(", "));
+    }
     match probe::landlock_abi() {
         Ok(abi) => {
             f.insert("landlock_abi".into(), abi.to_string());
@@ -148,10 +158,13 @@ pub(crate) fn host_facts(
             f.insert("landlock_abi".into(), format!("unavailable: {r}"));
         }
     }
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let filter = super::filter_for(layers, tier, false, uid != 0);
     f.insert(
         "seccomp".into(),
         match probe::seccomp() {
-            Ok(()) => seccomp::description(layers.seccomp_allowlist).into(),
+            Ok(()) => filter.description().into(),
             Err(r) => format!("unavailable: {r}"),
         },
     );
@@ -167,14 +180,24 @@ pub(crate) fn host_facts(
     );
     f.insert(
         "namespaces".into(),
-        match probe::namespaces(layers) {
-            Ok(()) => namespace_names(layers).join(", "),
-            Err(r) => format!("unavailable: {r}"),
+        if landlock_tier {
+            "none (tier landlock)".into()
+        } else {
+            match probe::namespaces(layers) {
+                Ok(()) => namespace_names(layers).join(", "),
+                Err(r) => format!("unavailable: {r}"),
+            }
         },
     );
     f.insert(
         "pid1".into(),
-        if layers.pid_namespace {
+        if landlock_tier {
+            "none (no PID namespace): the program's parent is the sandbox's init, a subreaper \
+             outside the Landlock domain, with a warden beside it; the sandbox cannot leave \
+             their process group, which is killed when the program ends, the init is killed \
+             or the host dies"
+                .into()
+        } else if layers.pid_namespace {
             "minimal init; its death kills every sandbox process".into()
         } else {
             "none: the program leads a process group in the host's PID namespace".into()
@@ -182,7 +205,11 @@ pub(crate) fn host_facts(
     );
     f.insert(
         "mounts".into(),
-        if layers.mount_namespace {
+        if landlock_tier {
+            "the host's mount table (no mount namespace): Landlock alone decides which paths \
+             the sandbox may use; the scratch is a private 0700 host dir, removed after"
+                .into()
+        } else if layers.mount_namespace {
             "host read-only,nosuid (private propagation); discarded scratch: private tmpfs \
              nosuid,nodev of disk_bytes; kept or caller's scratch and read-write grants: \
              nosuid,nodev binds"
@@ -191,11 +218,9 @@ pub(crate) fn host_facts(
             "the host's mount table (no mount namespace)".into()
         },
     );
-    for (k, v) in limit_scopes(layers) {
+    for (k, v) in limit_scopes(layers, tier.unwrap_or(Tier::Namespaces)) {
         f.insert(k.into(), v);
     }
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     f.insert("uid".into(), uid.to_string());
     if uid == 0 && layers.own_uid {
         f.insert(
@@ -207,7 +232,11 @@ pub(crate) fn host_facts(
         );
         f.insert(
             "sandbox_uid_inside".into(),
-            format!("{SANDBOX_UID} (nobody), gid {SANDBOX_GID}"),
+            if landlock_tier {
+                "the same as on the host (no user namespace)".into()
+            } else {
+                format!("{SANDBOX_UID} (nobody), gid {SANDBOX_GID}")
+            },
         );
     } else {
         f.insert(
@@ -223,12 +252,31 @@ pub(crate) fn host_facts(
     f
 }
 
-/// The scope of each limit on this host with `layers`: `sandbox: ...` when
-/// it holds for the sandbox as a whole, `per-process: ...` (or
-/// `per-file: ...`) when each process (file) has its own, and how. The
-/// conformance probe P6 tests each limit at the scope claimed here, and
-/// `cordon run` warns about the per-process ones.
-pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
+/// What [`Tier::Landlock`] gives up, as the `gives_up` host fact names it
+/// (`root`: the host runs as root): the protections of a namespace that no
+/// other mechanism gives — the host's hostname and the existence of host
+/// pids stay visible — and on an unprivileged host the capability
+/// bounding set, which takes `CAP_SETPCAP` to empty (no_new_privs keeps
+/// every exec from using it). The conformance suite knows each name and
+/// reports the checks of that protection as given up, not as passed.
+pub(crate) fn gives_up(root: bool) -> Vec<&'static str> {
+    let mut v = vec!["hostname", "host-pid-existence"];
+    if !root {
+        v.push("capability-bounding-set");
+    }
+    v
+}
+
+/// The scope of each limit on this host with `layers` in `tier`:
+/// `sandbox: ...` when it holds for the sandbox as a whole, `per-process:
+/// ...` (or `per-file: ...`, `per-uid: ...`) when each process (file, the
+/// caller's uid) has its own, and how. The conformance probe P6 tests
+/// each limit at the scope claimed here, and `cordon run` warns about the
+/// ones that are not sandbox-wide.
+pub(crate) fn limit_scopes(layers: Layers, tier: Tier) -> Vec<(&'static str, String)> {
+    let landlock_tier = tier == Tier::Landlock;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     let cgroup = if layers.sandbox_limits {
         cgroup::hierarchy()
     } else {
@@ -239,14 +287,29 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
             "sandbox: {} memory limit (anonymous, memfd, SysV shm and tmpfs pages all count)",
             h.describe()
         ),
+        None if landlock_tier => "per-process: RLIMIT_DATA (private writable memory) and \
+                 RLIMIT_AS with 3 GiB of headroom for runtimes' reservations; a memfd is capped \
+                 by RLIMIT_FSIZE; SysV shared memory is refused"
+            .into(),
         None => "per-process: RLIMIT_DATA (private writable memory) and RLIMIT_AS with 3 GiB of \
                  headroom for runtimes' reservations; a memfd is capped by RLIMIT_FSIZE, a \
                  discarded scratch by disk_bytes, SysV shm is freed with the sandbox's IPC \
                  namespace"
             .into(),
     };
-    let processes = "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace";
-    let cpu = match (cgroup, layers.sandbox_limits && layers.pid_namespace) {
+    let processes = match (landlock_tier, root && layers.own_uid) {
+        (false, _) => "sandbox: RLIMIT_NPROC counted in the sandbox's own user namespace",
+        (true, true) => {
+            "sandbox: RLIMIT_NPROC counted for the sandbox's own uid, which no other process has"
+        }
+        (true, false) => {
+            "per-uid: RLIMIT_NPROC = the tasks the caller's uid had when the sandbox started + \
+             max_processes (no user namespace counts the sandbox alone, so the uid's other \
+             processes share that budget)"
+        }
+    };
+    let tree_sum = layers.sandbox_limits && (layers.pid_namespace || landlock_tier);
+    let cpu = match (cgroup, tree_sum) {
         (Some(h), _) => format!(
             "sandbox: {} CPU time of all its processes, enforced by the runner (RLIMIT_CPU per \
              process too)",
@@ -258,7 +321,7 @@ pub(crate) fn limit_scopes(layers: Layers) -> Vec<(&'static str, String)> {
             .into(),
         (None, false) => "per-process: RLIMIT_CPU (a forked child starts afresh)".into(),
     };
-    let disk = if layers.mount_namespace {
+    let disk = if layers.mount_namespace && !landlock_tier {
         "sandbox: a discarded scratch is a private tmpfs of disk_bytes; a kept or caller's \
          scratch dir is limited only per file (RLIMIT_FSIZE)"
     } else {
@@ -287,9 +350,13 @@ mod tests {
         sorted.dedup();
         assert_eq!(names, sorted, "HOST_FACTS must be sorted, each name once");
         let pool = crate::UidPool::from_env();
+        let pool = pool.as_ref().map_err(String::as_str);
         for layers in [Layers::ALL, Layers::BASE] {
-            for key in super::host_facts(layers, pool.as_ref().map_err(String::as_str)).keys() {
-                assert!(names.contains(&key.as_str()), "{key} is not in HOST_FACTS");
+            for tier in crate::Tier::ALL {
+                let choice = super::Choice::decide(Some(tier), layers, pool);
+                for key in super::host_facts(layers, &choice, pool).keys() {
+                    assert!(names.contains(&key.as_str()), "{key} is not in HOST_FACTS");
+                }
             }
         }
     }

@@ -122,11 +122,75 @@ pub(crate) fn rights(abi: ABI, grant: Grant, is_dir: bool) -> BitFlags<AccessFs>
 
 /// Canonicalises a grant path: it must be absolute and exist (a dangling
 /// symlink is an error naming the link).
+/// The first symlink that resolving `path` goes through and that neither
+/// this process's euid nor root owns (the kernel's `protected_symlinks`
+/// rule, for every directory, not only sticky ones), if any.
+fn foreign_symlink(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut todo: Vec<std::ffi::OsString> = path
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_os_string())
+        .collect();
+    let mut at = PathBuf::from("/");
+    // A bound on links followed, as the kernel's 40.
+    let mut links = 0;
+    while let Some(part) = todo.pop() {
+        match part.to_str() {
+            Some("/") | Some(".") => continue,
+            Some("..") => {
+                at.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let next = at.join(&part);
+        let Ok(meta) = next.symlink_metadata() else {
+            return None; // canonicalize reports what is missing
+        };
+        if !meta.file_type().is_symlink() {
+            at = next;
+            continue;
+        }
+        links += 1;
+        if meta.uid() != 0 && meta.uid() != me {
+            return Some(next);
+        }
+        let Ok(target) = std::fs::read_link(&next) else {
+            return None;
+        };
+        if links > 40 {
+            return None;
+        }
+        if target.is_absolute() {
+            at = PathBuf::from("/");
+        }
+        todo.extend(
+            target
+                .components()
+                .rev()
+                .map(|c| c.as_os_str().to_os_string()),
+        );
+    }
+    None
+}
+
 pub(crate) fn canonical_grant(kind: &str, path: &Path) -> Result<(PathBuf, bool), String> {
     if !path.is_absolute() {
         return Err(format!(
             "{kind} path `{}` is not absolute: give an absolute path",
             path.display()
+        ));
+    }
+    if let Some(link) = foreign_symlink(path) {
+        return Err(format!(
+            "{kind} path `{}` goes through the symlink `{}`, which is neither yours nor \
+             root's: another user could point it anywhere you may reach; give the path it \
+             should resolve to",
+            path.display(),
+            link.display()
         ));
     }
     match path.canonicalize() {
@@ -399,6 +463,36 @@ pub(crate) fn restrict_self(ruleset: &std::os::fd::OwnedFd) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A grant through another user's symlink is refused (that user could
+    /// point it at anything the caller may reach); through one of the
+    /// caller's own, it resolves.
+    #[test]
+    fn a_grant_through_another_users_symlink_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let (p, is_dir) = canonical_grant("read-write grant", &link.join(".")).unwrap();
+        assert_eq!((p, is_dir), (target.canonicalize().unwrap(), true));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::lchown(&link, Some(1234), Some(1234)).unwrap();
+            for path in [
+                link.clone(),
+                link.join("."),
+                dir.path().join("link/../target"),
+            ] {
+                let e = canonical_grant("read-write grant", &path).unwrap_err();
+                assert!(
+                    e.contains("neither yours nor root's"),
+                    "{}: {e}",
+                    path.display()
+                );
+            }
+        }
+    }
 
     #[test]
     fn file_rules_only_get_file_rights() {

@@ -23,6 +23,7 @@ mod quotas;
 mod rlimits;
 mod seccomp;
 mod sys;
+pub(crate) mod tier;
 mod tree;
 pub(crate) mod uid;
 mod wrap;
@@ -46,28 +47,37 @@ pub(crate) fn exec_dirs() -> Vec<PathBuf> {
         .collect()
 }
 
-/// The seccomp filters, compiled once per process: they depend on nothing
-/// but the architecture and the layer set, and compiling them on every
-/// spawn cost more than the rest of `wrap`.
-/// `egress`: the variant for an egress allowlist (TCP sockets allowed;
-/// the deny-list pair already allows them).
-fn compiled_filters(allowlist: bool, egress: bool) -> Result<Arc<Vec<seccomp::Program>>, String> {
-    type Compiled = Result<Arc<Vec<seccomp::Program>>, String>;
-    static FULL: OnceLock<Compiled> = OnceLock::new();
-    static EGRESS: OnceLock<Compiled> = OnceLock::new();
-    static DENY_LIST: OnceLock<Compiled> = OnceLock::new();
-    if allowlist && egress {
-        EGRESS
-            .get_or_init(|| seccomp::egress_programs().map(Arc::new))
-            .clone()
-    } else if allowlist {
-        FULL.get_or_init(|| seccomp::programs().map(Arc::new))
-            .clone()
-    } else {
-        DENY_LIST
-            .get_or_init(|| seccomp::deny_list_programs().map(Arc::new))
-            .clone()
+/// The filter for `layers` in `tier` (`None`, no tier can run: the
+/// namespaces' is named), with an egress allowlist or not, for a sandbox
+/// that runs as the caller's uid or not.
+pub(crate) fn filter_for(
+    layers: crate::Layers,
+    tier: Option<crate::Tier>,
+    egress: bool,
+    caller_uid: bool,
+) -> seccomp::Filter {
+    use seccomp::Filter;
+    match (layers.seccomp_allowlist, tier) {
+        (false, _) => Filter::DenyList,
+        (true, Some(crate::Tier::Landlock)) => Filter::Landlock { caller_uid },
+        (true, _) => Filter::Namespaces { egress },
     }
+}
+
+/// The seccomp filters, compiled once per process: they depend on nothing
+/// but the architecture and the variant, and compiling them on every
+/// spawn cost more than the rest of `wrap`.
+fn compiled_filters(filter: seccomp::Filter) -> Result<Arc<Vec<seccomp::Program>>, String> {
+    type Compiled = Result<Arc<Vec<seccomp::Program>>, String>;
+    static COMPILED: [OnceLock<Compiled>; seccomp::Filter::ALL.len()] =
+        [const { OnceLock::new() }; seccomp::Filter::ALL.len()];
+    let i = seccomp::Filter::ALL
+        .iter()
+        .position(|f| *f == filter)
+        .expect("every filter is in Filter::ALL");
+    COMPILED[i]
+        .get_or_init(|| filter.programs().map(Arc::new))
+        .clone()
 }
 
 pub(crate) use namespaces::{names as namespace_names, unshare_flags};

@@ -21,7 +21,8 @@ pub(crate) struct ChildPlan {
     /// sandbox's own (`uid.rs`).
     pub drop_to: Option<(u32, u32)>,
     pub parent_pid: libc::pid_t,
-    /// `CLONE_NEWUSER` plus the namespaces of the enabled layers.
+    /// `CLONE_NEWUSER` plus the namespaces of the enabled layers; 0 in
+    /// tier landlock (no `unshare` at all).
     pub unshare_flags: libc::c_int,
     /// Identity uid/gid maps for the new user namespace (needed for the
     /// mounts); `None` leaves it unmapped as the base layers did.
@@ -38,16 +39,18 @@ pub(crate) struct ChildPlan {
     pub scratch_rights: u64,
     pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); super::rlimits::COUNT],
     pub last_cap: libc::c_ulong,
+    /// When the capability bounding set is emptied (`caps.rs`).
+    pub bounding: super::caps::Bounding,
     pub ruleset: OwnedFd,
     /// seccomp filters, installed in this order (compiled once per
     /// process and shared).
     pub seccomp: std::sync::Arc<Vec<seccomp::Program>>,
-    /// With `CLONE_NEWPID`: the address of the [`TreeSlot`] (held by the
-    /// resources for the child's whole life) in which to make the init and
-    /// the program.
+    /// With `CLONE_NEWPID`, or in tier landlock: the address of the
+    /// [`TreeSlot`] (held by the resources for the child's whole life) in
+    /// which to make the init and the program, and the init's mode.
     ///
     /// [`TreeSlot`]: super::tree::TreeSlot
-    pub tree_slot: Option<usize>,
+    pub tree: Option<(usize, super::tree::Mode)>,
     /// On a root host with maps to write: the stack top for the helper that
     /// writes them as root (`maps.rs`).
     pub map_writer_stack: Option<usize>,

@@ -9,14 +9,6 @@ use super::quotas;
 use super::sys::check_long;
 use crate::Layers;
 
-/// The sandbox's own helper process that shares its user namespace, and so
-/// its `RLIMIT_NPROC` count, with a PID namespace: the init. It is added to
-/// the limit so that the program's processes number `max_processes`. (The
-/// launcher is counted too until it exits, a few microseconds after the
-/// program's exec: a program that forks at once may meanwhile find one
-/// process fewer, never one more.)
-const HELPER_PROCESSES: u64 = 1;
-
 /// Address space each process may reserve beyond `memory_bytes` when no
 /// cgroup holds memory. Runtimes reserve far more than they touch (a JVM
 /// reserves its heap, 1 GiB of compressed class space and its code cache
@@ -33,16 +25,22 @@ pub(crate) const COUNT: usize = 10;
 /// no per-process memory rlimit is set (it would only stop the runtimes
 /// that reserve large ranges). With `Layers::kernel_quotas`, the quotas'
 /// rlimits too (`quotas.rs`).
+///
+/// `others` is added to `RLIMIT_NPROC`: the tasks its count includes
+/// that are not the program's — the sandbox's own helpers (the init with
+/// a PID namespace; the init and the warden in tier landlock), so that
+/// the program's processes number `max_processes`, and in tier landlock
+/// on an unprivileged host every task the caller's uid already had (no
+/// user namespace counts the sandbox alone). (The launcher is counted too
+/// until it exits, a few microseconds after the program's exec: a program
+/// that forks at once may meanwhile find one process fewer, never one
+/// more.)
 pub(crate) fn plan(
     l: &Limits,
     layers: Layers,
     cgroup_memory: bool,
+    others: u64,
 ) -> [(libc::__rlimit_resource_t, Option<u64>); COUNT] {
-    let helpers = if layers.pid_namespace {
-        HELPER_PROCESSES
-    } else {
-        0
-    };
     let memory = l.memory_bytes.filter(|_| !cgroup_memory);
     let quota = |i: usize| {
         let (resource, _, value) = quotas::RLIMITS[i];
@@ -51,7 +49,7 @@ pub(crate) fn plan(
     [
         (
             libc::RLIMIT_NPROC,
-            l.max_processes.map(|n| n.saturating_add(helpers)),
+            l.max_processes.map(|n| n.saturating_add(others)),
         ),
         // Private writable memory (heap, anonymous private maps, thread
         // stacks), counted when mapped writable.
@@ -92,4 +90,60 @@ pub(crate) fn apply(limits: &[(libc::__rlimit_resource_t, Option<u64>)]) -> std:
         }
     }
     Ok(())
+}
+
+/// How many tasks (threads) of real uid `uid` exist: what the kernel
+/// compares `RLIMIT_NPROC` with when a task of that uid forks (outside a
+/// user namespace of its own). Read in the parent, from every process's
+/// `/proc/<pid>/status` (`Uid:` and `Threads:`); a process that ends
+/// meanwhile is skipped.
+pub(crate) fn tasks_of_uid(uid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut tasks = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(u64::from(uid)) {
+            tasks += field("Threads:").unwrap_or(1);
+        }
+    }
+    tasks
+}
+
+#[cfg(test)]
+mod tests {
+    /// The count includes every thread of this process, and a thread
+    /// started now; a uid nothing runs as has none.
+    #[test]
+    fn the_tasks_of_a_uid_include_this_process_and_its_threads() {
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv());
+        let own: u64 = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        assert!(own >= 2, "this process and the thread just started");
+        assert!(super::tasks_of_uid(me) >= own);
+        drop(tx);
+        let _ = t.join();
+        assert_eq!(super::tasks_of_uid(4_000_000_123), 0);
+    }
 }

@@ -1,8 +1,9 @@
 //! `wrap`, in the parent: checks the policy and the host, prepares
 //! everything the child's steps need ([`ChildPlan`]: the Landlock ruleset,
 //! the seccomp filter, the mounts, the ids and maps, the cgroup, the init's
-//! memory, the egress socketpair), and installs [`confine`] as the
-//! command's pre-exec hook. Any error here means nothing is started.
+//! memory, the egress socketpair) for the backend's tier, and installs
+//! [`confine`] as the command's pre-exec hook. Any error here means
+//! nothing is started.
 //!
 //! [`confine`]: super::confine::confine
 
@@ -15,20 +16,22 @@ use super::landlock_rules::{self, Grant, PathRule};
 use super::maps::IdMaps;
 use super::mounts::{self, MountPlan};
 use super::plan::ChildPlan;
+use super::tier::Choice;
 use super::uid::{self, SandboxIds};
 use super::{
-    cgroup, check_memory_floor, compiled_filters, confine, net, probe, quotas, rlimits, tree,
+    caps, cgroup, check_memory_floor, compiled_filters, confine, net, probe, quotas, rlimits, tree,
     unshare_flags, wrap_err,
 };
-use crate::Layers;
+use crate::{Layers, Tier};
 
 pub(crate) fn wrap(
     cmd: &mut cordon_core::ChildCommand,
     policy: &SandboxPolicy,
     layers: Layers,
+    choice: &Choice,
     pool: Result<&uid::UidPool, &str>,
 ) -> Result<cordon_core::WrapResources, WrapError> {
-    wrap_inner(cmd, policy, layers, pool).inspect_err(|e| {
+    wrap_inner(cmd, policy, layers, choice, pool).inspect_err(|e| {
         tracing::warn!(error = %e, "linux backend refused to confine a child; nothing will run");
     })
 }
@@ -37,37 +40,59 @@ fn wrap_inner(
     cmd: &mut cordon_core::ChildCommand,
     policy: &SandboxPolicy,
     layers: Layers,
+    choice: &Choice,
     pool: Result<&uid::UidPool, &str>,
 ) -> Result<cordon_core::WrapResources, WrapError> {
+    let tier = choice.tier().map_err(wrap_err)?;
+    let landlock_tier = tier == Tier::Landlock;
+    // SAFETY: geteuid/getegid/getpid have no preconditions.
+    let (euid, egid, parent_pid) = unsafe { (libc::geteuid(), libc::getegid(), libc::getpid()) };
+    if landlock_tier {
+        landlock_tier_admits(policy, euid == 0)?;
+    }
     let allow_hosts = net::allowlist(&policy.network, layers).map_err(wrap_err)?;
     let abi = probe::landlock_abi().map_err(wrap_err)?;
+    if landlock_tier && abi < probe::SCOPING_ABI {
+        return Err(wrap_err(format!(
+            "tier landlock needs Landlock ABI {} (signal and abstract-socket scoping); this \
+             kernel has {abi}",
+            probe::SCOPING_ABI
+        )));
+    }
     probe::seccomp().map_err(wrap_err)?;
 
-    let grants = Grants::of(policy, layers)?;
+    let grants = Grants::of(policy, layers, tier)?;
     let connect_port = allow_hosts.as_ref().map(|_| PROXY_PORT);
     let ruleset = landlock_rules::build(abi, &grants.rules, connect_port).map_err(wrap_err)?;
-    let seccomp =
-        compiled_filters(layers.seccomp_allowlist, allow_hosts.is_some()).map_err(wrap_err)?;
+    let filter = super::filter_for(layers, Some(tier), allow_hosts.is_some(), euid != 0);
+    let seccomp = compiled_filters(filter).map_err(wrap_err)?;
     if seccomp.is_empty() {
         return Err(wrap_err(
             "no seccomp filter was built: refusing to run unfiltered",
         ));
     }
 
-    // SAFETY: geteuid/getegid/getpid have no preconditions.
-    let (euid, egid, parent_pid) = unsafe { (libc::geteuid(), libc::getegid(), libc::getpid()) };
     let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;
-    let mounts = mount_plan(policy, layers, &grants, &ids, (euid, egid))?;
+    let mounts = if landlock_tier {
+        give_fresh_scratch(policy, &grants, &ids)?;
+        None
+    } else {
+        mount_plan(policy, layers, &grants, &ids, (euid, egid))?
+    };
     let cgroup = sandbox_cgroup(policy, layers)?;
-    let id_maps = layers
-        .mount_namespace
-        .then(|| IdMaps::new(ids.inside, ids.host));
+    let id_maps =
+        (layers.mount_namespace && !landlock_tier).then(|| IdMaps::new(ids.inside, ids.host));
     // A root host's maps are written by a helper that stays root (maps.rs),
-    // on the slot's stack; with a PID namespace the slot holds the init's
-    // memory and the status it leaves too (kept by the resources for the
-    // child's whole life).
+    // on the slot's stack; with a PID namespace (or in tier landlock) the
+    // slot holds the init's memory and the status it leaves too (kept by
+    // the resources for the child's whole life).
     let map_writer = ids.root_host && id_maps.is_some();
-    let tree = if layers.pid_namespace || map_writer {
+    let tree_mode = match tier {
+        Tier::Landlock => Some(tree::Mode::Subreaper),
+        Tier::Namespaces if layers.pid_namespace => Some(tree::Mode::PidNamespace),
+        Tier::Namespaces => None,
+    };
+    let tree = if tree_mode.is_some() || map_writer {
         Some(tree::TreeSlot::reserve().map_err(|e| {
             wrap_err(format!("cannot reserve the sandbox's init stack: {e}")).with_source(e)
         })?)
@@ -88,10 +113,28 @@ fn wrap_inner(
         }
         None => (None, None),
     };
-    let mut unshare = unshare_flags(layers);
+    let mut unshare = if landlock_tier {
+        0
+    } else {
+        unshare_flags(layers)
+    };
     if egress_plan.is_some() {
         unshare |= libc::CLONE_NEWNET;
     }
+    // The sandbox's own helpers (the init, and in tier landlock its
+    // warden) count against RLIMIT_NPROC like its processes; with no user
+    // namespace and no uid of its own, so does every task of the caller's
+    // uid (rlimits.rs).
+    let helpers = match tree_mode {
+        Some(tree::Mode::Subreaper) => 2,
+        Some(tree::Mode::PidNamespace) => 1,
+        None => 0,
+    };
+    let uid_tasks = if landlock_tier && !ids.root_host {
+        rlimits::tasks_of_uid(ids.host.0)
+    } else {
+        0
+    };
     let plan = ChildPlan {
         cgroup_join: cgroup
             .as_ref()
@@ -102,18 +145,28 @@ fn wrap_inner(
         unshare_flags: unshare,
         id_maps,
         mounts,
-        quotas: layers.kernel_quotas.then(quotas::QuotaPlan::new),
-        hostname: layers.uts_namespace,
+        quotas: (layers.kernel_quotas && !landlock_tier).then(quotas::QuotaPlan::new),
+        hostname: layers.uts_namespace && !landlock_tier,
         scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
             .bits(),
-        rlimits: rlimits::plan(&policy.limits, layers, cgroup.is_some()),
+        rlimits: rlimits::plan(
+            &policy.limits,
+            layers,
+            cgroup.is_some(),
+            helpers + uid_tasks,
+        ),
         last_cap: probe::last_cap(),
+        bounding: match (landlock_tier, ids.root_host) {
+            (false, _) => caps::Bounding::WithTheRest,
+            (true, true) => caps::Bounding::BeforeCredentials,
+            (true, false) => caps::Bounding::CannotDrop,
+        },
         ruleset,
         seccomp,
-        tree_slot: tree
+        tree: tree
             .as_ref()
-            .filter(|_| layers.pid_namespace)
-            .map(tree::TreeSlot::addr),
+            .zip(tree_mode)
+            .map(|(slot, mode)| (slot.addr(), mode)),
         map_writer_stack: tree
             .as_ref()
             .filter(|_| map_writer)
@@ -126,6 +179,7 @@ fn wrap_inner(
         scratch = %grants.scratch.display(),
         scratch_is_private = grants.scratch_is_private,
         sandbox_uid = ids.host.0,
+        %tier,
         ?layers,
         seccomp_insns = plan.seccomp.iter().map(Vec::len).sum::<usize>(),
         "linux backend confining child"
@@ -140,7 +194,7 @@ fn wrap_inner(
     Ok(holds_something.then(|| {
         Box::new(cgroup::LinuxResources::new(
             cgroup,
-            layers.sandbox_limits && layers.pid_namespace,
+            layers.sandbox_limits && tree_mode.is_some(),
             tree,
             egress_session,
             ids.lease,
@@ -161,7 +215,7 @@ struct Grants {
 }
 
 impl Grants {
-    fn of(policy: &SandboxPolicy, layers: Layers) -> Result<Grants, WrapError> {
+    fn of(policy: &SandboxPolicy, layers: Layers, tier: Tier) -> Result<Grants, WrapError> {
         let (scratch, scratch_is_dir) =
             landlock_rules::canonical_grant("scratch", &policy.scratch_dir).map_err(wrap_err)?;
         if !scratch_is_dir {
@@ -197,7 +251,8 @@ impl Grants {
         // A scratch dir backed by a private tmpfs gets its Landlock rule in
         // the child, on the tmpfs root (landlock_rules::add_scratch_rule): a
         // rule on the host directory underneath would not apply to it.
-        let scratch_is_private = layers.mount_namespace && !policy.scratch_persists;
+        let scratch_is_private =
+            layers.mount_namespace && tier == Tier::Namespaces && !policy.scratch_persists;
         if scratch_is_private {
             rules.retain(|r| r.grant != Grant::Scratch);
         }
@@ -216,6 +271,55 @@ impl Grants {
     }
 }
 
+/// What tier landlock refuses outright: an egress allowlist (no network
+/// namespace to make the proxy the only way out: Landlock's TCP rule names
+/// a port, not an address, so that port would be open on every host
+/// address), and on a root host a writable host directory that outlives
+/// the sandbox (no idmapped mount: what the sandbox wrote there would be
+/// stored as its leased uid, which a later sandbox may get).
+fn landlock_tier_admits(policy: &SandboxPolicy, root_host: bool) -> Result<(), WrapError> {
+    if !matches!(policy.network, cordon_core::Network::Deny) {
+        return Err(wrap_err(
+            "tier landlock cannot hold an egress allowlist (Network::Allow, cordon run \
+             --allow-host): with no network namespace of its own, Landlock's rule for the \
+             proxy's port would allow that port on every address of the host, so the proxy \
+             would not be the only way out; allow user namespaces for tier namespaces, or run \
+             without network",
+        ));
+    }
+    if root_host && (policy.scratch_persists || !policy.read_write.is_empty()) {
+        return Err(wrap_err(
+            "tier landlock on a root host cannot give the sandbox a host directory that \
+             outlives it (a kept scratch, --scratch DIR, or a read-write grant): with no \
+             idmapped mount, its files would be stored as the sandbox's leased uid, which a \
+             later sandbox may get; use a fresh, discarded scratch and no --rw, or allow user \
+             namespaces for tier namespaces",
+        ));
+    }
+    Ok(())
+}
+
+/// Tier landlock (and the test layers without a mount namespace): a fresh
+/// scratch is the host dir itself, which the sandbox's uid must own. It is
+/// core's private 0700 dir, removed after the sandbox.
+fn give_fresh_scratch(
+    policy: &SandboxPolicy,
+    grants: &Grants,
+    ids: &SandboxIds,
+) -> Result<(), WrapError> {
+    if ids.root_host && policy.scratch_is_fresh {
+        let (uid, gid) = ids.host;
+        std::os::unix::fs::chown(&grants.scratch, Some(uid), Some(gid)).map_err(|e| {
+            wrap_err(format!(
+                "cannot give the scratch dir `{}` to uid {uid}: {e}",
+                grants.scratch.display()
+            ))
+            .with_source(e)
+        })?;
+    }
+    Ok(())
+}
+
 /// The mount namespace's plan. On a root host every host directory the
 /// sandbox may write is mounted idmapped from the caller's ids to the
 /// sandbox's (mounts.rs): what it creates there is the caller's.
@@ -228,21 +332,20 @@ fn mount_plan(
 ) -> Result<Option<MountPlan>, WrapError> {
     if !layers.mount_namespace {
         // Without a mount namespace (test layers only) a fresh scratch is
-        // the host's dir itself: the sandbox's uid must own it.
-        if ids.root_host && policy.scratch_is_fresh {
-            let (uid, gid) = ids.host;
-            std::os::unix::fs::chown(&grants.scratch, Some(uid), Some(gid)).map_err(|e| {
-                wrap_err(format!(
-                    "cannot give the scratch dir `{}` to uid {uid}: {e}",
-                    grants.scratch.display()
-                ))
-                .with_source(e)
-            })?;
-        }
+        // the host's dir itself.
+        give_fresh_scratch(policy, grants, ids)?;
         return Ok(None);
     }
     let persistent_writable = policy.scratch_persists || !grants.read_write.is_empty();
     let idmap = if ids.root_host && persistent_writable {
+        for dir in grants.read_write.iter().chain(
+            policy
+                .scratch_persists
+                .then_some(&grants.scratch)
+                .filter(|_| !policy.scratch_is_fresh),
+        ) {
+            refuse_privileged_files(dir).map_err(wrap_err)?;
+        }
         Some(mounts::Idmap::new(caller, ids.host).map_err(wrap_err)?)
     } else {
         None
@@ -252,6 +355,67 @@ fn mount_plan(
         .map_err(wrap_err)?;
     debug_assert_eq!(grants.scratch_is_private, plan.scratch_is_private());
     Ok(Some(plan))
+}
+
+/// Refuses a writable grant on a root host that holds a setuid or setgid
+/// file, or one with file capabilities: through the idmapped mount the
+/// sandbox owns the caller's (root's) files, and a store through a shared
+/// writable `mmap` rewrites one without the kernel clearing those bits
+/// (`write` and `truncate` would), so the host would later run the
+/// sandbox's code with them. The sandbox itself cannot make such a file
+/// (seccomp's mode checks) nor move one in (another mount: `EXDEV`), so
+/// what is there at the start is all there is. A walk of the whole tree,
+/// not following links.
+fn refuse_privileged_files(root: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+        if meta.is_dir() {
+            let entries = std::fs::read_dir(&path)
+                .map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+                stack.push(entry.path());
+            }
+        } else if meta.is_file() {
+            let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
+            if setid || has_file_caps(&path) {
+                return Err(format!(
+                    "the writable grant {} holds {}, a {} file: the sandbox could rewrite it \
+                     and keep that, so cordon refuses; remove the bit (chmod u-s,g-s), move \
+                     the file out, or grant that tree read-only",
+                    root.display(),
+                    path.display(),
+                    if setid {
+                        "setuid/setgid"
+                    } else {
+                        "file-capability"
+                    },
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` carries `security.capability` (file capabilities).
+fn has_file_caps(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: valid C strings; a null buffer of size 0 asks for the size.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    n >= 0
 }
 
 /// Sandbox-wide limits: a cgroup where this process can make one.

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_backend_linux::LinuxBackend;
+use cordon_backend_linux::{LinuxBackend, Tier};
 use cordon_core::{
     Availability, ChildSpec, ConformanceReport, ConformanceSuite, ExitOutcome, HostFacts, Limits,
     Network, ProbeId, ProbeResult, ProbeStatus, RunnerConfig, SandboxBackend, SandboxRunner,
@@ -108,6 +108,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(fail_closed_without_seccomp, true),
         s!(fail_closed_without_mount_setattr, true),
         s!(fail_closed_without_pid_namespace, true),
+        s!(fail_closed_without_landlock_or_namespaces, true),
         s!(child_fails_closed_without_restrict_self, true),
         s!(child_fails_closed_without_seccomp, true),
         s!(egress_fails_closed_without_the_listener, true),
@@ -1268,7 +1269,26 @@ fn install_fake_kernel(rules: &[(i64, Vec<seccompiler::SeccompRule>, u32)]) {
 }
 
 fn assert_fail_closed(what: &str) -> Outcome {
-    let b = LinuxBackend::new();
+    assert_refused(LinuxBackend::new(), what)
+}
+
+/// A host where tier namespaces cannot run: required, it is refused for
+/// `what` and nothing runs; left to choose, the backend takes tier
+/// landlock and its `tier` fact says why tier namespaces was passed over.
+fn assert_namespaces_refused(what: &str) -> Outcome {
+    let chosen = LinuxBackend::new();
+    ensure(chosen.tier() == Ok(Tier::Landlock), || {
+        format!("chose {:?} without {what}", chosen.tier())
+    })?;
+    let fact = chosen.host_facts().get("tier").cloned().unwrap_or_default();
+    ensure(
+        fact.contains("tier namespaces is unavailable here") && fact.contains(what),
+        || format!("the tier fact does not say why: {fact}"),
+    )?;
+    assert_refused(LinuxBackend::new().with_tier(Tier::Namespaces), what)
+}
+
+fn assert_refused(b: LinuxBackend, what: &str) -> Outcome {
     let reason = match b.availability() {
         Availability::Unavailable { reason } => reason,
         Availability::Available => return Err(format!("available without {what}")),
@@ -1281,7 +1301,10 @@ fn assert_fail_closed(what: &str) -> Outcome {
     // Spawning anyway must not run the program unconfined.
     let outside = canary("x");
     let marker = outside.path().join("marker");
-    let res = run(sh(&format!("echo pwned > {}", marker.display())));
+    let res = run_with(
+        &Spawner::confined(Arc::new(b.clone()), config()),
+        sh(&format!("echo pwned > {}", marker.display())),
+    );
     ensure(res.is_err(), || {
         format!("spawn succeeded without {what}: {}", res.as_ref().unwrap())
     })?;
@@ -1289,7 +1312,7 @@ fn assert_fail_closed(what: &str) -> Outcome {
         format!("program ran unconfined without {what}")
     })?;
     // And the runner refuses the backend even with a suite that passes all.
-    let res = rt().block_on(SandboxRunner::new(backend(), &AllPass, config()));
+    let res = rt().block_on(SandboxRunner::new(Arc::new(b), &AllPass, config()));
     match res {
         Err(e) => {
             let msg = e.to_string();
@@ -1349,14 +1372,16 @@ fn fail_closed_without_seccomp() -> Outcome {
 }
 
 /// A kernel without `mount_setattr` (Linux < 5.12): the mount namespace
-/// layer cannot be built, so the backend is unavailable and nothing runs.
+/// layer cannot be built, so tier namespaces is refused and nothing runs
+/// in it; the backend left to choose takes tier landlock, and says so.
 fn fail_closed_without_mount_setattr() -> Outcome {
     install_fake_kernel(&[(libc::SYS_mount_setattr, vec![], libc::ENOSYS as u32)]);
-    assert_fail_closed("mount_setattr")
+    assert_namespaces_refused("mount_setattr")
 }
 
 /// A host that refuses PID namespaces (e.g. a container runtime's seccomp
-/// policy): unavailable, nothing runs.
+/// policy): tier namespaces is refused and nothing runs in it; the backend
+/// left to choose takes tier landlock, and says so.
 fn fail_closed_without_pid_namespace() -> Outcome {
     use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
     let newpid = libc::CLONE_NEWPID as u64;
@@ -1369,7 +1394,31 @@ fn fail_closed_without_pid_namespace() -> Outcome {
     .unwrap()])
     .unwrap();
     install_fake_kernel(&[(libc::SYS_unshare, vec![rule], libc::EPERM as u32)]);
-    assert_fail_closed("pid")
+    assert_namespaces_refused("pid")
+}
+
+/// A container (no user namespaces) on a kernel without Landlock: no
+/// tier can run, and the refusal names what each one lacks.
+fn fail_closed_without_landlock_or_namespaces() -> Outcome {
+    install_fake_kernel(&[
+        (libc::SYS_unshare, vec![], libc::EPERM as u32),
+        (
+            libc::SYS_landlock_create_ruleset,
+            vec![],
+            libc::ENOSYS as u32,
+        ),
+    ]);
+    let reason = LinuxBackend::new()
+        .availability()
+        .reason()
+        .unwrap_or_default()
+        .to_string();
+    ensure(
+        reason.starts_with("no tier can run here: tier namespaces: ")
+            && reason.contains("; tier landlock: "),
+        || format!("the refusal does not name each tier: {reason}"),
+    )?;
+    assert_fail_closed("Landlock")
 }
 
 const ORPHAN_HELPER: &str = "orphan_helper";

@@ -252,10 +252,17 @@ fn start_held(
     let pid = if token.is_empty() {
         0
     } else {
-        host_pids_with_arg(token)
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("cannot find the program by its token; it said {line:?}"))?
+        // The shell said its line before it exec'd the program that
+        // bears the token: wait for that exec (bounded, not timed).
+        let mut found = None;
+        for _ in 0..500 {
+            found = host_pids_with_arg(token).into_iter().next();
+            if found.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        found.ok_or_else(|| format!("cannot find the program by its token; it said {line:?}"))?
     };
     Ok((child, line, pid))
 }

@@ -113,12 +113,20 @@ pub struct StarRunArgs {
     channel: Option<String>,
     /// Deliver the package's notifications as JSON lines appended to this
     /// file (instead of the default: recorded and printed for a path, JSON
-    /// lines on stderr for an installed package).
+    /// lines on stderr for an installed package). A symlink there is
+    /// refused, not followed.
     #[arg(long, value_name = "PATH", conflicts_with = "notify_webhook")]
     notify_file: Option<PathBuf>,
     /// Deliver the package's notifications by POSTing their JSON to this
-    /// URL (10 s per attempt, 3 attempts with backoff).
-    #[arg(long, value_name = "URL")]
+    /// URL (10 s per attempt, 3 attempts with backoff). A webhook URL is
+    /// often a secret and the command line is readable by every local
+    /// user: pass it in CORDON_NOTIFY_WEBHOOK instead.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "CORDON_NOTIFY_WEBHOOK",
+        hide_env_values = true
+    )]
     notify_webhook: Option<String>,
     #[command(flatten)]
     store: manage::StoreLocation,
@@ -353,10 +361,19 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
     };
     let mut services = services;
     if let Some(path) = &args.notify_file {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Never through a link (another user's, in a shared dir), never
+        // into anything but a regular file.
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
+            .and_then(|f| match f.metadata()?.is_file() {
+                true => Ok(f),
+                false => Err(std::io::Error::other("not a regular file")),
+            })
             .map_err(|e| format!("--notify-file {}: {e}", path.display()))?;
         let lines = JsonLinesNotifier::new(file)?;
         services.notifier = Some(Arc::new(lines.clone()));

@@ -339,3 +339,34 @@ fn in_process_builders_within_the_limit_work_as_before() {
         ])
     );
 }
+
+/// `--notify-file` at a symlink (another user's, planted where the
+/// operator writes): refused before the package runs, and the file the
+/// link names is untouched.
+#[test]
+fn a_notify_file_that_is_a_symlink_is_refused() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "the host's own file\n").unwrap();
+    let link = dir.path().join("notes.jsonl");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let p = script(
+        dir.path(),
+        "def main():\n    notifications.send('t', 'x')\n    return 1\n",
+    );
+    let mut c = cordon(cache.path());
+    c.args(["star", "run", "--isolation", "in-process", "--grant"])
+        .arg("notifications.send")
+        .args(["--entry", "main", "--notify-file"])
+        .arg(&link)
+        .arg(&p);
+    let out = super::common::run(&mut c);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("--notify-file"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the host's own file\n"
+    );
+}

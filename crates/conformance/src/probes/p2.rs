@@ -56,8 +56,11 @@ impl Probe for P2 {
             ),
             ("host_pid".to_string(), std::process::id().to_string()),
         ];
-        match std::fs::write(&home_canary, b"home canary\n").and_then(|_| {
-            std::fs::set_permissions(&home_canary, std::fs::Permissions::from_mode(0o644))
+        // A new file, never through a link: the dir is world-writable.
+        match crate::harness::create_new_file(&home_canary).and_then(|mut f| {
+            use std::io::Write as _;
+            f.write_all(b"home canary\n")?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o644))
         }) {
             Ok(()) => args.push(("home_canary".into(), home_canary.display().to_string())),
             Err(e) => checks.push(unreachable(

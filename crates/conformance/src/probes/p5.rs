@@ -349,28 +349,32 @@ fn get_xattr(path: &Path) -> Option<Vec<u8>> {
 /// Plants the metadata target: the sandbox uid's own file (so only the
 /// sandbox stands in the way), with an xattr and old times.
 fn plant_meta(path: &Path, sandbox: Ids, host_uid: u32) -> std::io::Result<Meta> {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, b"metadata target\n")?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+    // On the new file's fd only: the dir is world-writable, and a path
+    // could meanwhile name another user's symlink.
+    let mut f = crate::harness::create_new_file(path)?;
+    f.write_all(b"metadata target\n")?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
     if host_uid == 0 {
-        std::os::unix::fs::chown(path, Some(sandbox.uid), Some(sandbox.gid))?;
+        std::os::unix::fs::fchown(&f, Some(sandbox.uid), Some(sandbox.gid))?;
     }
-    let p = child::cstr(&path.display().to_string());
     let name = child::cstr(XATTR);
     let t = libc::timespec {
         tv_sec: PLANTED_TIME,
         tv_nsec: 0,
     };
-    // SAFETY: valid C strings, buffer and timespec pair.
+    // SAFETY: an fd we own, valid C strings, buffer and timespec pair.
     unsafe {
-        if libc::setxattr(
-            p.as_ptr(),
+        if libc::fsetxattr(
+            f.as_raw_fd(),
             name.as_ptr(),
             XATTR_VALUE.as_ptr().cast(),
             XATTR_VALUE.len(),
             0,
         ) != 0
-            || libc::utimensat(libc::AT_FDCWD, p.as_ptr(), [t, t].as_ptr(), 0) != 0
+            || libc::futimens(f.as_raw_fd(), [t, t].as_ptr()) != 0
         {
             return Err(std::io::Error::last_os_error());
         }
@@ -551,6 +555,12 @@ fn run_ids(path: &Path, uid: u32, exe_bytes: &[u8]) -> Result<(u32, u32), String
 /// the host judges what they are worth.
 fn plant_setid(r: &mut Reporter, exe: &str) {
     use std::os::unix::fs::PermissionsExt;
+    // An executable larger than the file size limit (a debug build) makes
+    // the copy fail with EFBIG, reported below, instead of killing the
+    // child with SIGXFSZ where the scratch is on a disk (no tmpfs to
+    // fill first).
+    // SAFETY: sets this process's disposition of one signal to ignore.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     for (name, mode) in SETID_FILES {
         let res = std::fs::copy(exe, name)
             .and_then(|_| std::fs::set_permissions(name, std::fs::Permissions::from_mode(mode)));

@@ -80,14 +80,27 @@ impl Probe for P6 {
     }
 
     async fn host(&self, ctx: &ProbeContext) -> Vec<CheckResult> {
-        // Independent sandboxes: run them together.
-        let (mut checks, deadline, parent, memory, cpu) = tokio::join!(
-            held(ctx),
+        // Independent sandboxes: run them together. When every sandbox of
+        // the uid shares one process limit, the fork loop (which fills it)
+        // runs first and alone, or it would starve the others' forks.
+        let first = if ctx.scopes.processes_per_uid {
+            Some(held(ctx).await)
+        } else {
+            None
+        };
+        let (held_now, deadline, parent, memory, cpu) = tokio::join!(
+            async {
+                match first {
+                    Some(_) => Vec::new(),
+                    None => held(ctx).await,
+                }
+            },
             deadline_tree(ctx),
             parent_killed(ctx),
             memory::host(ctx),
             cpu::host(ctx),
         );
+        let mut checks = first.unwrap_or(held_now);
         checks.push(deadline);
         checks.push(parent);
         checks.extend(memory);
@@ -174,11 +187,12 @@ async fn held(ctx: &ProbeContext) -> Vec<CheckResult> {
         ("fsize".to_string(), fsize.to_string()),
         ("disk".to_string(), disk.to_string()),
     ];
+    let per_uid = ctx.scopes.processes_per_uid;
     let mut on_hold = |h: &Hold<'_>| {
         let (label, why) = h.label.split_once(':').unwrap_or((h.label, ""));
         match label {
             "fds" => vec![fd_limit(h.pid, fds, why)],
-            "procs" => vec![process_limit(h, procs, why)],
+            "procs" => vec![process_limit(h, procs, why, per_uid)],
             "disk" => vec![disk::at_hold(h, disk, why)],
             _ => limits_in_force(h, cpu, fsize),
         }
@@ -287,17 +301,31 @@ fn fd_limit(pid: Option<i32>, limit: u64, why: &str) -> CheckResult {
 /// token and reads the program's `RLIMIT_NPROC`; the count is at most the
 /// limit (+ the probe), the rlimit at most the limit (+ a backend's own
 /// helper). The child's reason (`EAGAIN`) is in the detail only.
-fn process_limit(h: &Hold<'_>, limit: u64, why: &str) -> CheckResult {
+///
+/// `per_uid` (the backend's `limit_processes` says the limit counts every
+/// task of the sandbox's uid, with the tasks the uid had when it started
+/// added to it): the count is checked the same, the rlimit only for being
+/// finite (it includes the uid's other tasks).
+fn process_limit(h: &Hold<'_>, limit: u64, why: &str, per_uid: bool) -> CheckResult {
     const NAME: &str = "process-limit";
     let n = inspect::token_pids(h.token).len();
     let rlimit = h
         .pid
         .and_then(|pid| inspect::limits(pid).ok())
         .and_then(|l| l.get("Max processes").cloned());
+    let within = n as u64 <= limit + PROC_SLACK as u64;
     match rlimit {
+        Some(l) if per_uid => verdict(
+            NAME,
+            within && l.is_finite(),
+            format!(
+                "{n} processes alive under RLIMIT_NPROC {l} (limit {limit}; per uid, so the \
+                 rlimit includes the uid's other tasks); the child's fork stopped with {why}"
+            ),
+        ),
         Some(l) => verdict(
             NAME,
-            n as u64 <= limit + PROC_SLACK as u64 && l.at_most(limit + PROC_SLACK as u64),
+            within && l.at_most(limit + PROC_SLACK as u64),
             format!(
                 "{n} processes alive under RLIMIT_NPROC {l} (limit {limit}); the child's fork \
                  stopped with {why}"

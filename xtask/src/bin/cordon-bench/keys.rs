@@ -43,6 +43,10 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "the Linux backend with its layers added one at a time (`_us`, `_ratio`); `layers.all` adds the uid of its own (a lease from the pool, as root) to `layers.kernel_quotas`",
     ),
     (
+        &["layers.tier_landlock_*"],
+        "the Linux backend in tier landlock (no namespaces) with every layer, where the host can run it",
+    ),
+    (
         &["suite.total_us"],
         "the whole conformance suite (P1–P7, and P8 where the backend claims the egress allowlist)",
     ),

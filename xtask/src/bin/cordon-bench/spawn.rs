@@ -311,7 +311,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             "the Linux backend is unavailable here",
         )];
     }
-    let spawners: Vec<Spawner> = steps
+    let mut spawners: Vec<Spawner> = steps
         .iter()
         .map(|(_, _, l)| {
             Spawner::confined(
@@ -320,9 +320,19 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             )
         })
         .collect();
+    // Tier landlock with every layer, where this host can run it: the
+    // same steps without the namespace ones.
+    let landlock = LinuxBackend::new().with_tier(cordon_backend_linux::Tier::Landlock);
+    let landlock_runs = landlock.availability().is_available();
+    if landlock_runs {
+        spawners.push(Spawner::confined(
+            Arc::new(landlock),
+            RunnerConfig::default(),
+        ));
+    }
     let mut plain = vec![];
     let mut forked = vec![];
-    let mut samples: Vec<Vec<Duration>> = vec![vec![]; steps.len()];
+    let mut samples: Vec<Vec<Duration>> = vec![vec![]; spawners.len()];
     for i in 0..plan.spawn_iters + 10 {
         let t = Instant::now();
         assert!(Command::new("/bin/true")
@@ -358,6 +368,7 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
     let mut f = row(S, "std Command with a pre_exec hook (fork)", forked).keyed("layers.fork_hook");
     f.ratio = Some(f.median / base.median);
     rows.push(f);
+    let landlock_samples = landlock_runs.then(|| samples.pop()).flatten();
     let mut previous: Option<f64> = None;
     for ((name, key, _), v) in steps.iter().zip(samples) {
         let mut r = row(S, *name, v).keyed(key);
@@ -366,6 +377,15 @@ pub async fn layers(plan: &Plan) -> Vec<Row> {
             r.note = format!("{:+.0} µs over the row above", r.median - p);
         }
         previous = Some(r.median);
+        rows.push(r);
+    }
+    if let Some(v) = landlock_samples {
+        let mut r =
+            row(S, "tier landlock (no namespaces), every layer", v).keyed("layers.tier_landlock");
+        r.ratio = Some(r.median / base.median);
+        if let Some(all) = previous {
+            r.note = format!("{:.2}x the row above (tier namespaces)", r.median / all);
+        }
         rows.push(r);
     }
     rows

@@ -72,6 +72,7 @@ pub(crate) fn deny_list_programs() -> Result<Vec<Program>, String> {
 mod tables;
 mod asm;
 mod codegen;
+pub(crate) mod landlock_tier;
 mod rules;
 
 pub(crate) use codegen::*;
@@ -147,56 +148,146 @@ impl Spec {
     }
 }
 
-/// The filter of a sandbox with every layer: allowed → `ALLOW`, denied →
-/// `EPERM`, checked → `ALLOW` when an allow rule matches, else `EPERM`;
-/// everything else → `ENOSYS`; x32 guard on x86_64. `egress`: TCP
-/// sockets and `connect` too ([`egress_programs`]).
-fn full_filter(egress: bool) -> Result<Program, String> {
-    let mut spec = Spec::new("sandbox", RET_ENOSYS, true);
-    let socket = sys![SYS_socket][0];
-    let mut checked = checked();
-    if egress {
-        spec.insert(sys![SYS_connect][0], Verdict::Ret(RET_ALLOW))?;
-        checked.push(egress_socket());
-        checked.extend(egress_send());
-    }
-    let checked_nrs: Vec<i64> = checked.iter().map(|c| c.sys.nr).collect();
-    for s in allowed() {
-        // With egress, the sends are argument-checked instead (below).
-        if egress && checked_nrs.contains(&s.nr) {
-            continue;
-        }
-        spec.insert(s, Verdict::Ret(RET_ALLOW))?;
-    }
-    for s in denied() {
-        if egress && s.nr == socket.nr {
-            continue;
-        }
-        spec.insert(s, Verdict::Ret(RET_EPERM))?;
-    }
-    for c in checked {
-        spec.insert(
-            c.sys,
-            Verdict::Check {
-                rules: c.allow,
-                matched: RET_ALLOW,
-                otherwise: RET_EPERM,
-            },
-        )?;
-    }
-    compile(&spec)
+/// A filter's tables: the syscalls it allows whatever their arguments,
+/// the ones it refuses with `EPERM`, and the argument-checked ones; every
+/// other number gets `ENOSYS`. No number is in two of them (compiling
+/// refuses a duplicate).
+#[derive(Debug, Clone)]
+pub(crate) struct Tables {
+    /// Allowed, whatever the arguments.
+    pub(crate) allowed: Vec<Sys>,
+    /// Refused with `EPERM`, whatever the arguments.
+    pub(crate) denied: Vec<Sys>,
+    /// Allowed when one of their rules matches, else `EPERM`.
+    pub(crate) checked: Vec<Checked>,
 }
 
-/// What the filters are (`allowlist`: every layer, or the deny-list pair),
-/// for `host_facts()["seccomp"]`.
-pub(crate) fn description(allowlist: bool) -> &'static str {
-    if allowlist {
-        "one filter: allowlist (unlisted syscalls return ENOSYS), listed dangerous syscalls \
-         return EPERM, with argument checks (refused arguments return EPERM) on clone, \
-         socketpair, ioctl, personality, prctl, the scheduler setters, prlimit64 and every \
-         mode-setting call (no setuid/setgid bits)"
-    } else {
-        "deny-list only (listed syscalls return EPERM, clone3 returns ENOSYS)"
+impl Tables {
+    /// Tier namespaces with every layer: [`allowed`], [`denied`],
+    /// [`checked`]. `egress`: TCP sockets and `connect` too, the sends
+    /// checked for Fast Open ([`egress_programs`]).
+    pub(crate) fn namespaces(egress: bool) -> Tables {
+        let socket = sys![SYS_socket][0];
+        let mut checked = checked();
+        let mut allowed = allowed();
+        let mut denied = denied();
+        if egress {
+            checked.push(egress_socket());
+            checked.extend(egress_send());
+            // The sends are argument-checked instead.
+            allowed.retain(|s| !checked.iter().any(|c| c.sys.nr == s.nr));
+            allowed.push(sys![SYS_connect][0]);
+            denied.retain(|s| s.nr != socket.nr);
+        }
+        Tables {
+            allowed,
+            denied,
+            checked,
+        }
+    }
+
+    /// Moves `sys` from wherever it was listed to the refused ones.
+    pub(crate) fn deny(&mut self, sys: Sys) {
+        self.allowed.retain(|s| s.nr != sys.nr);
+        self.checked.retain(|c| c.sys.nr != sys.nr);
+        self.denied.retain(|s| s.nr != sys.nr);
+        self.denied.push(sys);
+    }
+
+    /// Makes `c` the rule of its syscall, wherever it was listed.
+    pub(crate) fn check(&mut self, c: Checked) {
+        self.allowed.retain(|s| s.nr != c.sys.nr);
+        self.denied.retain(|s| s.nr != c.sys.nr);
+        self.checked.retain(|x| x.sys.nr != c.sys.nr);
+        self.checked.push(c);
+    }
+
+    /// The filter: allowed → `ALLOW`, denied → `EPERM`, checked → `ALLOW`
+    /// when an allow rule matches, else `EPERM`; everything else →
+    /// `ENOSYS`; x32 guard on x86_64.
+    pub(crate) fn compile(&self, what: &'static str) -> Result<Program, String> {
+        let mut spec = Spec::new(what, RET_ENOSYS, true);
+        for s in &self.allowed {
+            spec.insert(*s, Verdict::Ret(RET_ALLOW))?;
+        }
+        for s in &self.denied {
+            spec.insert(*s, Verdict::Ret(RET_EPERM))?;
+        }
+        for c in &self.checked {
+            spec.insert(
+                c.sys,
+                Verdict::Check {
+                    rules: c.allow.clone(),
+                    matched: RET_ALLOW,
+                    otherwise: RET_EPERM,
+                },
+            )?;
+        }
+        compile(&spec)
+    }
+}
+
+/// The filter of a sandbox with every layer in tier namespaces.
+fn full_filter(egress: bool) -> Result<Program, String> {
+    Tables::namespaces(egress).compile("sandbox")
+}
+
+/// Which filter a sandbox installs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Filter {
+    /// A layer set without the allowlist (`Layers::BASE`): the deny-list
+    /// pair ([`deny_list_programs`]).
+    DenyList,
+    /// Tier namespaces: the allowlist.
+    Namespaces {
+        /// The variant of an egress allowlist ([`egress_programs`]).
+        egress: bool,
+    },
+    /// Tier landlock ([`landlock_tier`]): the allowlist, with refusals
+    /// for what the missing namespaces would have contained.
+    Landlock {
+        /// The sandbox runs as the caller's own uid (an unprivileged
+        /// host), so every file of the caller is its own: path-based
+        /// metadata writes, which Landlock does not govern, are refused.
+        caller_uid: bool,
+    },
+}
+
+impl Filter {
+    /// Every filter, for the once-per-process compilation.
+    pub(crate) const ALL: [Filter; 5] = [
+        Filter::DenyList,
+        Filter::Namespaces { egress: false },
+        Filter::Namespaces { egress: true },
+        Filter::Landlock { caller_uid: false },
+        Filter::Landlock { caller_uid: true },
+    ];
+
+    /// Its programs, in install order.
+    pub(crate) fn programs(self) -> Result<Vec<Program>, String> {
+        match self {
+            Filter::DenyList => deny_list_programs(),
+            Filter::Namespaces { egress: false } => programs(),
+            Filter::Namespaces { egress: true } => egress_programs(),
+            Filter::Landlock { caller_uid } => landlock_tier::programs(caller_uid),
+        }
+    }
+
+    /// What it is, for `host_facts()["seccomp"]`.
+    pub(crate) fn description(self) -> &'static str {
+        match self {
+            Filter::DenyList => {
+                "deny-list only (listed syscalls return EPERM, clone3 returns ENOSYS)"
+            }
+            Filter::Namespaces { .. } => {
+                "one filter: allowlist (unlisted syscalls return ENOSYS), listed dangerous \
+                 syscalls return EPERM, with argument checks (refused arguments return EPERM) \
+                 on clone, socketpair, ioctl, personality, prctl, the scheduler setters, \
+                 prlimit64 and every mode-setting call (no setuid/setgid bits)"
+            }
+            Filter::Landlock { caller_uid: false } => landlock_tier::DESCRIPTION,
+            Filter::Landlock { caller_uid: true } => landlock_tier::DESCRIPTION_CALLER_UID,
+        }
     }
 }
 

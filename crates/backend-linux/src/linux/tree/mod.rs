@@ -86,16 +86,28 @@ struct Shared {
     /// The launch's report pipe (core's), on which the init reports a
     /// failure to start the program.
     report_fd: AtomicI32,
+    /// 1 in tier landlock: no PID namespace, so the init is a subreaper
+    /// with a warden beside it ([`start_warden`]), and it kills the
+    /// sandbox's process group itself.
+    subreaper: AtomicI32,
+    /// The warden's tid while it lives (tier landlock): set by the kernel
+    /// when it is created, cleared when it exits (x86_64), like
+    /// `init_tid`.
+    warden: AtomicI32,
     /// The launcher's saved registers (x86_64): rbx, rbp, r12–r15, rsp,
     /// and where to resume.
     context: [u64; 8],
 }
 
 /// The init's stack (x86_64, where it shares the host's memory), and
-/// before it the map writer's (`maps.rs`): the rest of the slot above the
-/// [`Shared`] words. Their frames need a few hundred bytes (they call
-/// nothing but their own raw-syscall functions).
+/// before it the map writer's (`maps.rs`): the top of the slot. Their
+/// frames need a few hundred bytes (they call nothing but their own
+/// raw-syscall functions).
 const INIT_STACK: usize = 16 * 1024;
+
+/// The warden's stack (tier landlock, x86_64), below the init's with a
+/// guard page between: the warden runs beside the init.
+const WARDEN_STACK: usize = 8 * 1024;
 
 /// The memory of one sandbox's tree, reserved in the parent before the
 /// launch: the [`Shared`] words and (x86_64) the init's stack. Never
@@ -115,10 +127,13 @@ unsafe impl Sync for TreeSlot {}
 #[cfg(target_arch = "x86_64")]
 static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-/// The slot: a page of [`Shared`] words, a guard page (an overflow of the
-/// stack faults instead of overwriting them), then the stack.
-const SLOT_BYTES: usize = 4096 + GUARD_BYTES + INIT_STACK;
+/// The slot: a page of [`Shared`] words, a guard page (an overflow of a
+/// stack faults instead of overwriting what is below it), the warden's
+/// stack, another guard page, then the init's stack.
+const SLOT_BYTES: usize = 4096 + GUARD_BYTES + WARDEN_STACK + GUARD_BYTES + INIT_STACK;
 const GUARD_BYTES: usize = 4096;
+/// Where the warden's stack ends (its top, from the slot's base).
+const WARDEN_TOP: usize = 4096 + GUARD_BYTES + WARDEN_STACK;
 
 impl TreeSlot {
     /// Reserves a slot: a free one from the pool, or a new mapping.
@@ -131,7 +146,7 @@ impl TreeSlot {
             if let Some(i) = free.iter().position(|&b| {
                 // SAFETY: every pooled address is a live slot.
                 let s = unsafe { &*(b as *const Shared) };
-                s.init_tid.load(Ordering::Acquire) == 0
+                s.init_tid.load(Ordering::Acquire) == 0 && s.warden.load(Ordering::Acquire) == 0
             }) {
                 let base = free.swap_remove(i) as *mut u8;
                 // SAFETY: a live slot no one else uses (its init is gone).
@@ -154,15 +169,19 @@ impl TreeSlot {
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: the guard page lies inside the mapping just made.
+        // SAFETY: the guard pages lie inside the mapping just made.
         if unsafe {
             libc::mprotect(
                 base.cast::<u8>().add(4096).cast(),
                 GUARD_BYTES,
                 libc::PROT_NONE,
-            )
-        } != 0
-        {
+            ) != 0
+                || libc::mprotect(
+                    base.cast::<u8>().add(WARDEN_TOP).cast(),
+                    GUARD_BYTES,
+                    libc::PROT_NONE,
+                ) != 0
+        } {
             let e = std::io::Error::last_os_error();
             // SAFETY: our own mapping, not yet used.
             unsafe { libc::munmap(base, SLOT_BYTES) };
@@ -207,7 +226,8 @@ unsafe fn reset(base: *mut u8) {
 
 impl Drop for TreeSlot {
     fn drop(&mut self) {
-        // Back to the pool; reused once the init is gone (its tid word 0).
+        // Back to the pool; reused once the init and the warden are gone
+        // (their tid words 0).
         #[cfg(target_arch = "x86_64")]
         FREE_SLOTS
             .lock()
@@ -222,16 +242,37 @@ impl Drop for TreeSlot {
     }
 }
 
-/// In the launcher, with the namespaces made: creates the init and the
-/// program. Returns only in the program (pid 2 of the new PID namespace);
-/// the launcher hands the launch over to the init once the program runs.
-/// On error no process was made.
+/// How the init holds the sandbox together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Tier namespaces: pid 1 of the sandbox's PID namespace, whose exit
+    /// kills every other process of it.
+    PidNamespace,
+    /// Tier landlock, no PID namespace: a subreaper (every orphan of the
+    /// sandbox becomes its child) with a warden beside it; the sandbox
+    /// cannot leave their process group (seccomp refuses `setsid` and
+    /// `setpgid`), and that group is killed when the program ends (the
+    /// init does it), when the init dies however it dies, the host's
+    /// death included (the warden does it: its parent-death signal), or
+    /// when the warden dies (the init does it). Neither is in the
+    /// sandbox's Landlock domain, so the program cannot signal them.
+    Subreaper,
+}
+
+/// In the launcher, with the namespaces made (if any): creates the init
+/// and the program. Returns only in the program (pid 2 of the new PID
+/// namespace, or the init's child in tier landlock); the launcher hands
+/// the launch over to the init once the program runs. On error no
+/// process was made.
 ///
 /// # Safety
 /// `slot` is the address of a [`TreeSlot`] that outlives the launch.
-pub(crate) unsafe fn split(slot: usize, ctx: &ChildContext) -> std::io::Result<()> {
+pub(crate) unsafe fn split(slot: usize, mode: Mode, ctx: &ChildContext) -> std::io::Result<()> {
     // SAFETY: the caller's promise.
     let shared: &'static Shared = unsafe { &*(slot as *const Shared) };
+    shared
+        .subreaper
+        .store(i32::from(mode == Mode::Subreaper), Ordering::Relaxed);
     // The init checks through this that the host is alive once its
     // parent-death signal is armed (it cannot name the host's pid: that is
     // outside its PID namespace).
@@ -338,6 +379,25 @@ unsafe fn init_prologue(shared: &Shared) {
         if r < 0 {
             init_fail(shared, -r);
         }
+        if shared.subreaper.load(Ordering::Relaxed) == 1 {
+            // Every orphan of the sandbox becomes the init's child.
+            let r = raw(
+                libc::SYS_prctl,
+                libc::PR_SET_CHILD_SUBREAPER as usize,
+                1,
+                0,
+                0,
+            );
+            if r < 0 {
+                init_fail(shared, -r);
+            }
+            let warden = start_warden(shared);
+            if warden < 0 {
+                init_fail(shared, -warden);
+            }
+            // (x86_64: the kernel has stored it already.)
+            shared.warden.store(warden as i32, Ordering::Release);
+        }
     }
 }
 
@@ -361,6 +421,7 @@ fn init_loop(program: libc::pid_t, shared: &Shared) -> ! {
             SIGSET_BYTES,
         );
         let chld: u64 = 1 << (libc::SIGCHLD - 1);
+        let subreaper = shared.subreaper.load(Ordering::Relaxed) == 1;
         loop {
             loop {
                 let mut status: libc::c_int = 0;
@@ -377,7 +438,18 @@ fn init_loop(program: libc::pid_t, shared: &Shared) -> ! {
                 if pid == program as isize {
                     shared.status.store(status, Ordering::Relaxed);
                     shared.have_status.store(1, Ordering::Release);
+                    if subreaper {
+                        // No namespace to end: the group goes, the init
+                        // and the warden with it.
+                        raw(libc::SYS_kill, 0, libc::SIGKILL as usize, 0, 0);
+                    }
                     raw(libc::SYS_exit_group, 0, 0, 0, 0);
+                }
+                if subreaper && pid == shared.warden.load(Ordering::Relaxed) as isize {
+                    // Without its warden the init's death would leave the
+                    // sandbox running: it ends now.
+                    raw(libc::SYS_kill, 0, libc::SIGKILL as usize, 0, 0);
+                    raw(libc::SYS_exit_group, 1, 0, 0, 0);
                 }
             }
             raw(
@@ -398,11 +470,15 @@ extern "C" fn hand_over(ctx: *const ChildContext, init: libc::pid_t) -> ! {
     unsafe { &*ctx }.hand_over(init)
 }
 
+mod warden;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+#[cfg(not(target_arch = "x86_64"))]
+use warden::start_warden;
+use warden::warden_main;
 #[cfg(target_arch = "x86_64")]
-use x86_64::start;
+use x86_64::{start, start_warden};
 
 /// Other architectures: the same tree with raw `fork`s (libc's `fork` would
 /// run the host's atfork handlers): the init is a copy of the launcher

@@ -2,7 +2,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{hand_over, init_loop, init_prologue, raw, Shared, INIT_STACK};
+use super::{
+    hand_over, init_loop, init_prologue, raw, warden_main, Shared, INIT_STACK, WARDEN_STACK,
+    WARDEN_TOP,
+};
 use cordon_core::ChildContext;
 
 /// In the launcher: saves its registers, creates the init, and sleeps
@@ -190,4 +193,50 @@ extern "C" fn init_main(shared: *const Shared) -> ! {
         super::init_fail(shared, -ret);
     }
     init_loop(ret as libc::pid_t, shared)
+}
+
+const _: () = assert!(WARDEN_STACK >= 4 * 1024);
+
+/// In the init (tier landlock): creates the warden, a `clone(CLONE_VM)`
+/// on its own stack in the slot, which runs `warden_main` and never
+/// returns. The kernel stores its tid in the slot and clears it when it
+/// exits, so the slot is not reused while it runs. Returns its pid or
+/// -errno. Raw syscalls only.
+pub(super) fn start_warden(shared: &Shared) -> isize {
+    let top = (shared as *const Shared as usize + WARDEN_TOP) & !15;
+    let tid = shared.warden.as_ptr() as usize;
+    let flags = (libc::CLONE_VM
+        | libc::CLONE_UNTRACED
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID
+        | libc::SIGCHLD) as usize;
+    let ret: isize;
+    // SAFETY: the child starts on its own stack (the slot's warden stack,
+    // used by no one else while the slot is held) with this init's
+    // registers; it calls `warden_main` with `shared` (r8, the clone's
+    // unused tls argument, survives into it), which never returns. The
+    // parent leaves the block with the pid or -errno; the syscall
+    // clobbers only rcx and r11.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r8",
+            "and rsp, -16",
+            "call {warden_main}",
+            "ud2",
+            "2:",
+            warden_main = sym warden_main,
+            in("rdi") flags,
+            in("rsi") top,
+            in("rdx") tid,
+            in("r10") tid,
+            in("r8") shared as *const Shared,
+            inlateout("rax") libc::SYS_clone as isize => ret,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    ret
 }
