@@ -13,6 +13,8 @@ mod grants;
 mod hostile;
 #[path = "star/operator.rs"]
 mod operator;
+#[path = "star/postgres.rs"]
+mod postgres;
 #[path = "star/store.rs"]
 mod store;
 

@@ -130,16 +130,22 @@ pub use package::{
 pub use protocol::Notification;
 pub use runner::{CacheStats, ExecOutcome};
 pub use sandbox::{PoolConfig, PoolStats, WorkerConfig, WorkerLimits, WorkerPool, WorkerProgram};
+#[cfg(feature = "test-cluster")]
+pub use stores::TestCluster;
+#[cfg(feature = "postgres")]
+pub use stores::{
+    is_postgres_url, Migration, PasswordSource, PgConfig, PgOptions, PgStore, STORE_URL_ENV,
+};
+#[cfg(feature = "sqlite")]
+pub use stores::{
+    services_of, GrantRecord, InstallOutcome, KeyOrigin, PackageRecord, ProviderScope, SqliteStore,
+    StoreAdmin, StoreKey, STORE_KEY_ENV,
+};
 pub use stores::{
     ApiKey, DeliveryStats, InMemoryPackageStore, InMemoryPermissionStore, InMemoryProviderResolver,
     InMemorySecretStore, JsonLinesNotifier, KeySource, LineQueue, NotificationSender, PackageStore,
     PermissionStore, ProviderConfig, ProviderResolver, QueueFull, QueueLimits, RecordingNotifier,
     ResolvedProvider, RunContext, SecretStore, StoreError, WebhookNotifier,
-};
-#[cfg(feature = "sqlite")]
-pub use stores::{
-    GrantRecord, InstallOutcome, KeyOrigin, PackageRecord, ProviderScope, SqliteStore, StoreKey,
-    STORE_KEY_ENV,
 };
 pub use worker::dispatch_worker;
 

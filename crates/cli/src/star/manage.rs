@@ -1,10 +1,14 @@
-//! `cordon star install|list|show|grant|revoke|secret|provider`: the
-//! operator's commands on the store database (`SqliteStore`).
+//! `cordon star install|list|show|grant|revoke|secret|provider|migrate`:
+//! the operator's commands on the store database — a SQLite file
+//! (`SqliteStore`) or a PostgreSQL database several hosts share
+//! (`PgStore`), both driven through `StoreAdmin`.
 //!
-//! Every command takes `--db` (default `$XDG_DATA_HOME/cordon/star.db`)
-//! and `--key-file` (default `$XDG_CONFIG_HOME/cordon/store.key`, made on
-//! first use; `CORDON_STORE_KEY` wins over it), and prints one JSON object
-//! with `--json`. Secret values and provider keys are read from stdin,
+//! Every command takes `--db` (a path, or a `postgres://` URL without a
+//! password; default `CORDON_STORE_URL` if set, else
+//! `$XDG_DATA_HOME/cordon/star.db`) and `--key-file` (default
+//! `$XDG_CONFIG_HOME/cordon/store.key`, made on first use of a new SQLite
+//! file or by `migrate` of a new PostgreSQL database; `CORDON_STORE_KEY`
+//! wins over it), and prints one JSON object with `--json`. Secret values and provider keys are read from stdin,
 //! never from the command line (where `ps` and shell history would see
 //! them). Bad input is one line on stderr and exit 125, with nothing
 //! changed.
@@ -12,12 +16,14 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Subcommand;
 use cordon_egress::IpRange;
 use cordon_starlark::{
-    load_package_from_path, ApiKey, KeyOrigin, Permission, ProviderConfig, ProviderScope,
-    SqliteStore, StoreKey,
+    is_postgres_url, load_package_from_path, ApiKey, KeyOrigin, PasswordSource, Permission,
+    PgConfig, PgOptions, PgStore, ProviderConfig, ProviderScope, SqliteStore, StoreAdmin, StoreKey,
+    STORE_URL_ENV,
 };
 use serde_json::json;
 
@@ -27,9 +33,12 @@ use crate::EXIT_CORDON_FAILED;
 /// Where the store database and its key are.
 #[derive(clap::Args, Clone)]
 pub struct StoreLocation {
-    /// The store database [default: $XDG_DATA_HOME/cordon/star.db].
-    #[arg(long, value_name = "PATH")]
-    db: Option<PathBuf>,
+    /// The store database: a SQLite file, or a PostgreSQL URL
+    /// (postgres://USER@HOST:PORT/DB?sslmode=require; its password from
+    /// PGPASSWORD or the URL in CORDON_STORE_URL, never here)
+    /// [default: $CORDON_STORE_URL, else $XDG_DATA_HOME/cordon/star.db].
+    #[arg(long, value_name = "PATH|URL")]
+    db: Option<String>,
     /// The file holding the store key, made (0600) on first use; the
     /// CORDON_STORE_KEY variable (64 hex digits) wins over it
     /// [default: $XDG_CONFIG_HOME/cordon/store.key].
@@ -146,29 +155,68 @@ fn default_path(xdg: &str, fallback: &str, file: &str) -> Result<PathBuf, String
     Ok(base.join("cordon").join(file))
 }
 
+/// Where the store is: a file, or a PostgreSQL database.
+enum Location {
+    File(PathBuf),
+    Postgres(Box<PgConfig>),
+}
+
+fn location(loc: &StoreLocation) -> Result<Location, String> {
+    let url =
+        |u: &str, source| PgConfig::from_url(u, source).map(|c| Location::Postgres(Box::new(c)));
+    match &loc.db {
+        Some(db) if is_postgres_url(db) => url(db, PasswordSource::Argv),
+        Some(path) => Ok(Location::File(PathBuf::from(path))),
+        None => match std::env::var(STORE_URL_ENV) {
+            Ok(u) if !u.is_empty() => {
+                url(&u, PasswordSource::Private).map_err(|e| format!("{STORE_URL_ENV}: {e}"))
+            }
+            _ => default_path("XDG_DATA_HOME", ".local/share", "star.db").map(Location::File),
+        },
+    }
+}
+
 /// Opens the store at `loc`, with its key (reported on stderr when a new
-/// key file was made).
-pub fn open_store(loc: &StoreLocation) -> Result<SqliteStore, String> {
-    let db = match &loc.db {
-        Some(p) => p.clone(),
-        None => default_path("XDG_DATA_HOME", ".local/share", "star.db")?,
-    };
+/// key file was made). A new key is made for a SQLite file that does not
+/// exist yet, and for a PostgreSQL database only by `migrate` (every host
+/// of a shared database needs the same key: a host without it must not
+/// make its own).
+pub async fn open_store(
+    loc: &StoreLocation,
+    migrating: bool,
+) -> Result<Arc<dyn StoreAdmin>, String> {
     let key_file = match &loc.key_file {
         Some(p) => p.clone(),
         None => default_path("XDG_CONFIG_HOME", ".config", "store.key")?,
     };
-    // Whether anything is at the path (a dangling symlink too: it is
-    // refused below, and must not make a fresh key first).
-    let fresh = std::fs::symlink_metadata(&db).is_err();
+    let at = location(loc)?;
+    let fresh = match &at {
+        // Whether anything is at the path (a dangling symlink too: it is
+        // refused below, and must not make a fresh key first).
+        Location::File(db) => std::fs::symlink_metadata(db).is_err(),
+        Location::Postgres(_) => migrating,
+    };
     let (key, origin) = StoreKey::from_env_or_file(&key_file, fresh)?;
+    let store: Result<Arc<dyn StoreAdmin>, String> = match &at {
+        Location::File(db) => SqliteStore::open(db, &key).map(|s| Arc::new(s) as _),
+        Location::Postgres(cfg) => PgStore::connect(cfg, &key, PgOptions::default())
+            .await
+            .map(|s| Arc::new(s) as _),
+    };
     if let KeyOrigin::Created(path) = &origin {
-        let _ = writeln!(
-            std::io::stderr(),
-            "cordon: made a new store key in {} (keep it: the secrets in the store open only with it)",
-            path.display()
-        );
+        if store.is_err() {
+            // A key nothing was sealed with: not kept to confuse anyone.
+            let _ = std::fs::remove_file(path);
+        } else {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cordon: made a new store key in {} (keep it: the secrets in the store open \
+                 only with it; every host of a shared store needs it)",
+                path.display()
+            );
+        }
     }
-    SqliteStore::open(&db, &key)
+    store
 }
 
 fn who(user: &Option<String>) -> String {
@@ -201,8 +249,8 @@ pub(super) fn read_stdin(what: &str) -> Result<String, String> {
 }
 
 /// Runs one management command.
-pub fn main(cmd: StarCommand) -> ExitCode {
-    match manage(cmd) {
+pub async fn main(cmd: StarCommand) -> ExitCode {
+    match manage(cmd).await {
         // A closed stdout or stderr is not worth a panic.
         Ok((json, value, text)) => {
             if json {
@@ -221,13 +269,22 @@ pub fn main(cmd: StarCommand) -> ExitCode {
 
 type Done = (bool, serde_json::Value, String);
 
-fn manage(cmd: StarCommand) -> Result<Done, String> {
+async fn manage(cmd: StarCommand) -> Result<Done, String> {
     match cmd {
         StarCommand::Run(_) => unreachable!("`star run` is handled by star::main"),
+        StarCommand::Migrate(a) => {
+            let version = open_store(&a.store, true).await?.schema_version().await?;
+            let v = json!({ "schema_version": version });
+            Ok((
+                a.json,
+                v,
+                format!("the store's schema is at version {version}"),
+            ))
+        }
         StarCommand::Install(a) => {
             let pkg = load_package_from_path(&a.path).map_err(|e| e.to_string())?;
-            let store = open_store(&a.common.store)?;
-            let outcome = store.install(&pkg, a.upgrade)?;
+            let store = open_store(&a.common.store, false).await?;
+            let outcome = store.install(&pkg, a.upgrade).await?;
             let v =
                 json!({"package": pkg.id, "outcome": outcome, "source_hash": pkg.script_hash()});
             let text = format!(
@@ -239,7 +296,7 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
             Ok((a.common.json, v, text))
         }
         StarCommand::List(a) => {
-            let list = open_store(&a.store)?.packages()?;
+            let list = open_store(&a.store, false).await?.packages().await?;
             let text = list
                 .iter()
                 .map(|p| {
@@ -260,17 +317,21 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
             Ok((a.json, json!({ "packages": list }), text))
         }
         StarCommand::Show(a) => {
-            let rec = open_store(&a.common.store)?
-                .package_record(&a.id)?
+            let rec = open_store(&a.common.store, false)
+                .await?
+                .package_record(&a.id)
+                .await?
                 .ok_or_else(|| format!("package {:?} is not installed", a.id))?;
             let v = serde_json::to_value(&rec).map_err(|e| e.to_string())?;
             let text = serde_json::to_string_pretty(&rec).map_err(|e| e.to_string())?;
             Ok((a.common.json, v, text))
         }
         StarCommand::Grant(a) => {
-            let store = open_store(&a.common.store)?;
+            let store = open_store(&a.common.store, false).await?;
             let by = who(&a.user);
-            store.grant(&a.id, &a.permissions, &by, &a.allow_private)?;
+            store
+                .grant(&a.id, &a.permissions, &by, &a.allow_private)
+                .await?;
             let names: Vec<&str> = a.permissions.iter().map(|p| p.as_str()).collect();
             let ranges: Vec<String> = a.allow_private.iter().map(|r| r.to_string()).collect();
             let v = json!({"package": a.id, "granted": names, "by": by, "private": ranges});
@@ -284,11 +345,11 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
             if !a.allow_private.is_empty() {
                 return Err("--allow-private is for grant: revoke api.http to drop it".into());
             }
-            let store = open_store(&a.common.store)?;
+            let store = open_store(&a.common.store, false).await?;
             let by = who(&a.user);
             let mut revoked = Vec::new();
             for p in &a.permissions {
-                if store.revoke(&a.id, *p, &by)? {
+                if store.revoke(&a.id, *p, &by).await? {
                     revoked.push(p.as_str());
                 }
             }
@@ -300,17 +361,20 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
             ))
         }
         StarCommand::Secret(SecretCommand::Set { id, name, common }) => {
-            let store = open_store(&common.store)?;
-            if store.package_record(&id)?.is_none() {
+            let store = open_store(&common.store, false).await?;
+            if store.package_record(&id).await?.is_none() {
                 return Err(format!("package {id:?} is not installed"));
             }
             let value = read_stdin("secret value")?;
-            store.set_secret(&id, &name, &value)?;
+            store.set_secret(&id, &name, &value).await?;
             let v = json!({"package": id, "secret": name, "set": true});
             Ok((common.json, v, format!("set secret {name} of {id}")))
         }
         StarCommand::Secret(SecretCommand::Rm { id, name, common }) => {
-            let removed = open_store(&common.store)?.remove_secret(&id, &name)?;
+            let removed = open_store(&common.store, false)
+                .await?
+                .remove_secret(&id, &name)
+                .await?;
             let v = json!({"package": id, "secret": name, "removed": removed});
             let text = if removed {
                 format!("removed secret {name} of {id}")
@@ -334,16 +398,18 @@ fn manage(cmd: StarCommand) -> Result<Done, String> {
                 _ => ProviderScope::Host,
             };
             reqwest_like_url(&base_url)?;
-            let store = open_store(&common.store)?;
+            let store = open_store(&common.store, false).await?;
             let key = read_stdin("API key")?;
-            store.set_provider(
-                &scope,
-                &ProviderConfig {
-                    base_url: base_url.clone(),
-                    api_key: ApiKey::new(key),
-                    model: model.clone(),
-                },
-            )?;
+            store
+                .set_provider(
+                    &scope,
+                    &ProviderConfig {
+                        base_url: base_url.clone(),
+                        api_key: ApiKey::new(key),
+                        model: model.clone(),
+                    },
+                )
+                .await?;
             let v = json!({"scope": format!("{scope:?}"), "base_url": base_url, "model": model});
             Ok((common.json, v, format!("set the provider for {scope:?}")))
         }

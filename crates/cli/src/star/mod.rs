@@ -56,6 +56,10 @@ pub enum StarCommand {
     /// the host (key from stdin).
     #[command(subcommand)]
     Provider(manage::ProviderCommand),
+    /// Bring the store's schema up to date (once, however many hosts run
+    /// it at the same time) and print its version; for a new PostgreSQL
+    /// database, make the store key file if there is none.
+    Migrate(StoreArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -216,7 +220,7 @@ fn secret_values(args: &StarRunArgs) -> Result<Vec<(String, String)>, String> {
 pub async fn main(cmd: StarCommand) -> ExitCode {
     let args = match cmd {
         StarCommand::Run(args) => args,
-        other => return manage::main(other),
+        other => return manage::main(other).await,
     };
     let code = match run(&args).await {
         Err(message) => {
@@ -338,8 +342,8 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
             ));
         }
         let id = args.package.to_string_lossy().into_owned();
-        let store = Arc::new(open_store(&args.store)?);
-        let package = match cordon_starlark::PackageStore::get(store.as_ref(), &id).await {
+        let store = open_store(&args.store, false).await?;
+        let package = match cordon_starlark::PackageStore::get(&*store, &id).await {
             Ok(Some(p)) => p,
             Ok(None) => {
                 return Err(format!(
@@ -348,9 +352,7 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
             }
             Err(e) => return Err(e),
         };
-        let mut services = Services::new(store.clone(), store.clone());
-        services.secrets = Some(store.clone());
-        services.providers = Some(store);
+        let mut services = store.services();
         if let Some(q) = stderr::queue() {
             services.notifier = Some(Arc::new(JsonLinesNotifier::on(q.clone())));
             sink = Sink::Stderr;

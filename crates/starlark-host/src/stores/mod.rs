@@ -1,32 +1,61 @@
 //! Stores and services the host provides, as traits with in-memory
-//! implementations (for tests and embedders), the persistent
+//! implementations (for tests and embedders), the persistent stores —
 //! [`SqliteStore`] (feature `sqlite`: `sqlite.rs` the store and its
 //! packages, `sqlite_grants.rs` grants, secrets and providers, `schema.rs`
-//! its migrations, `seal.rs` the sealing of secrets, `rows.rs` the row
-//! MACs, `fs_checks.rs` the checks of its files), and the notification
-//! senders (`senders.rs`).
+//! its migrations) and `PgStore` (feature `postgres`: `pg.rs`, `pg_grants.rs`,
+//! `pg_schema.rs`, `pg_config.rs` its URL, TLS and password), both over
+//! `records.rs` (the rows and the rules they are read and written by),
+//! `seal.rs` (the sealing of secrets), `rows.rs` (the row MACs) and
+//! `fs_checks.rs` (the checks of the files they read) — and the
+//! notification senders (`senders.rs`).
 
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod admin;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod fs_checks;
-#[cfg(feature = "sqlite")]
+#[cfg(feature = "postgres")]
+mod pg;
+#[cfg(feature = "postgres")]
+mod pg_config;
+#[cfg(feature = "postgres")]
+mod pg_grants;
+#[cfg(feature = "postgres")]
+mod pg_schema;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod records;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 #[cfg(feature = "sqlite")]
 mod schema;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod seal;
 mod senders;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlite")]
 mod sqlite_grants;
+#[cfg(feature = "test-cluster")]
+pub mod test_cluster;
 
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use admin::{services_of, StoreAdmin};
+#[cfg(feature = "postgres")]
+pub use pg::{PgOptions, PgStore};
+#[cfg(feature = "postgres")]
+pub use pg_config::{is_postgres_url, PasswordSource, PgConfig, STORE_URL_ENV};
+#[cfg(feature = "postgres")]
+pub use pg_schema::Migration;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use records::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use seal::{KeyOrigin, StoreKey, STORE_KEY_ENV};
 pub use senders::{
     DeliveryStats, JsonLinesNotifier, LineQueue, QueueFull, QueueLimits, WebhookNotifier,
 };
 #[cfg(feature = "sqlite")]
-pub use sqlite::{GrantRecord, InstallOutcome, PackageRecord, ProviderScope, SqliteStore};
+pub use sqlite::SqliteStore;
+#[cfg(feature = "test-cluster")]
+pub use test_cluster::TestCluster;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -164,6 +193,22 @@ pub struct ResolvedProvider {
     pub config: ProviderConfig,
     /// Which link of the chain supplied it.
     pub source: KeySource,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl ResolvedProvider {
+    /// The provider `config` found at `source`, with the model the
+    /// package's requirement names, if any.
+    pub(crate) fn new(
+        mut config: ProviderConfig,
+        source: KeySource,
+        requirement: &crate::package::ProviderRequirement,
+    ) -> Self {
+        if let Some(m) = &requirement.model {
+            config.model = m.clone();
+        }
+        ResolvedProvider { config, source }
+    }
 }
 
 /// Chooses the provider for a call from (user, channel, package requirement).

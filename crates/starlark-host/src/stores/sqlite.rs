@@ -9,59 +9,13 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
-use serde::Serialize;
 
 use super::fs_checks::{open_checked, Kind};
-use super::rows::{Field, RowMac};
+use super::records::{InstallStep, Keys, PackageRow};
 use super::schema::{migrate, schema_version};
-use super::seal::{Sealer, StoreKey};
-use super::{PackageStore, StoreError};
-use crate::package::{Package, PackageStatus, Permission};
-
-pub use super::sqlite_grants::{GrantRecord, ProviderScope};
-
-/// What the key check row seals: opening it proves the key is this
-/// database's before anything is read or written.
-const KEY_CHECK: &[u8] = b"cordon store key check";
-
-/// What [`SqliteStore::install`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InstallOutcome {
-    /// A new package.
-    Installed,
-    /// The same package (manifest and sources) was installed already.
-    Unchanged,
-    /// A changed manifest or changed sources replaced the installed ones
-    /// (`upgrade` was given).
-    Upgraded,
-}
-
-/// An installed package, as `list`/`show` report it (no secret values).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PackageRecord {
-    /// Package id.
-    pub id: String,
-    /// Version from the manifest.
-    pub version: String,
-    /// SHA-256 of its sources.
-    pub source_hash: String,
-    /// `active` or another status.
-    pub status: PackageStatus,
-    /// Permissions its manifest requests.
-    pub requested: Vec<Permission>,
-    /// Its `network_access` targets.
-    pub network_access: Vec<String>,
-    /// Permissions granted and not revoked, each with whether it still
-    /// covers the manifest.
-    pub grants: Vec<GrantRecord>,
-    /// Names of its secrets (never their values).
-    pub secrets: Vec<String>,
-    /// When it was installed, and last changed (Unix seconds).
-    pub installed_at: i64,
-    /// When its sources or status last changed.
-    pub updated_at: i64,
-}
+use super::seal::StoreKey;
+use super::{InstallOutcome, PackageRecord, PackageStore, StoreError};
+use crate::package::Package;
 
 /// Packages, grants, secrets and provider keys in one SQLite file: the
 /// persistent implementation of the store traits, and the operator's
@@ -77,8 +31,7 @@ pub struct PackageRecord {
 /// change is one transaction.
 pub struct SqliteStore {
     pub(super) conn: Mutex<Connection>,
-    pub(super) sealer: Sealer,
-    pub(super) mac: RowMac,
+    pub(super) keys: Keys,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -89,39 +42,6 @@ impl std::fmt::Debug for SqliteStore {
 
 pub(super) fn db_err(e: rusqlite::Error) -> StoreError {
     format!("store database: {e}")
-}
-
-pub(super) fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// One package row, every column.
-struct PackageRow {
-    id: String,
-    version: String,
-    source_hash: String,
-    status: String,
-    package: String,
-    installed_at: i64,
-    updated_at: i64,
-    mac: Option<Vec<u8>>,
-}
-
-impl PackageRow {
-    fn fields(&self) -> [Field<'_>; 7] {
-        [
-            Field::Text(&self.id),
-            Field::Text(&self.version),
-            Field::Text(&self.source_hash),
-            Field::Text(&self.status),
-            Field::Text(&self.package),
-            Field::Int(self.installed_at),
-            Field::Int(self.updated_at),
-        ]
-    }
 }
 
 impl SqliteStore {
@@ -143,7 +63,7 @@ impl SqliteStore {
         checked.still_there()?;
         conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;")
             .map_err(db_err)?;
-        let sealer = key.sealer();
+        let keys = Keys::new(key);
         // The key first: a wrong one must not even migrate the schema.
         let check = if schema_version(&conn)? > 0 {
             conn.query_row("SELECT value FROM meta WHERE name = 'key_check'", [], |r| {
@@ -155,14 +75,14 @@ impl SqliteStore {
             None
         };
         if let Some(sealed) = &check {
-            sealer.open("key check", sealed).map_err(|_| {
-                format!(
+            if !keys.opens_key_check(sealed) {
+                return Err(format!(
                     "the store key does not open {}: it was created with another key \
                      (set {} to that key, or restore its key file)",
                     path.display(),
                     super::seal::STORE_KEY_ENV
-                )
-            })?;
+                ));
+            }
         } else if schema_version(&conn)? > 0 {
             return Err(format!(
                 "{} has a schema but no key check: it was not made by cordon, or was changed \
@@ -172,18 +92,21 @@ impl SqliteStore {
         }
         migrate(&mut conn)?;
         if check.is_none() {
-            let sealed = sealer.seal("key check", KEY_CHECK)?;
             conn.execute(
                 "INSERT INTO meta (name, value) VALUES ('key_check', ?1)",
-                params![sealed],
+                params![keys.seal_key_check()?],
             )
             .map_err(db_err)?;
         }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
-            sealer,
-            mac: RowMac::new(key.row_mac_key()),
+            keys,
         })
+    }
+
+    /// The schema version of the database (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<usize, StoreError> {
+        schema_version(&self.conn())
     }
 
     pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -212,67 +135,19 @@ impl SqliteStore {
         .map_err(db_err)
     }
 
-    /// The package of a row whose MAC verifies, and whose contents agree
-    /// with its columns.
-    fn verified(&self, row: &PackageRow) -> Result<Package, StoreError> {
-        let id = &row.id;
-        self.mac.check(
-            "packages",
-            &row.fields(),
-            row.mac.as_deref(),
-            &format!("package {id:?}'s row"),
-            "install it again from a source you trust (cordon star install --upgrade PATH), \
-             or remove the database",
-        )?;
-        let pkg: Package = serde_json::from_str(&row.package)
-            .map_err(|e| format!("package {id:?} is unreadable: {e}"))?;
-        if pkg.id != *id || pkg.script_hash() != row.source_hash {
-            return Err(format!("package {id:?}'s row does not agree with itself"));
-        }
-        Ok(pkg)
-    }
-
     /// Records `pkg` (its manifest, sources and their hash). Installing a
     /// changed manifest or changed sources over an installed package needs
     /// `upgrade`, as does replacing a row that was changed outside cordon;
     /// grants and secrets are kept across an upgrade (a grant whose package
     /// now reaches more is suspended: [`crate::grant_status`]).
     pub fn install(&self, pkg: &Package, upgrade: bool) -> Result<InstallOutcome, StoreError> {
-        let json = serde_json::to_string(pkg).map_err(|e| format!("cannot encode: {e}"))?;
-        let status = serde_json::to_value(pkg.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db_err)?;
         let old = Self::package_row(&tx, &pkg.id)?;
-        let t = now();
-        let installed_at = match &old {
-            None => t,
-            Some(row) => match self.verified(row) {
-                Ok(same) if same == *pkg => return Ok(InstallOutcome::Unchanged),
-                Ok(_) if !upgrade => {
-                    return Err(format!(
-                        "package {:?} is installed with another manifest or other sources; pass \
-                         --upgrade to replace them",
-                        pkg.id
-                    ))
-                }
-                Err(e) if !upgrade => return Err(format!("{e} (with --upgrade)")),
-                _ => row.installed_at,
-            },
+        let (row, outcome) = match self.keys.install_step(old.as_ref(), pkg, upgrade)? {
+            InstallStep::Unchanged => return Ok(InstallOutcome::Unchanged),
+            InstallStep::Write(row, outcome) => (row, outcome),
         };
-        let row = PackageRow {
-            id: pkg.id.clone(),
-            version: pkg.version.clone(),
-            source_hash: pkg.script_hash(),
-            status,
-            package: json,
-            installed_at,
-            updated_at: t,
-            mac: None,
-        };
-        let mac = self.mac.mac("packages", &row.fields());
         tx.execute(
             "INSERT INTO packages (id, version, source_hash, status, package, installed_at,
                                    updated_at, mac)
@@ -287,24 +162,18 @@ impl SqliteStore {
                 row.package,
                 row.installed_at,
                 row.updated_at,
-                mac
+                row.mac
             ],
         )
         .map_err(db_err)?;
         tx.commit().map_err(db_err)?;
-        Ok(if old.is_some() {
-            InstallOutcome::Upgraded
-        } else {
-            InstallOutcome::Installed
-        })
+        Ok(outcome)
     }
 
     /// The installed package `id`, its row verified.
     pub(super) fn installed(&self, conn: &Connection, id: &str) -> Result<Package, StoreError> {
-        let row = Self::package_row(conn, id)?.ok_or_else(|| {
-            format!("package {id:?} is not installed (cordon star install PATH first)")
-        })?;
-        self.verified(&row)
+        let row = Self::package_row(conn, id)?.ok_or_else(|| not_installed(id))?;
+        self.keys.verified_package(&row)
     }
 
     /// Every installed package, by id.
@@ -331,8 +200,7 @@ impl SqliteStore {
         let Some(row) = Self::package_row(&conn, id)? else {
             return Ok(None);
         };
-        let pkg = self.verified(&row)?;
-        let grants = self.grant_records(&conn, &pkg)?;
+        let grants = Self::grant_rows(&conn, id)?;
         let mut q = conn
             .prepare("SELECT name FROM secrets WHERE package_id = ?1 ORDER BY name")
             .map_err(db_err)?;
@@ -341,19 +209,13 @@ impl SqliteStore {
             .map_err(db_err)?
             .collect::<Result<_, _>>()
             .map_err(db_err)?;
-        Ok(Some(PackageRecord {
-            id: id.to_owned(),
-            version: row.version,
-            source_hash: row.source_hash,
-            status: pkg.status,
-            requested: pkg.manifest.permissions.clone(),
-            network_access: pkg.manifest.network_access.clone(),
-            grants,
-            secrets,
-            installed_at: row.installed_at,
-            updated_at: row.updated_at,
-        }))
+        self.keys.package_record(row, grants, secrets).map(Some)
     }
+}
+
+/// The error for a package that is not there.
+pub(super) fn not_installed(id: &str) -> StoreError {
+    format!("package {id:?} is not installed (cordon star install PATH first)")
 }
 
 #[async_trait]
@@ -362,7 +224,7 @@ impl PackageStore for SqliteStore {
         let conn = self.conn();
         match Self::package_row(&conn, id)? {
             None => Ok(None),
-            Some(row) => self.verified(&row).map(Some),
+            Some(row) => self.keys.verified_package(&row).map(Some),
         }
     }
 }

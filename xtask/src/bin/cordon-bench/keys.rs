@@ -75,6 +75,10 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "the floor of a warm call: one byte to `cat` and back over pipes with the same async I/O; the warm call against it",
     ),
     (
+        &["stores.sqlite_warm_us", "stores.pg_warm_*"],
+        "a warm call in process whose grants and secret come from a SQLite file / from PostgreSQL on 127.0.0.1 (a throwaway cluster; ratio to the SQLite row)",
+    ),
+    (
         &["loop.bare_us", "loop.cordon_us", "loop.cordon_ratio"],
         "1 000 000 iterations, bare interpreter and Cordon in process",
     ),

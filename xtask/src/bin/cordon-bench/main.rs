@@ -11,6 +11,7 @@ mod scale;
 mod spawn;
 mod starlark;
 mod stats;
+mod stores;
 
 use std::sync::Arc;
 
@@ -122,6 +123,7 @@ async fn run(plan: Plan, json: bool) -> i32 {
     let (scale_rows, clean) = scale::bench(&plan, sandbox.as_ref().ok()).await;
     rows.extend(scale_rows);
     rows.extend(starlark::bench(&plan, sandbox.as_ref().ok()).await);
+    rows.extend(stores::bench(&plan).await);
     let total = started.elapsed();
     let metrics = stats::metrics(&rows);
     let undocumented = keys::undocumented(metrics.keys());
