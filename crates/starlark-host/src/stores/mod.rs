@@ -35,9 +35,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use cordon_starlark_protocol::{Notification, Package, Permission, ProviderRequirement};
+
 use crate::grants::{Approval, Grant};
-use crate::package::{Package, Permission, ProviderRequirement};
-use crate::protocol::Notification;
 use cordon_egress::IpRange;
 
 /// Error type of the store traits.

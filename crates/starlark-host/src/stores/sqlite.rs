@@ -16,7 +16,7 @@ use super::rows::{Field, RowMac};
 use super::schema::{migrate, schema_version};
 use super::seal::{Sealer, StoreKey};
 use super::{PackageStore, StoreError};
-use crate::package::{Package, PackageStatus, Permission};
+use cordon_starlark_protocol::{Package, PackageStatus, Permission};
 
 pub use super::sqlite_grants::{GrantRecord, ProviderScope};
 

@@ -13,8 +13,9 @@ use super::{
     ApiKey, KeySource, PermissionStore, ProviderConfig, ProviderResolver, ResolvedProvider,
     SecretStore, StoreError,
 };
+use cordon_starlark_protocol::{Package, Permission, ProviderRequirement};
+
 use crate::grants::{check_private_targets, grant_status, Approval, Grant, GrantStatus};
-use crate::package::{Package, Permission, ProviderRequirement};
 
 /// Whose provider key a [`SqliteStore::set_provider`] sets (the chain a
 /// call resolves: user, then channel, then package, then host).
