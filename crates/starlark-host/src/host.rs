@@ -4,15 +4,18 @@
 //!
 //! * **Untrusted** packages reach only the worker pool: the route for
 //!   [`TrustTier::Untrusted`] is typed `&WorkerPool` ([`StarlarkHost`]'s
-//!   `untrusted_route`), and no public API names in-process evaluation, so
-//!   there is nothing to call that would evaluate one in process. A host
+//!   `untrusted_route`), and no public API of this crate names in-process
+//!   evaluation, so there is nothing to call that would evaluate one in
+//!   process. A host
 //!   built without a sandbox, or whose sandbox was not admitted, refuses
 //!   them ([`StarlarkHostError::NoSandbox`],
 //!   [`StarlarkHostError::SandboxUnavailable`] with the conformance
 //!   report), never falling back.
-//! * **Trusted** packages run in process by default (fastest), or in the
+//! * **Trusted** packages run, by default, in an unconfined worker process
+//!   ([`Isolation::Process`]); in process (fastest) or in the sandboxed
 //!   pool when the host is built with
-//!   [`StarlarkHostBuilder::trusted_isolation`]`(Isolation::Sandboxed)`.
+//!   [`StarlarkHostBuilder::trusted_isolation`]`(Isolation::InProcess)` or
+//!   `(Isolation::Sandboxed)`.
 //!
 //! Both routes run the same checks first (runnable package, granted and
 //! requested modules) and serve module calls with the same
