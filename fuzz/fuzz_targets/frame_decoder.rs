@@ -6,6 +6,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let max = 64 * 1024;
-    let _ = cordon_starlark::internals::frame::decode_frames(data, max);
-    let _ = cordon_starlark::internals::frame::read_message(&mut &data[..], max);
+    let _ = cordon_starlark_protocol::frame::decode_frames(data, max);
+    let _ = cordon_starlark_protocol::frame::read_message(&mut &data[..], max);
 });

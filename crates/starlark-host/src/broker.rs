@@ -2,64 +2,25 @@
 //! Independent of Starlark, so a sandboxed worker's calls can be served by
 //! the same code on the host side.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_egress::{Advice, Allowlist, IpRange};
-use tokio::sync::Notify;
 
-use crate::bindings::ModuleSet;
+use cordon_starlark_protocol::{
+    EvalLimits, HttpLimits, Manifest, ModuleCall, ModuleCalls, ModuleError, ModuleReply, ModuleSet,
+    Notification, NotificationLimits, Package, PackageStatus, PackageTier, Permission,
+};
+use cordon_starlark_worker::CancelToken;
+
 use crate::error::StarlarkHostError;
 use crate::grants::{check_grants, targets};
-use crate::http::{HttpClient, HttpLimits};
-use crate::limits::{EvalLimits, NotificationLimits};
-use crate::package::{Package, PackageStatus, PackageTier, Permission};
-use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply, Notification};
+use crate::http::HttpClient;
 use crate::provider::OpenAiCompatibleProvider;
 use crate::stores::{
     NotificationSender, PackageStore, PermissionStore, ProviderResolver, RunContext, SecretStore,
 };
-
-/// Cooperative cancellation shared by the caller, the interpreter and
-/// blocking module calls.
-#[derive(Clone, Default, Debug)]
-pub struct CancelToken(Arc<CancelInner>);
-
-#[derive(Default, Debug)]
-struct CancelInner {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl CancelToken {
-    /// A fresh, not-cancelled token.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Cancel: the interpreter stops at its next check, and a blocking
-    /// module call returns `Cancelled` at once.
-    pub fn cancel(&self) {
-        self.0.flag.store(true, Ordering::SeqCst);
-        self.0.notify.notify_waiters();
-    }
-    /// Whether `cancel` was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.flag.load(Ordering::SeqCst)
-    }
-    /// Resolves once cancelled.
-    pub async fn cancelled(&self) {
-        loop {
-            let notified = self.0.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_cancelled() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
 
 /// Host services used by module calls. Missing optional services make the
 /// corresponding module absent.
@@ -129,7 +90,7 @@ pub(crate) fn package_allowlist(
     network_access: &[String],
     private: &[IpRange],
 ) -> Result<Allowlist, String> {
-    let mut manifest = crate::package::Manifest::minimal(id, "main.star");
+    let mut manifest = Manifest::minimal(id, "main.star");
     manifest.network_access = network_access.to_vec();
     let advice = Advice {
         list: format!("package {id:?}'s network_access"),

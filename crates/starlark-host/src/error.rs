@@ -1,71 +1,9 @@
-//! Error type of the crate.
+//! Error type of the crate, and how the evaluator's failures (in process:
+//! an `EvalFailure`; from a worker: its `Error` frame's code) become one.
 
-/// Which per-call limit stopped an evaluation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitKind {
-    /// Instruction budget (`EvalLimits::max_ticks`).
-    Ticks,
-    /// Wall-clock deadline (`EvalLimits::timeout`).
-    Time,
-    /// Starlark heap size (`EvalLimits::max_heap_bytes`).
-    Heap,
-    /// Call-stack depth (`EvalLimits::max_call_depth`).
-    CallStack,
-    /// Captured print output (`EvalLimits::max_output_bytes`).
-    Output,
-    /// Source size (`EvalLimits::max_source_bytes`).
-    SourceSize,
-    /// Bracket nesting or operator-chain depth in source
-    /// (`EvalLimits::max_nesting_depth`, `EvalLimits::max_expression_depth`).
-    Nesting,
-    /// Depth or size of a value converted to JSON.
-    ValueSize,
-    /// The sandboxed worker's memory limit (`WorkerLimits::memory_bytes`):
-    /// an allocation failed and the worker aborted, or (where the backend
-    /// limits the sandbox as a whole, with a cgroup) the kernel killed it.
-    Memory,
-    /// The sandboxed worker's CPU-time limit (`WorkerLimits::cpu_seconds`).
-    Cpu,
-}
-
-impl LimitKind {
-    /// Every kind, in a stable order.
-    pub const ALL: [LimitKind; 10] = [
-        LimitKind::Ticks,
-        LimitKind::Time,
-        LimitKind::Heap,
-        LimitKind::CallStack,
-        LimitKind::Output,
-        LimitKind::SourceSize,
-        LimitKind::Nesting,
-        LimitKind::ValueSize,
-        LimitKind::Memory,
-        LimitKind::Cpu,
-    ];
-
-    /// The wire name (`snake_case`), as used in worker error codes
-    /// (`limit.<name>`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LimitKind::Ticks => "ticks",
-            LimitKind::Time => "time",
-            LimitKind::Heap => "heap",
-            LimitKind::CallStack => "call_stack",
-            LimitKind::Output => "output",
-            LimitKind::SourceSize => "source_size",
-            LimitKind::Nesting => "nesting",
-            LimitKind::ValueSize => "value_size",
-            LimitKind::Memory => "memory",
-            LimitKind::Cpu => "cpu",
-        }
-    }
-
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<LimitKind> {
-        LimitKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
+use cordon_starlark_protocol::wire::ErrorCode;
+use cordon_starlark_protocol::{LimitKind, Permission};
+use cordon_starlark_worker::EvalFailure;
 
 /// Errors returned by the runner and package loading. Messages say what to
 /// change.
@@ -103,7 +41,7 @@ pub enum StarlarkHostError {
         /// Package id.
         package: String,
         /// The suspended grant's permission.
-        permission: crate::package::Permission,
+        permission: Permission,
         /// What the manifest asks for that the grant did not approve.
         reason: String,
     },
@@ -207,6 +145,73 @@ pub enum StarlarkHostError {
     },
 }
 
+impl From<EvalFailure> for StarlarkHostError {
+    fn from(f: EvalFailure) -> Self {
+        match f {
+            EvalFailure::Script { package, message } => {
+                StarlarkHostError::Script { package, message }
+            }
+            EvalFailure::Limit {
+                package,
+                kind,
+                message,
+            } => StarlarkHostError::Limit {
+                package,
+                kind,
+                message,
+            },
+            EvalFailure::Cancelled { package } => StarlarkHostError::Cancelled { package },
+            EvalFailure::NoSuchEntryPoint {
+                package,
+                name,
+                available,
+            } => StarlarkHostError::NoSuchEntryPoint {
+                package,
+                name,
+                available,
+            },
+            EvalFailure::Conversion { package, message } => {
+                StarlarkHostError::Conversion { package, message }
+            }
+        }
+    }
+}
+
+impl StarlarkHostError {
+    /// Rebuilds the error a worker reported for package `package` in an
+    /// `Error` frame (`code`, `message`). `available` is the package's
+    /// function list (for `no_such_entry_point`).
+    pub(crate) fn from_worker_code(
+        package: &str,
+        code: &str,
+        message: String,
+        available: &[String],
+    ) -> StarlarkHostError {
+        let package = package.to_owned();
+        match ErrorCode::parse(code) {
+            Some(ErrorCode::Limit(kind)) => StarlarkHostError::Limit {
+                package,
+                kind,
+                message,
+            },
+            Some(ErrorCode::Script | ErrorCode::Panic) => {
+                StarlarkHostError::Script { package, message }
+            }
+            Some(ErrorCode::Cancelled) => StarlarkHostError::Cancelled { package },
+            Some(ErrorCode::NoSuchEntryPoint) => StarlarkHostError::NoSuchEntryPoint {
+                package,
+                name: message,
+                available: available.join(", "),
+            },
+            Some(ErrorCode::Conversion) => StarlarkHostError::Conversion { package, message },
+            Some(ErrorCode::InvalidPackage) => StarlarkHostError::InvalidPackage(message),
+            _ => StarlarkHostError::Internal(format!(
+                "worker for package {package:?} reported {code}: {message}"
+            )),
+        }
+    }
+}
+
 /// A failed load or call ([`StarlarkHost::load`](crate::StarlarkHost::load),
 /// [`StarlarkHost::call`](crate::StarlarkHost::call)): what failed, and
 /// what the package printed before it failed — which is when its author
@@ -247,5 +252,41 @@ impl std::fmt::Display for EvalError {
 impl std::error::Error for EvalError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         std::error::Error::source(&self.error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a worker reports (`EvalFailure::wire_code`) comes back as the
+    /// error the in-process evaluator gives for the same failure.
+    #[test]
+    fn worker_errors_round_trip() {
+        for kind in LimitKind::ALL {
+            let f = EvalFailure::Limit {
+                package: "p".into(),
+                kind,
+                message: "m".into(),
+            };
+            let (c, m) = f.wire_code();
+            match StarlarkHostError::from_worker_code("p", &c.as_wire(), m, &[]) {
+                StarlarkHostError::Limit { kind: k, .. } => assert_eq!(k, kind),
+                other => panic!("{other}"),
+            }
+        }
+        let f = EvalFailure::NoSuchEntryPoint {
+            package: "p".into(),
+            name: "x".into(),
+            available: "a".into(),
+        };
+        let (c, m) = f.wire_code();
+        let e = StarlarkHostError::from_worker_code("p", &c.as_wire(), m, &["a".into()]);
+        assert!(e.to_string().contains("defined functions: a"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            StarlarkHostError::from(f).to_string(),
+            "the same error either way"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use cordon_egress::{address_class, HostPattern, IpRange};
 use serde::{Deserialize, Serialize};
 
-use crate::package::{Manifest, Permission};
+use cordon_starlark_protocol::{Manifest, Permission};
 
 /// What an operator approved when granting: the manifest as it was then.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

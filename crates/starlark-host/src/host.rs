@@ -4,129 +4,35 @@
 //!
 //! * **Untrusted** packages reach only the worker pool: the route for
 //!   [`TrustTier::Untrusted`] is typed `&WorkerPool` ([`StarlarkHost`]'s
-//!   `untrusted_route`), and no public API names in-process evaluation, so
-//!   there is nothing to call that would evaluate one in process. A host
+//!   `untrusted_route`), and no public API of this crate names in-process
+//!   evaluation, so there is nothing to call that would evaluate one in
+//!   process. A host
 //!   built without a sandbox, or whose sandbox was not admitted, refuses
 //!   them ([`StarlarkHostError::NoSandbox`],
 //!   [`StarlarkHostError::SandboxUnavailable`] with the conformance
 //!   report), never falling back.
-//! * **Trusted** packages run in process by default (fastest), or in the
+//! * **Trusted** packages run, by default, in an unconfined worker process
+//!   ([`Isolation::Process`]); in process (fastest) or in the sandboxed
 //!   pool when the host is built with
-//!   [`StarlarkHostBuilder::trusted_isolation`]`(Isolation::Sandboxed)`.
+//!   [`StarlarkHostBuilder::trusted_isolation`]`(Isolation::InProcess)` or
+//!   `(Isolation::Sandboxed)`.
 //!
 //! Both routes run the same checks first (runnable package, granted and
 //! requested modules) and serve module calls with the same
 //! [`ModuleBroker`](crate::ModuleBroker) code.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cordon_core::{SandboxRunner, SandboxUnavailable, TrustTier};
 
-use crate::bindings::ModuleSet;
-use crate::broker::{ensure_runnable, Admitted, CancelToken, Capabilities, ModuleBroker, Services};
+use cordon_starlark_protocol::{EvalLimits, Package};
+
+use crate::broker::{ensure_runnable, Admitted, Capabilities, Services};
 use crate::error::{EvalError, StarlarkHostError};
-use crate::eval::CallOutcome;
-use crate::limits::EvalLimits;
-use crate::package::Package;
-use crate::runner::{CacheStats, ExecOutcome, InProcess};
+use crate::evaluator::{Call, CallOutcome, Evaluator, ExecOutcome};
+use crate::in_process::{CacheStats, InProcess};
 use crate::sandbox::{WorkerConfig, WorkerPool};
 use crate::stores::{PackageStore, RunContext};
-
-/// One entry-point call: the function, its JSON arguments, who calls
-/// (for the provider key chain) and a token to cancel it with.
-///
-/// ```
-/// use cordon_starlark::{Call, CancelToken, RunContext};
-/// let cancel = CancelToken::new();
-/// let call = Call::new("main")
-///     .args(vec![serde_json::json!("world")])
-///     .context(RunContext::for_user("u1"))
-///     .cancel(cancel.clone());
-/// assert_eq!(call.entry, "main");
-/// ```
-#[derive(Debug, Clone)]
-pub struct Call {
-    /// The package function to call.
-    pub entry: String,
-    /// Positional arguments.
-    pub args: Vec<serde_json::Value>,
-    /// Keyword arguments.
-    pub kwargs: serde_json::Map<String, serde_json::Value>,
-    /// The invocation's context (a user is needed for `provider`).
-    pub context: Option<RunContext>,
-    /// Cancels the call when cancelled; dropping the call's future cancels
-    /// it too (in a worker: the worker is killed).
-    pub cancel: CancelToken,
-}
-
-impl Call {
-    /// A call of `entry` with no arguments, no context and its own token.
-    pub fn new(entry: impl Into<String>) -> Self {
-        Call {
-            entry: entry.into(),
-            args: Vec::new(),
-            kwargs: serde_json::Map::new(),
-            context: None,
-            cancel: CancelToken::new(),
-        }
-    }
-
-    /// Sets the positional arguments.
-    pub fn args(mut self, args: Vec<serde_json::Value>) -> Self {
-        self.args = args;
-        self
-    }
-
-    /// Sets the keyword arguments.
-    pub fn kwargs(mut self, kwargs: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.kwargs = kwargs;
-        self
-    }
-
-    /// Sets the invocation context.
-    pub fn context(mut self, context: RunContext) -> Self {
-        self.context = Some(context);
-        self
-    }
-
-    /// Uses a caller-held cancellation token.
-    pub fn cancel(mut self, cancel: CancelToken) -> Self {
-        self.cancel = cancel;
-        self
-    }
-
-    /// Starts the call's clock, for an evaluator about to run it: its
-    /// deadline and the broker that serves its module calls until then.
-    /// The deadline is `limits.timeout` from now, plus
-    /// [`Services::provider_timeout`](crate::Services::provider_timeout)
-    /// when the package has `provider`: a model often answers in 20–60 s,
-    /// and one such call must not eat the script's own time.
-    pub(crate) fn broker(
-        &self,
-        caps: &Arc<Capabilities>,
-        pkg: &Package,
-        admitted: Admitted,
-        limits: &EvalLimits,
-    ) -> Result<(ModuleBroker, Instant), StarlarkHostError> {
-        let waits = if admitted.modules.provider {
-            caps.services().provider_timeout
-        } else {
-            Duration::ZERO
-        };
-        let deadline = Instant::now() + limits.timeout + waits;
-        let broker = ModuleBroker::new(
-            caps.clone(),
-            pkg,
-            admitted,
-            self.context.as_ref(),
-            limits,
-            deadline,
-            self.cancel.clone(),
-        )?;
-        Ok((broker, deadline))
-    }
-}
 
 /// Where a **trusted** package is evaluated. (An untrusted one has no
 /// choice: always a sandboxed worker.)
@@ -151,27 +57,6 @@ pub enum Isolation {
     /// In a worker process under the admitted sandbox, like untrusted
     /// packages.
     Sandboxed,
-}
-
-/// How a package is evaluated: load it (compile, run its top level once,
-/// freeze) and call its entry points. Implemented in process
-/// ([`InProcess`]) and by the worker pool ([`WorkerPool`]). The host has
-/// checked the package already: it is runnable, and `modules` is what its
-/// grants, its manifest and the call's context allow.
-#[async_trait::async_trait]
-pub(crate) trait Evaluator: Send + Sync {
-    /// Loads `pkg` (or finds it loaded) and returns its globals and the
-    /// output of its top level.
-    async fn load(&self, pkg: &Package, modules: ModuleSet) -> Result<ExecOutcome, EvalError>;
-
-    /// Calls an entry point of `pkg` on a fresh heap, with what the host
-    /// admitted for it (its modules, and the ranges its `http` may reach).
-    async fn call(
-        &self,
-        pkg: &Package,
-        admitted: Admitted,
-        call: Call,
-    ) -> Result<CallOutcome, EvalError>;
 }
 
 /// Builds a [`StarlarkHost`]: services and limits, a sandbox for untrusted
@@ -484,7 +369,7 @@ mod tests {
     }
 
     fn pkg() -> Package {
-        let m = crate::package::Manifest::minimal("p", "main.star");
+        let m = crate::Manifest::minimal("p", "main.star");
         let mut sources = BTreeMap::new();
         sources.insert(
             "main.star".to_owned(),

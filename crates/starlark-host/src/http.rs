@@ -12,34 +12,7 @@ use cordon_egress::{Access, Allowlist, TargetHost};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
-use crate::protocol::{HttpRequest, HttpResponse, ModuleError};
-
-/// Caps for the `http` module, per request and per invocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpLimits {
-    /// Largest response body read (bytes); bigger responses are an error.
-    pub max_response_bytes: usize,
-    /// Largest request body (bytes).
-    pub max_request_bytes: usize,
-    /// Longest single request, including redirects and body read.
-    pub max_request_time: Duration,
-    /// Requests (every redirect hop counts) per invocation.
-    pub max_requests_per_invocation: u32,
-    /// Redirect hops followed per request.
-    pub max_redirects: u32,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        HttpLimits {
-            max_response_bytes: 1024 * 1024,
-            max_request_bytes: 256 * 1024,
-            max_request_time: Duration::from_secs(10),
-            max_requests_per_invocation: 20,
-            max_redirects: 5,
-        }
-    }
-}
+use cordon_starlark_protocol::{HttpLimits, HttpRequest, HttpResponse, ModuleError};
 
 /// Error returned by [`GuardedResolver`] when a name resolves to a
 /// non-public address.

@@ -49,9 +49,11 @@
 //!   [`cordon_core::SandboxRunner`] given to
 //!   [`StarlarkHostBuilder::sandbox`]; with no conforming backend, or none
 //!   given, they are refused (with the conformance report), never run in
-//!   process. There is no API that evaluates one in process: the
+//!   process. The host has no API that evaluates one in process: its
 //!   in-process evaluator is private to this crate and reached only for
-//!   [`TrustTier::Trusted`];
+//!   [`TrustTier::Trusted`] (the bare interpreter below it,
+//!   `cordon-starlark-worker`, knows no trust tiers: it is what runs
+//!   inside the sandboxed worker);
 //! * **trusted** packages run, by default, in an unconfined worker process
 //!   ([`Isolation::Process`]: no sandbox, but memory, CPU and file limits
 //!   the worker sets on itself, and a kill at the deadline), so an accident
@@ -62,7 +64,10 @@
 //!
 //! The worker is the application's own executable: call
 //! [`dispatch_worker`] first thing in `main`. The host ⇄ worker protocol is
-//! specified in `docs/protocol.md`. `cargo xtask bench` measures call
+//! specified in `docs/protocol.md` and implemented by the crate
+//! `cordon-starlark-protocol`; the interpreter and the worker loop are the
+//! crate `cordon-starlark-worker`, on which this one builds (see
+//! `docs/decisions/0011-starlark-layers.md`). `cargo xtask bench` measures call
 //! latency in process and through warm and cold workers.
 //!
 //! ## Example
@@ -99,36 +104,32 @@
 
 #![deny(missing_docs)]
 
-mod bindings;
 mod broker;
 mod error;
-mod eval;
+mod eval_threads;
+mod evaluator;
 mod grants;
 mod host;
 mod http;
-mod limits;
-mod package;
-mod protocol;
+mod in_process;
+mod package_load;
 mod provider;
-mod runner;
 mod sandbox;
 mod stores;
-mod worker;
 
-pub use broker::{CancelToken, Services};
+pub use broker::Services;
 pub use cordon_core::TrustTier;
-pub use error::{EvalError, LimitKind, StarlarkHostError};
-pub use eval::CallOutcome;
-pub use grants::{check_private_targets, grant_status, Approval, Grant, GrantStatus};
-pub use host::{Call, Isolation, StarlarkHost, StarlarkHostBuilder};
-pub use http::HttpLimits;
-pub use limits::{EvalLimits, NotificationLimits};
-pub use package::{
-    load_package_from_path, Manifest, Package, PackageStatus, PackageTier, Permission,
-    ProviderRequirement,
+pub use cordon_starlark_protocol::{
+    EvalLimits, HttpLimits, LimitKind, Manifest, Notification, NotificationLimits, Package,
+    PackageStatus, PackageTier, Permission, ProviderRequirement,
 };
-pub use protocol::Notification;
-pub use runner::{CacheStats, ExecOutcome};
+pub use cordon_starlark_worker::{dispatch_worker, CancelToken};
+pub use error::{EvalError, StarlarkHostError};
+pub use evaluator::{Call, CallOutcome, ExecOutcome};
+pub use grants::{check_private_targets, grant_status, Approval, Grant, GrantStatus};
+pub use host::{Isolation, StarlarkHost, StarlarkHostBuilder};
+pub use in_process::CacheStats;
+pub use package_load::load_package_from_path;
 pub use sandbox::{PoolConfig, PoolStats, WorkerConfig, WorkerLimits, WorkerPool, WorkerProgram};
 #[cfg(feature = "test-cluster")]
 pub use stores::TestCluster;
@@ -147,20 +148,21 @@ pub use stores::{
     PermissionStore, ProviderConfig, ProviderResolver, QueueFull, QueueLimits, RecordingNotifier,
     ResolvedProvider, RunContext, SecretStore, StoreError, WebhookNotifier,
 };
-pub use worker::dispatch_worker;
 
-/// The crate's parts below [`StarlarkHost`], for its own tests and
-/// benchmarks (the wire protocol by hand, the interpreter without a host).
+/// The parts below [`StarlarkHost`] (this crate's, and the protocol's and
+/// worker's), for its own tests and benchmarks (the wire protocol by hand,
+/// the interpreter without a host).
 /// Not a stable API: embedders use the items at the crate root.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::bindings::{globals_for, ModuleSet};
     pub use crate::broker::{ensure_runnable, Admitted, Capabilities, ModuleBroker};
-    pub use crate::eval::{compile_package, run_on_eval_thread, CompiledPackage};
-    pub use crate::protocol::*;
-    pub use crate::protocol::{frame, wire};
+    pub use crate::eval_threads::run_on_eval_thread;
     pub use crate::sandbox::{ColdWorker, SessionError, WorkerConnection};
-    pub use crate::worker::{run_worker, WORKER_ARG};
     pub use cordon_egress::is_public_ip;
     pub use cordon_egress::Allowlist;
+    pub use cordon_starlark_protocol::*;
+    pub use cordon_starlark_protocol::{frame, wire};
+    pub use cordon_starlark_worker::{
+        compile_package, globals_for, run_worker, CompiledPackage, EvalFailure, WORKER_ARG,
+    };
 }

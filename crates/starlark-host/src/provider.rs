@@ -4,8 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{ChatMessage, CompletionRequest, CompletionResponse, ModuleError, Usage};
 use crate::stores::ResolvedProvider;
+use cordon_starlark_protocol::{
+    ChatMessage, CompletionRequest, CompletionResponse, ModuleError, Usage,
+};
 
 /// Wire body of `POST {base_url}/chat/completions`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,7 +157,7 @@ impl OpenAiCompatibleProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{ModuleCall, ModuleReply};
+    use cordon_starlark_protocol::{ModuleCall, ModuleReply};
 
     // starlark enables serde_json/arbitrary_precision for the whole build;
     // these round trips make sure our shapes survive it.

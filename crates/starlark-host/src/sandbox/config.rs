@@ -5,13 +5,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::protocol::frame::DEFAULT_MAX_FRAME;
+use cordon_starlark_protocol::frame::DEFAULT_MAX_FRAME;
 
-use crate::worker::WORKER_ARG;
+use cordon_starlark_worker::WORKER_ARG;
 
 /// The program a worker runs: by default the host's own executable with
 /// [`WORKER_ARG`] (its `main` must call
-/// [`dispatch_worker`](crate::worker::dispatch_worker)).
+/// [`dispatch_worker`](crate::dispatch_worker)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerProgram {
     /// The executable. It is copied ("staged") into a private 0755 temp

@@ -4,14 +4,16 @@
 
 use std::time::Duration;
 
-use crate::protocol::frame::{decode_body, encode_frame, negotiate, Message, ProtocolError};
+use cordon_starlark_protocol::frame::{
+    decode_body, encode_frame, negotiate, Message, ProtocolError,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::bindings::ModuleSet;
-use crate::broker::{CancelToken, ModuleBroker};
-use crate::error::LimitKind;
-use crate::protocol::wire::{self, ErrorCode};
-use crate::protocol::{ModuleCall, ModuleError};
+use cordon_starlark_protocol::wire::{self, ErrorCode};
+use cordon_starlark_protocol::{LimitKind, ModuleCall, ModuleError, ModuleSet};
+use cordon_starlark_worker::CancelToken;
+
+use crate::broker::ModuleBroker;
 
 /// Why a [`WorkerConnection`] request did not produce a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,8 +6,9 @@ use std::time::Duration;
 use cordon_core::ExitOutcome;
 
 use super::{SessionError, WorkerLimits};
-use crate::error::{LimitKind, StarlarkHostError};
-use crate::protocol::wire;
+use cordon_starlark_protocol::LimitKind;
+
+use crate::error::StarlarkHostError;
 
 pub(super) fn memory_message(package: &str, limits: &WorkerLimits, detail: &str) -> String {
     format!(
@@ -34,7 +35,7 @@ pub(super) fn describe_failure(
     };
     match e {
         SessionError::Reported { code, message, .. } => {
-            wire::error_from_code(&package, &code, message, &[])
+            StarlarkHostError::from_worker_code(&package, &code, message, &[])
         }
         SessionError::Deadline => StarlarkHostError::Limit {
             kind: LimitKind::Time,

@@ -37,15 +37,11 @@ use std::time::{Duration, Instant};
 
 use cordon_core::{ExitOutcome, Runner, RunningChild, SandboxRunner, TrustedProcessRunner};
 
-use crate::bindings::ModuleSet;
+use cordon_starlark_protocol::{wire, EvalLimits, LimitKind, ModuleSet, Package};
+
 use crate::broker::{Admitted, Capabilities};
-use crate::error::{EvalError, LimitKind, StarlarkHostError};
-use crate::eval::CallOutcome;
-use crate::host::{Call, Evaluator};
-use crate::limits::EvalLimits;
-use crate::package::Package;
-use crate::protocol::wire;
-use crate::runner::ExecOutcome;
+use crate::error::{EvalError, StarlarkHostError};
+use crate::evaluator::{Call, CallOutcome, Evaluator, ExecOutcome};
 
 /// What starts a pool's workers.
 enum WorkerRunner {
@@ -471,7 +467,12 @@ impl Evaluator for WorkerPool {
                 } else {
                     message
                 };
-                let e = wire::error_from_code(&pkg.id, &code, message, &worker.loaded.functions);
+                let e = StarlarkHostError::from_worker_code(
+                    &pkg.id,
+                    &code,
+                    message,
+                    &worker.loaded.functions,
+                );
                 // After an internal error, a panic or an allocation
                 // failure the worker's state is suspect: do not reuse it.
                 if memory

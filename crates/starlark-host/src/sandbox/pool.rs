@@ -10,11 +10,10 @@ use tokio::process::{ChildStdin, ChildStdout};
 
 use super::failure::describe_failure;
 use super::{kill_and_reap, reap_dead, Inner, SessionError, WorkerConnection};
-use crate::bindings::ModuleSet;
+use cordon_starlark_protocol::{wire, ModuleSet, Package};
+use cordon_starlark_worker::RlimitName;
+
 use crate::error::{EvalError, StarlarkHostError};
-use crate::package::Package;
-use crate::protocol::wire;
-use crate::worker::RlimitName;
 
 /// Address space an unconfined worker may reserve beyond its memory limit
 /// (thread stacks and allocator arenas are reserved, not written), as the
@@ -407,7 +406,7 @@ impl Inner {
                 output,
             }) => {
                 self.retire(worker).await;
-                let e = wire::error_from_code(&pkg.id, &code, message, &[]);
+                let e = StarlarkHostError::from_worker_code(&pkg.id, &code, message, &[]);
                 Err(EvalError::with_output(e, output))
             }
             Err(e) => Err(self.fail(worker, &pkg.id, e).await.into()),

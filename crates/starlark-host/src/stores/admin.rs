@@ -12,7 +12,7 @@ use super::{
     PackageStore, PermissionStore, ProviderConfig, ProviderResolver, SecretStore, StoreError,
 };
 use crate::broker::Services;
-use crate::package::{Package, Permission};
+use cordon_starlark_protocol::{Package, Permission};
 
 /// A persistent store as the operator manages it: packages installed and
 /// upgraded, permissions granted and revoked (with who and when), secrets

@@ -64,9 +64,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use cordon_starlark_protocol::{Notification, Package, Permission, ProviderRequirement};
+
 use crate::grants::{Approval, Grant};
-use crate::package::{Package, Permission, ProviderRequirement};
-use crate::protocol::Notification;
 use cordon_egress::IpRange;
 
 /// Error type of the store traits.
@@ -202,7 +202,7 @@ impl ResolvedProvider {
     pub(crate) fn new(
         mut config: ProviderConfig,
         source: KeySource,
-        requirement: &crate::package::ProviderRequirement,
+        requirement: &cordon_starlark_protocol::ProviderRequirement,
     ) -> Self {
         if let Some(m) = &requirement.model {
             config.model = m.clone();

@@ -24,7 +24,7 @@ use super::records::{InstallStep, Keys, PackageRow};
 use super::seal::StoreKey;
 use super::sqlite::not_installed;
 use super::{InstallOutcome, PackageRecord, PackageStore, StoreError};
-use crate::package::Package;
+use cordon_starlark_protocol::Package;
 
 /// How a [`PgStore`] uses the server.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use super::{
     PermissionStore, ProviderConfig, ProviderResolver, ResolvedProvider, SecretStore, StoreError,
 };
 use crate::grants::Grant;
-use crate::package::{Permission, ProviderRequirement};
+use cordon_starlark_protocol::{Permission, ProviderRequirement};
 
 fn grant_of(r: &tokio_postgres::Row) -> GrantRow {
     GrantRow {

@@ -13,7 +13,7 @@ use super::rows::{Field, RowMac};
 use super::seal::{Sealer, StoreKey};
 use super::{ApiKey, ProviderConfig, StoreError};
 use crate::grants::{check_private_targets, grant_status, Approval, Grant, GrantStatus};
-use crate::package::{Package, PackageStatus, Permission};
+use cordon_starlark_protocol::{Package, PackageStatus, Permission};
 
 /// What the key check row seals: opening it proves the key is this
 /// database's before anything is read or written.

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::{NotificationSender, StoreError};
-use crate::protocol::Notification;
+use cordon_starlark_protocol::Notification;
 
 /// How much a queue holds before it refuses more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use super::records::{InstallStep, Keys, PackageRow};
 use super::schema::{migrate, schema_version};
 use super::seal::StoreKey;
 use super::{InstallOutcome, PackageRecord, PackageStore, StoreError};
-use crate::package::Package;
+use cordon_starlark_protocol::Package;
 
 /// Packages, grants, secrets and provider keys in one SQLite file: the
 /// persistent implementation of the store traits, and the operator's

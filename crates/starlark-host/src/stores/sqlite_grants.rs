@@ -13,7 +13,7 @@ use super::{
     PermissionStore, ProviderConfig, ProviderResolver, ResolvedProvider, SecretStore, StoreError,
 };
 use crate::grants::Grant;
-use crate::package::{Permission, ProviderRequirement};
+use cordon_starlark_protocol::{Permission, ProviderRequirement};
 
 fn grant_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<GrantRow> {
     Ok(GrantRow {

@@ -1,6 +1,6 @@
 //! Sandboxed evaluation end to end: real worker processes started through
 //! the real Linux backend, admitted by the real conformance suite (the
-//! `cordon-star-worker` binary doubles as the probe child).
+//! `cordon-star-test-worker` binary doubles as the probe child).
 //!
 //! Tests run one at a time (a global lock) so that fd and process counts
 //! are meaningful.
@@ -31,7 +31,7 @@ use cordon_starlark::*;
 use serde_json::json;
 use tiered::TieredHost;
 
-pub const WORKER: &str = env!("CARGO_BIN_EXE_cordon-star-worker");
+pub const WORKER: &str = env!("CARGO_BIN_EXE_cordon-star-test-worker");
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

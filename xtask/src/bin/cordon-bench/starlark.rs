@@ -10,8 +10,8 @@ use cordon_core::{ChildSpec, Runner as _, SandboxRunner, TrustTier};
 use cordon_starlark::internals::{compile_package, run_on_eval_thread, DenyAllCalls, ModuleSet};
 use cordon_starlark::{
     Call, CancelToken, EvalLimits, InMemoryPackageStore, InMemoryPermissionStore,
-    InMemorySecretStore, Isolation, Package, Permission, Services, StarlarkHost, WorkerConfig,
-    WorkerProgram,
+    InMemorySecretStore, Isolation, Package, Permission, Services, StarlarkHost, StarlarkHostError,
+    WorkerConfig, WorkerProgram,
 };
 
 use crate::proc_stats::status_kib;
@@ -143,8 +143,8 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
         reexec.push(
             timed(run_on_eval_thread(l.eval_stack_bytes, move || {
                 let cancel = CancelToken::new();
-                let compiled =
-                    compile_package(&p, ModuleSet::NONE, &l, &cancel).map_err(|e| e.error)?;
+                let compiled = compile_package(&p, ModuleSet::NONE, &l, &cancel)
+                    .map_err(|(e, _)| StarlarkHostError::from(e))?;
                 compiled
                     .call(
                         "ping",
@@ -155,7 +155,7 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
                         Instant::now() + l.timeout,
                         &cancel,
                     )
-                    .map_err(|(e, _)| e)
+                    .map_err(|(e, _)| StarlarkHostError::from(e))
             }))
             .await,
         );

@@ -9,7 +9,7 @@
 //! ```no_run
 //! # #[allow(clippy::needless_doctest_main)]
 //! fn main() {
-//!     cordon_starlark::dispatch_worker();
+//!     cordon_starlark_worker::dispatch_worker();
 //!     // ... the application ...
 //! }
 //! ```
@@ -20,7 +20,7 @@
 //!   and `call` to the evaluation thread, turns `Cancel` into the running
 //!   call's [`CancelToken`], and routes the host's answers to `module`
 //!   requests to the waiting forwarder;
-//! * the **evaluation thread** (stack [`crate::EvalLimits::eval_stack_bytes`],
+//! * the **evaluation thread** (stack [`EvalLimits::eval_stack_bytes`],
 //!   started on `load_package`) compiles the package once, then runs each
 //!   call. Its Starlark builtins call a [`ModuleCalls`] forwarder that sends
 //!   `Request{method: "module"}` to the host and blocks until the matching
@@ -39,18 +39,20 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::protocol::frame::{
-    encode_frame, read_message, Message, ProtocolError, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+use cordon_starlark_protocol::frame::{
+    encode_frame, read_message, Message, ProtocolError, PROTOCOL_VERSION,
 };
+use cordon_starlark_protocol::wire::{self, ErrorCode};
+use cordon_starlark_protocol::{DenyAllCalls, EvalLimits, LimitKind, ModuleSet, Package};
 
-use crate::broker::CancelToken;
-use crate::error::LimitKind;
+use crate::cancel::CancelToken;
 use crate::eval::compile_package;
-use crate::limits::EvalLimits;
-use crate::protocol::wire::{self, ErrorCode};
 
+mod args;
 mod eval_thread;
 
+pub use args::RlimitName;
+use args::{apply_rlimits, parse_args};
 use eval_thread::eval_thread;
 
 /// A diagnostic line on the worker's stderr. Only worker-mode code uses it:
@@ -81,120 +83,6 @@ pub fn dispatch_worker() {
     }
     let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     std::process::exit(run_worker(&rest));
-}
-
-#[derive(Debug)]
-struct WorkerArgs {
-    instance: String,
-    max_frame: usize,
-    /// Limits the worker sets on itself before anything else (a worker of
-    /// [`Isolation::Process`](crate::Isolation::Process), which no sandbox
-    /// backend limits).
-    rlimits: Vec<(RlimitName, u64)>,
-}
-
-/// The resources `--rlimit NAME=VALUE` may set (the names `WorkerPool`
-/// passes for [`Isolation::Process`](crate::Isolation::Process)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RlimitName {
-    /// Private writable memory.
-    Data,
-    /// Address space.
-    As,
-    /// CPU seconds.
-    Cpu,
-    /// Size of a written file.
-    Fsize,
-    /// Open files.
-    Nofile,
-}
-
-impl RlimitName {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RlimitName::Data => "data",
-            RlimitName::As => "as",
-            RlimitName::Cpu => "cpu",
-            RlimitName::Fsize => "fsize",
-            RlimitName::Nofile => "nofile",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        [
-            RlimitName::Data,
-            RlimitName::As,
-            RlimitName::Cpu,
-            RlimitName::Fsize,
-            RlimitName::Nofile,
-        ]
-        .into_iter()
-        .find(|n| n.as_str() == s)
-    }
-
-    fn resource(self) -> libc::__rlimit_resource_t {
-        match self {
-            RlimitName::Data => libc::RLIMIT_DATA,
-            RlimitName::As => libc::RLIMIT_AS,
-            RlimitName::Cpu => libc::RLIMIT_CPU,
-            RlimitName::Fsize => libc::RLIMIT_FSIZE,
-            RlimitName::Nofile => libc::RLIMIT_NOFILE,
-        }
-    }
-}
-
-/// Sets each limit (soft and hard) and `RLIMIT_CORE` 0 (a crash must not
-/// write the host's data to disk). Any failure ends the worker: it never
-/// serves a package with less than it was asked to hold.
-fn apply_rlimits(limits: &[(RlimitName, u64)]) -> Result<(), String> {
-    let all = limits
-        .iter()
-        .map(|(n, v)| (n.resource(), *v, n.as_str()))
-        .chain(std::iter::once((libc::RLIMIT_CORE, 0, "core")));
-    for (resource, value, name) in all {
-        let rl = libc::rlimit {
-            rlim_cur: value,
-            rlim_max: value,
-        };
-        // SAFETY: setrlimit reads `rl`.
-        if unsafe { libc::setrlimit(resource, &rl) } != 0 {
-            return Err(format!(
-                "cannot set the worker's {name} limit to {value}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
-    let mut instance = None;
-    let mut max_frame = DEFAULT_MAX_FRAME;
-    let mut rlimits = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--instance" => instance = it.next().cloned(),
-            "--max-frame" => {
-                max_frame = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--max-frame needs a byte count")?
-            }
-            "--rlimit" => {
-                let bad = || "--rlimit needs NAME=VALUE (data, as, cpu, fsize, nofile)".to_owned();
-                let (name, value) = it.next().and_then(|v| v.split_once('=')).ok_or_else(bad)?;
-                let name = RlimitName::parse(name).ok_or_else(bad)?;
-                rlimits.push((name, value.parse().map_err(|_| bad())?));
-            }
-            other => return Err(format!("unknown worker argument {other:?}")),
-        }
-    }
-    Ok(WorkerArgs {
-        instance: instance.ok_or("--instance is required")?,
-        max_frame,
-        rlimits,
-    })
 }
 
 /// What the main thread hands to the evaluation thread.
@@ -319,7 +207,7 @@ fn warm_up_globals() {
         .stack_size(8 << 20)
         .spawn(|| {
             for bits in 0u8..16 {
-                let _ = crate::bindings::globals_for(crate::bindings::ModuleSet {
+                let _ = crate::bindings::globals_for(ModuleSet {
                     secrets: bits & 1 != 0,
                     notifications: bits & 2 != 0,
                     http: bits & 4 != 0,
@@ -327,19 +215,18 @@ fn warm_up_globals() {
                 });
             }
             // Fault in the parser, compiler and evaluator once, too.
-            let pkg = crate::package::Package::from_script(
+            let pkg = Package::from_script(
                 "(warm-up)",
                 "X = {'a': [1, 2.5, 'x']}\ndef f(n = 1):\n    return [json.encode(X), n + 1]\n",
             );
             let limits = EvalLimits::default();
             let cancel = CancelToken::new();
-            if let Ok(c) = compile_package(&pkg, crate::bindings::ModuleSet::NONE, &limits, &cancel)
-            {
+            if let Ok(c) = compile_package(&pkg, ModuleSet::NONE, &limits, &cancel) {
                 let _ = c.call(
                     "f",
                     &[],
                     &Default::default(),
-                    Arc::new(crate::protocol::DenyAllCalls),
+                    Arc::new(DenyAllCalls),
                     &limits,
                     Instant::now() + Duration::from_secs(1),
                     &cancel,
@@ -564,37 +451,6 @@ fn main_loop(shared: &Arc<Shared>, input: &mut BufReader<File>) -> i32 {
                     format!("unsolicited {}", describe(&other)),
                 )
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn args_parse() {
-        let a = parse_args(&["--instance".into(), "x".into()]).unwrap();
-        assert_eq!(a.instance, "x");
-        assert_eq!(a.max_frame, DEFAULT_MAX_FRAME);
-        assert!(parse_args(&[]).is_err());
-        assert!(parse_args(&["--bogus".into()]).is_err());
-        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let a = parse_args(&args(&[
-            "--instance",
-            "x",
-            "--rlimit",
-            "data=5",
-            "--rlimit",
-            "cpu=2",
-        ]))
-        .unwrap();
-        assert_eq!(a.rlimits, vec![(RlimitName::Data, 5), (RlimitName::Cpu, 2)]);
-        for bad in ["nproc=1", "data", "data=-1", "data=x"] {
-            assert!(
-                parse_args(&args(&["--instance", "x", "--rlimit", bad])).is_err(),
-                "{bad}"
-            );
         }
     }
 }

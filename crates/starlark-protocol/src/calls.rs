@@ -4,10 +4,15 @@
 //! `provider.complete`, …) is expressed as a [`ModuleCall`] and answered by a
 //! [`ModuleReply`] or a [`ModuleError`]. The Starlark bindings only convert
 //! values to and from these types and hand them to a [`ModuleCalls`]
-//! implementation. In process that is the `ModuleBroker`; in a
-//! sandboxed worker it is the forwarder (`worker/eval_thread.rs`) that
-//! sends the call to the host over the protocol. All types are `serde` (externally tagged enums only, so they
-//! survive serde_json's `arbitrary_precision`, which `starlark` turns on).
+//! implementation. In process that is the host's `ModuleBroker`; in a
+//! worker it is the forwarder
+//! (`crates/starlark-worker/src/serve/eval_thread.rs`) that sends the call
+//! to the host over the protocol. All types are `serde` (externally tagged
+//! enums only, so they survive serde_json's `arbitrary_precision`, which
+//! `starlark` turns on where it is in the build).
+//!
+//! [`ModuleSet`] is here too: which modules a script's globals hold, sent
+//! with `load_package` and checked by the host on every call.
 
 use serde::{Deserialize, Serialize};
 
@@ -220,9 +225,9 @@ pub trait ModuleCalls: Send + Sync {
 }
 
 /// A [`ModuleCalls`] that refuses everything. Used while a package's top
-/// level runs once for the cache (see the crate docs: cached frozen state
-/// never depends on an invoker; a top level that calls a module runs per
-/// call instead).
+/// level runs once for the cache (see `cordon-starlark`'s crate docs:
+/// cached frozen state never depends on an invoker; a top level that calls
+/// a module runs per call instead).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DenyAllCalls;
 
@@ -233,6 +238,59 @@ impl ModuleCalls for DenyAllCalls {
              call it from inside a function (an entry point)",
             call.name()
         )))
+    }
+}
+
+/// Which host modules are present in a script's globals.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct ModuleSet {
+    /// `secrets`
+    pub secrets: bool,
+    /// `notifications`
+    pub notifications: bool,
+    /// `http`
+    pub http: bool,
+    /// `provider`
+    pub provider: bool,
+}
+
+impl ModuleSet {
+    /// No host modules.
+    pub const NONE: ModuleSet = ModuleSet {
+        secrets: false,
+        notifications: false,
+        http: false,
+        provider: false,
+    };
+
+    /// Names of the present modules.
+    pub fn names(self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.secrets {
+            v.push("secrets");
+        }
+        if self.notifications {
+            v.push("notifications");
+        }
+        if self.http {
+            v.push("http");
+        }
+        if self.provider {
+            v.push("provider");
+        }
+        v
     }
 }
 

@@ -8,8 +8,8 @@
 //! ([`EvalLimits::max_value_depth`], [`EvalLimits::max_value_bytes`]), and
 //! only then encode it the interpreter's way (same text, dict order kept).
 //!
-//! [`EvalLimits::max_value_depth`]: crate::EvalLimits::max_value_depth
-//! [`EvalLimits::max_value_bytes`]: crate::EvalLimits::max_value_bytes
+//! [`EvalLimits::max_value_depth`]: cordon_starlark_protocol::EvalLimits::max_value_depth
+//! [`EvalLimits::max_value_bytes`]: cordon_starlark_protocol::EvalLimits::max_value_bytes
 
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
@@ -17,7 +17,7 @@ use starlark::starlark_module;
 use starlark::values::Value;
 
 use super::{ctx, err};
-use crate::limits::{json_to_value, value_to_json};
+use crate::value_limits::{json_to_value, value_to_json};
 
 #[starlark_module]
 pub(super) fn json_module(builder: &mut GlobalsBuilder) {

@@ -12,19 +12,20 @@ use starlark::eval::{Evaluator, FileLoader};
 use starlark::syntax::{AstModule, Dialect};
 use starlark::values::Value;
 
-use crate::bindings::{globals_for, CapturedOutput, EvalContext, ModuleSet};
-use crate::broker::CancelToken;
-use crate::error::{EvalError, LimitKind, StarlarkHostError};
-use crate::limits::{
-    check_source_shape, json_to_value, value_to_json, EvalLimits, JsonError, ShapeError,
+use cordon_starlark_protocol::{
+    normalize_load_path, DenyAllCalls, EvalLimits, LimitKind, ModuleCall, ModuleCalls, ModuleError,
+    ModuleReply, ModuleSet, Package,
 };
-use crate::package::{normalize_load_path, Package};
-use crate::protocol::{DenyAllCalls, ModuleCalls};
+
+use crate::bindings::{globals_for, CapturedOutput, EvalContext};
+use crate::cancel::CancelToken;
+use crate::failure::EvalFailure;
+use crate::value_limits::{
+    check_source_shape, json_to_value, value_to_json, JsonError, ShapeError,
+};
 
 mod size_guards;
-mod threads;
 pub(crate) use size_guards::METHODS as GUARDED_METHODS;
-pub use threads::{name_panicked, run_on_eval_thread};
 
 /// A package parsed, its top level executed and frozen. Immutable and
 /// shareable between threads; every call evaluates on a fresh heap.
@@ -79,25 +80,11 @@ struct TopLevelCalls {
 }
 
 impl ModuleCalls for TopLevelCalls {
-    fn call(
-        &self,
-        call: crate::protocol::ModuleCall,
-    ) -> Result<crate::protocol::ModuleReply, crate::protocol::ModuleError> {
+    fn call(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
         self.attempted
             .store(true, std::sync::atomic::Ordering::Relaxed);
         DenyAllCalls.call(call)
     }
-}
-
-/// Result of calling an entry point.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CallOutcome {
-    /// Return value as JSON.
-    pub value: serde_json::Value,
-    /// Output printed during the call.
-    pub output: String,
-    /// Whether the compiled package came from the cache.
-    pub cached: bool,
 }
 
 fn dialect() -> Dialect {
@@ -139,9 +126,9 @@ impl Guard<'_> {
         Ok(())
     }
 
-    fn classify(&self, package: &str, e: impl std::fmt::Display) -> StarlarkHostError {
+    fn classify(&self, package: &str, e: impl std::fmt::Display) -> EvalFailure {
         let message = e.to_string();
-        let limit = |kind| StarlarkHostError::Limit {
+        let limit = |kind| EvalFailure::Limit {
             package: package.to_owned(),
             kind,
             message: message.clone(),
@@ -151,11 +138,11 @@ impl Guard<'_> {
         }
         if message.contains("Evaluation cancelled") || message.contains(": cancelled") {
             if self.cancel.is_cancelled() {
-                return StarlarkHostError::Cancelled {
+                return EvalFailure::Cancelled {
                     package: package.to_owned(),
                 };
             }
-            return StarlarkHostError::Limit {
+            return EvalFailure::Limit {
                 package: package.to_owned(),
                 kind: LimitKind::Time,
                 message: format!(
@@ -182,7 +169,7 @@ impl Guard<'_> {
         if message.contains("call stack overflow") {
             return limit(LimitKind::CallStack);
         }
-        StarlarkHostError::Script {
+        EvalFailure::Script {
             package: package.to_owned(),
             message,
         }
@@ -280,17 +267,18 @@ impl FileLoader for PackageLoader<'_> {
 }
 
 /// Parse, run the top level and freeze a package (an error carries what
-/// the top level printed before it). Module calls are refused
-/// while the top level runs (see crate docs), so the result does not depend
-/// on any invoker; a package whose top level calls a module is instead
-/// checked (size, shape, syntax) and kept to run its top level per call.
+/// the top level printed before it). Module calls are refused while the
+/// top level runs (see `cordon-starlark`'s crate docs), so the result does
+/// not depend on any invoker; a package whose top level calls a module is
+/// instead checked (size, shape, syntax) and kept to run its top level per
+/// call.
 /// Recurses: call on a large-stack thread.
 pub fn compile_package(
     pkg: &Package,
     modules: ModuleSet,
     limits: &EvalLimits,
     cancel: &CancelToken,
-) -> Result<CompiledPackage, EvalError> {
+) -> Result<CompiledPackage, (EvalFailure, String)> {
     let output = CapturedOutput::new(limits.max_output_bytes);
     let guard = Guard {
         limits,
@@ -317,11 +305,11 @@ pub fn compile_package(
         Ok(frozen) => frozen,
         Err(_) if calls.attempted.load(std::sync::atomic::Ordering::Relaxed) => {
             return per_call_package(pkg, modules, &loader)
-                .map_err(|e| EvalError::with_output(guard.classify(&pkg.id, e), String::new()));
+                .map_err(|e| (guard.classify(&pkg.id, e), String::new()));
         }
         Err(e) => {
             let printed = output.buf.borrow().clone();
-            return Err(EvalError::with_output(guard.classify(&pkg.id, e), printed));
+            return Err((guard.classify(&pkg.id, e), printed));
         }
     };
     let mut globals = serde_json::Map::new();
@@ -426,8 +414,8 @@ impl CompiledPackage {
         limits: &EvalLimits,
         deadline: Instant,
         cancel: &CancelToken,
-    ) -> Result<(serde_json::Value, String), (StarlarkHostError, String)> {
-        let no_fn = || StarlarkHostError::NoSuchEntryPoint {
+    ) -> Result<(serde_json::Value, String), (EvalFailure, String)> {
+        let no_fn = || EvalFailure::NoSuchEntryPoint {
             package: self.package_id.clone(),
             name: name.to_owned(),
             available: self.functions.join(", "),
@@ -453,7 +441,7 @@ impl CompiledPackage {
             max_value_bytes: limits.max_value_bytes,
             max_heap_bytes: limits.max_heap_bytes,
         };
-        let conv = |m: String| StarlarkHostError::Conversion {
+        let conv = |m: String| EvalFailure::Conversion {
             package: self.package_id.clone(),
             message: m,
         };
@@ -517,12 +505,12 @@ impl CompiledPackage {
                 Ok(v) => {
                     value_to_json(v, limits.max_value_depth, limits.max_value_bytes).map_err(|e| {
                         match e {
-                            JsonError::TooLarge(m) => StarlarkHostError::Limit {
+                            JsonError::TooLarge(m) => EvalFailure::Limit {
                                 package: self.package_id.clone(),
                                 kind: LimitKind::ValueSize,
                                 message: format!("return value of {name}: {m}"),
                             },
-                            JsonError::NotJson(m) => StarlarkHostError::Conversion {
+                            JsonError::NotJson(m) => EvalFailure::Conversion {
                                 package: self.package_id.clone(),
                                 message: format!("return value of {name}: {m}"),
                             },

@@ -1,7 +1,8 @@
-//! Per-call limits, the pre-parse nesting scanner, and depth-limited
-//! conversions between Starlark values and JSON.
-
-use std::time::Duration;
+//! The checks that hold an evaluation to its [`EvalLimits`] outside the
+//! interpreter's own: the pre-parse source-shape scanner, and the depth-
+//! and size-limited conversions between Starlark values and JSON.
+//!
+//! [`EvalLimits`]: cordon_starlark_protocol::EvalLimits
 
 use starlark::values::dict::DictRef;
 use starlark::values::float::StarlarkFloat;
@@ -9,104 +10,6 @@ use starlark::values::list::ListRef;
 use starlark::values::structs::StructRef;
 use starlark::values::tuple::TupleRef;
 use starlark::values::{Heap, UnpackValue, Value};
-
-use crate::http::HttpLimits;
-
-/// The limits of one **evaluation** (loading a package, or one
-/// entry-point call), wherever it runs: ticks, wall clock, Starlark heap,
-/// stack depth, output, source shape, JSON value sizes, and the `http`
-/// module's caps. Not process limits: those of a worker process are
-/// [`WorkerLimits`](crate::WorkerLimits), checked against the sandbox
-/// runner's [`cordon_core::Limits`]. All have safe defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvalLimits {
-    /// Instruction budget: one tick is a function call or a loop iteration.
-    /// The default (10 M) is roughly 0.15–0.25 s of tight looping.
-    pub max_ticks: u64,
-    /// Wall-clock deadline per evaluation, including the time spent
-    /// waiting on module calls; a call of a package that has `provider`
-    /// gets [`Services::provider_timeout`](crate::Services::provider_timeout)
-    /// on top (a model often takes 20–60 s). Waiting uses no ticks
-    /// (`max_ticks` counts interpreter steps) and no CPU time (a worker's
-    /// `WorkerLimits::cpu_seconds`).
-    pub timeout: Duration,
-    /// Starlark heap size, checked periodically by the interpreter. The
-    /// interpreter does not collect garbage during a call, so this bounds
-    /// everything a call allocates (including temporaries), not just what
-    /// is live.
-    pub max_heap_bytes: usize,
-    /// Starlark call-stack depth.
-    pub max_call_depth: usize,
-    /// Captured `print` output, in bytes.
-    pub max_output_bytes: usize,
-    /// Size of one source file, in bytes.
-    pub max_source_bytes: usize,
-    /// Bracket nesting depth of source, checked before parsing.
-    pub max_nesting_depth: usize,
-    /// Estimated expression-tree depth of source (operator chains), checked
-    /// before parsing (by the source-shape scanner in `limits.rs`).
-    pub max_expression_depth: usize,
-    /// Nesting depth of values converted to/from JSON.
-    pub max_value_depth: usize,
-    /// Approximate JSON size of a converted value, in bytes.
-    pub max_value_bytes: usize,
-    /// Nested `load()` depth.
-    pub max_load_depth: usize,
-    /// Native stack of the evaluation thread.
-    pub eval_stack_bytes: usize,
-    /// Caps of the `http` module.
-    pub http: HttpLimits,
-    /// The budget of the `notifications` module.
-    pub notifications: NotificationLimits,
-}
-
-/// The `notifications` module's budget, per evaluation: how many a
-/// package may send and how large. The host's broker counts them (in
-/// process and for a worker alike), so the memory a package's
-/// notifications take in the host, and in a sink's queue, is bounded; past
-/// the budget `notifications.send` fails with a limit error the package
-/// sees.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotificationLimits {
-    /// Notifications per evaluation (default 100).
-    pub max_per_invocation: u32,
-    /// Bytes of one notification: title, body, level and URL (default
-    /// 64 KiB, what a webhook accepts).
-    pub max_bytes: usize,
-    /// Bytes of all notifications of one evaluation (default 512 KiB).
-    pub max_bytes_per_invocation: usize,
-}
-
-impl Default for NotificationLimits {
-    fn default() -> Self {
-        NotificationLimits {
-            max_per_invocation: 100,
-            max_bytes: 64 * 1024,
-            max_bytes_per_invocation: 512 * 1024,
-        }
-    }
-}
-
-impl Default for EvalLimits {
-    fn default() -> Self {
-        EvalLimits {
-            max_ticks: 10_000_000,
-            timeout: Duration::from_secs(10),
-            max_heap_bytes: 64 * 1024 * 1024,
-            max_call_depth: 200,
-            max_output_bytes: 64 * 1024,
-            max_source_bytes: 512 * 1024,
-            max_nesting_depth: 64,
-            max_expression_depth: 2000,
-            max_value_depth: 64,
-            max_value_bytes: 4 * 1024 * 1024,
-            max_load_depth: 16,
-            eval_stack_bytes: 64 * 1024 * 1024,
-            http: HttpLimits::default(),
-            notifications: NotificationLimits::default(),
-        }
-    }
-}
 
 /// Why source was refused by [`check_source_shape`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Starlark bindings: convert Starlark arguments to protocol structs, call
 //! the invocation's [`ModuleCalls`], convert the reply back. No I/O here.
-//! This file holds the module set, the globals per set, `print` capture
+//! This file holds the globals per module set, `print` capture
 //! and the `secrets` and `notifications` builtins; `http.rs` and
 //! `provider.rs` hold those modules' builtins, `json.rs` a bounded
 //! replacement for the interpreter's `json`.
@@ -15,7 +15,9 @@ use starlark::starlark_module;
 use starlark::values::none::NoneType;
 use starlark::values::{ProvidesStaticType, Value};
 
-use crate::protocol::{ModuleCall, ModuleCalls, ModuleReply, Notification, SecretGet};
+use cordon_starlark_protocol::{
+    ModuleCall, ModuleCalls, ModuleReply, ModuleSet, Notification, SecretGet,
+};
 
 mod guards;
 mod guards_calls;
@@ -26,66 +28,6 @@ mod provider;
 use http::http_module;
 use json::json_module;
 use provider::provider_module;
-
-/// Which host modules are present in a script's globals.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub struct ModuleSet {
-    /// `secrets`
-    pub secrets: bool,
-    /// `notifications`
-    pub notifications: bool,
-    /// `http`
-    pub http: bool,
-    /// `provider`
-    pub provider: bool,
-}
-
-impl ModuleSet {
-    /// No host modules.
-    pub const NONE: ModuleSet = ModuleSet {
-        secrets: false,
-        notifications: false,
-        http: false,
-        provider: false,
-    };
-
-    fn index(self) -> usize {
-        (self.secrets as usize)
-            | (self.notifications as usize) << 1
-            | (self.http as usize) << 2
-            | (self.provider as usize) << 3
-    }
-
-    /// Names of the present modules.
-    pub fn names(self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if self.secrets {
-            v.push("secrets");
-        }
-        if self.notifications {
-            v.push("notifications");
-        }
-        if self.http {
-            v.push("http");
-        }
-        if self.provider {
-            v.push("provider");
-        }
-        v
-    }
-}
 
 /// Per-evaluation state reachable from builtins via `Evaluator::extra`.
 #[derive(ProvidesStaticType)]
@@ -130,10 +72,18 @@ impl starlark::PrintHandler for CapturedOutput {
     }
 }
 
+/// The slot of a module set in the globals cache: one bit per module.
+fn cache_index(modules: ModuleSet) -> usize {
+    (modules.secrets as usize)
+        | (modules.notifications as usize) << 1
+        | (modules.http as usize) << 2
+        | (modules.provider as usize) << 3
+}
+
 /// The globals for a module set (cached; one `Globals` per combination).
 pub fn globals_for(modules: ModuleSet) -> &'static Globals {
     static CACHE: [OnceLock<Globals>; 16] = [const { OnceLock::new() }; 16];
-    CACHE[modules.index()].get_or_init(|| {
+    CACHE[cache_index(modules)].get_or_init(|| {
         let mut b =
             GlobalsBuilder::extended_by(&[LibraryExtension::StructType, LibraryExtension::Print]);
         b.namespace("json", json_module);

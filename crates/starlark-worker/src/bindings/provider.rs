@@ -9,7 +9,7 @@ use starlark::values::list::ListRef;
 use starlark::values::structs::AllocStruct;
 use starlark::values::Value;
 
-use crate::protocol::{ChatMessage, CompletionRequest, ModuleCall, ModuleReply};
+use cordon_starlark_protocol::{ChatMessage, CompletionRequest, ModuleCall, ModuleReply};
 
 use super::http::unpack_number;
 use super::{dispatch, err, unexpected};

@@ -15,8 +15,8 @@ use starlark::values::{
     UnpackValue, Value,
 };
 
-use crate::limits::{json_to_value, value_to_json};
-use crate::protocol::{HttpRequest, ModuleCall, ModuleReply};
+use crate::value_limits::{json_to_value, value_to_json};
+use cordon_starlark_protocol::{HttpRequest, ModuleCall, ModuleReply};
 
 use super::{ctx, dispatch, err, unexpected};
 

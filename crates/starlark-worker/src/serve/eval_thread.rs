@@ -7,14 +7,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::protocol::frame::Message;
+use cordon_starlark_protocol::frame::Message;
+use cordon_starlark_protocol::wire::{self, ErrorCode};
+use cordon_starlark_protocol::{
+    EvalLimits, LimitKind, ModuleCall, ModuleCalls, ModuleError, ModuleReply,
+};
 
-use crate::broker::CancelToken;
-use crate::error::LimitKind;
+use crate::cancel::CancelToken;
 use crate::eval::{compile_package, CompiledPackage};
-use crate::limits::EvalLimits;
-use crate::protocol::wire::{self, ErrorCode};
-use crate::protocol::{ModuleCall, ModuleCalls, ModuleError, ModuleReply};
 
 use super::{Answer, Job, Shared};
 
@@ -131,9 +131,9 @@ pub(super) fn eval_thread(
                         compiled = Some((c, limits));
                         Ok(serde_json::to_value(&loaded))
                     }
-                    Ok(Err(e)) => {
-                        send_output(&shared, id, e.output);
-                        Err(wire::error_code(&e.error))
+                    Ok(Err((e, output))) => {
+                        send_output(&shared, id, output);
+                        Err(e.wire_code())
                     }
                     Err(p) => Err(panic_code(p.as_ref())),
                 };
@@ -199,7 +199,7 @@ pub(super) fn eval_thread(
                     }
                     Ok(Err((e, output))) => {
                         send_output(&shared, id, output);
-                        Err(wire::error_code(&e))
+                        Err(e.wire_code())
                     }
                     Err(p) => Err(panic_code(p.as_ref())),
                 };
@@ -220,7 +220,7 @@ fn send_output(shared: &Shared, id: u64, output: String) {
             text.push_str(CUT);
         }
         let msg = Message::Output { id, output: text };
-        if crate::protocol::frame::encode_frame(&msg, shared.max_frame).is_ok() {
+        if cordon_starlark_protocol::frame::encode_frame(&msg, shared.max_frame).is_ok() {
             shared.send(&msg);
             return;
         }

@@ -6,22 +6,19 @@
 //! Structs only (no internally tagged enums), so they survive serde_json's
 //! `arbitrary_precision`.
 //!
-//! [`Message`]: crate::protocol::frame::Message
+//! [`Message`]: crate::frame::Message
 
 use serde::{Deserialize, Serialize};
 
-use crate::bindings::ModuleSet;
-use crate::error::{LimitKind, StarlarkHostError};
-use crate::limits::EvalLimits;
-use crate::package::Package;
-use crate::protocol::ModuleError;
+use crate::{EvalLimits, LimitKind, ModuleError, ModuleSet, Package};
 
 /// The worker's identity prefix in `Hello.worker`; the full string is
 /// [`worker_identity`].
 pub const WORKER_NAME: &str = "cordon-starlark-worker";
 
-/// `cordon-starlark-worker/<crate version>`: what a worker built from this
-/// crate sends, and the only identity the host accepts.
+/// `cordon-starlark-worker/<version>` (the workspace's one version): what
+/// a worker built with this protocol sends, and the only identity the host
+/// accepts.
 pub fn worker_identity() -> String {
     format!("{WORKER_NAME}/{}", env!("CARGO_PKG_VERSION"))
 }
@@ -234,56 +231,6 @@ pub struct CallResult {
     pub output: String,
 }
 
-/// Error `code` for a [`StarlarkHostError`] raised in the worker, and the
-/// message to send with it. Limit kinds become `limit.<kind>`.
-pub fn error_code(e: &StarlarkHostError) -> (ErrorCode, String) {
-    match e {
-        StarlarkHostError::Script { message, .. } => (ErrorCode::Script, message.clone()),
-        StarlarkHostError::Limit { kind, message, .. } => {
-            (ErrorCode::Limit(*kind), message.clone())
-        }
-        StarlarkHostError::Cancelled { .. } => (ErrorCode::Cancelled, "cancelled".into()),
-        StarlarkHostError::NoSuchEntryPoint { name, .. } => {
-            (ErrorCode::NoSuchEntryPoint, name.clone())
-        }
-        StarlarkHostError::Conversion { message, .. } => (ErrorCode::Conversion, message.clone()),
-        StarlarkHostError::InvalidPackage(m) => (ErrorCode::InvalidPackage, m.clone()),
-        other => (ErrorCode::Internal, other.to_string()),
-    }
-}
-
-/// Rebuilds the error a worker reported for package `package`.
-/// `available` is the package's function list (for `no_such_entry_point`).
-pub fn error_from_code(
-    package: &str,
-    code: &str,
-    message: String,
-    available: &[String],
-) -> StarlarkHostError {
-    let package = package.to_owned();
-    match ErrorCode::parse(code) {
-        Some(ErrorCode::Limit(kind)) => StarlarkHostError::Limit {
-            package,
-            kind,
-            message,
-        },
-        Some(ErrorCode::Script | ErrorCode::Panic) => {
-            StarlarkHostError::Script { package, message }
-        }
-        Some(ErrorCode::Cancelled) => StarlarkHostError::Cancelled { package },
-        Some(ErrorCode::NoSuchEntryPoint) => StarlarkHostError::NoSuchEntryPoint {
-            package,
-            name: message,
-            available: available.join(", "),
-        },
-        Some(ErrorCode::Conversion) => StarlarkHostError::Conversion { package, message },
-        Some(ErrorCode::InvalidPackage) => StarlarkHostError::InvalidPackage(message),
-        _ => StarlarkHostError::Internal(format!(
-            "worker for package {package:?} reported {code}: {message}"
-        )),
-    }
-}
-
 /// Error `code` of a [`ModuleError`] (the variant name in `snake_case`) and
 /// its message.
 pub fn module_error_code(e: &ModuleError) -> (&'static str, String) {
@@ -329,28 +276,18 @@ mod tests {
     }
 
     #[test]
-    fn errors_round_trip() {
+    fn error_codes_round_trip() {
         for kind in LimitKind::ALL {
-            let e = StarlarkHostError::Limit {
-                package: "p".into(),
-                kind,
-                message: "m".into(),
-            };
-            let (c, m) = error_code(&e);
-            match error_from_code("p", &c.as_wire(), m, &[]) {
-                StarlarkHostError::Limit { kind: k, .. } => assert_eq!(k, kind),
-                other => panic!("{other}"),
-            }
+            let code = ErrorCode::Limit(kind);
+            assert_eq!(code.as_wire(), format!("limit.{}", kind.as_str()));
+            assert_eq!(ErrorCode::parse(&code.as_wire()), Some(code));
         }
-        let e = error_from_code("p", "no_such_entry_point", "x".into(), &["a".into()]);
-        assert!(e.to_string().contains("defined functions: a"), "{e}");
         for (code, wire) in ErrorCode::PLAIN {
             assert_eq!(code.as_wire(), wire);
             assert_eq!(ErrorCode::parse(wire), Some(code));
         }
         assert_eq!(ErrorCode::parse("limit.nonsense"), None);
         assert_eq!(ErrorCode::parse("nonsense"), None);
-        assert!(e.to_string().contains("defined functions: a"), "{e}");
         for e in [
             ModuleError::PermissionDenied("x".into()),
             ModuleError::Cancelled,

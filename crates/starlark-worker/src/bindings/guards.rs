@@ -4,7 +4,7 @@
 //! `split`, `rsplit`, `splitlines`, `elems`, `codepoints`) that refuse,
 //! before they allocate, a
 //! result larger than the evaluation's heap limit
-//! ([`EvalLimits::max_heap_bytes`](crate::EvalLimits::max_heap_bytes));
+//! ([`EvalLimits::max_heap_bytes`](cordon_starlark_protocol::EvalLimits::max_heap_bytes));
 //! within it they do exactly what the interpreter's own do. The calls
 //! (constructors, `sorted`, `print`, …) are in `guards_calls.rs`.
 

@@ -7,31 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::bindings::ModuleSet;
-use crate::broker::{Admitted, CancelToken, Capabilities};
-use crate::error::EvalError;
-use crate::eval::{
-    compile_package, name_panicked, run_on_eval_thread, CallOutcome, CompiledPackage,
-};
-use crate::host::{Call, Evaluator};
-use crate::limits::EvalLimits;
-use crate::package::Package;
+use cordon_starlark_protocol::{EvalLimits, ModuleSet, Package};
+use cordon_starlark_worker::{compile_package, CancelToken, CompiledPackage};
 
-/// What loading a package gave: [`StarlarkHost::load`](crate::StarlarkHost::load).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ExecOutcome {
-    /// Public globals that convert to JSON (functions are in `functions`).
-    pub globals: serde_json::Map<String, serde_json::Value>,
-    /// Public functions (entry points).
-    pub functions: Vec<String>,
-    /// Output printed by the top level (when it was first compiled; empty
-    /// for a package whose top level calls a module and so runs per call).
-    pub output: String,
-    /// Host modules present for this package and context.
-    pub modules: Vec<String>,
-    /// Whether the compiled package came from the cache.
-    pub cached: bool,
-}
+use crate::broker::{Admitted, Capabilities};
+use crate::error::{EvalError, StarlarkHostError};
+use crate::eval_threads::{name_panicked, run_on_eval_thread};
+use crate::evaluator::{Call, CallOutcome, Evaluator, ExecOutcome};
 
 /// Cache counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -164,7 +146,9 @@ impl InProcess {
         })
         .await;
         guard.disarm();
-        let compiled = compiled.map_err(|e| name_panicked(e, &pkg.id))??;
+        let compiled = compiled
+            .map_err(|e| name_panicked(e, &pkg.id))?
+            .map_err(|(e, output)| EvalError::with_output(e.into(), output))?;
         let compiled = Arc::new(compiled);
         self.cache_put(key, compiled.clone());
         Ok((compiled, false))
@@ -225,6 +209,7 @@ impl Evaluator for InProcess {
                 })
             }
             Err((e, output)) => {
+                let e = StarlarkHostError::from(e);
                 tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, output_bytes = output.len(), error = %e, "entry point failed");
                 Err(EvalError::with_output(e, output))
             }
