@@ -25,7 +25,7 @@ fn in_postgres_types(sqlite: &str) -> String {
         .replace(" INTEGER", " BIGINT")
 }
 
-/// What [`migrate`] found and did.
+/// What connecting found of the schema and did to it ([`crate::PgStore::migration`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Migration {
     /// The version before.
