@@ -387,9 +387,15 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     };
     if let Some(Ok(r)) = &admitted {
         let facts = &r.report().host.backend_facts;
-        // The tier the gate certified (a Linux backend's), in one line.
+        // The tier the gate certified (a Linux backend's), in one line —
+        // when it is not the strongest, which is what a caller must know
+        // (the program's own stderr stays its own otherwise; `-v` logs it).
         if let Some(tier) = facts.get("tier") {
-            eprintln!("cordon: sandbox tier {tier}");
+            if tier.starts_with("namespaces") {
+                tracing::info!(%tier, "sandbox tier");
+            } else {
+                eprintln!("cordon: sandbox tier {tier}");
+            }
         }
         sandbox_uid = SandboxUser::from_facts(facts);
         exec_dirs.extend(r.backend().exec_dirs());
