@@ -254,7 +254,6 @@ mod tests {
         assert_eq!(p.sources.keys().collect::<Vec<_>>(), ["main.star"]);
     }
 
-
     #[test]
     fn manifest_parses_and_rejects_unknown_permissions() {
         let m = parse_manifest(
