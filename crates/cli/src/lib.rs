@@ -102,10 +102,10 @@ pub struct BackendArg {
 /// `P1`..`P8`.
 pub fn parse_probe_id(s: &str) -> Result<cordon_core::ProbeId, String> {
     // Any `P<n>` parses (a third party's registry may hold more); cordon
-    // runs the standard registry, so only its probes are names here.
-    let known = cordon_conformance::ProbeRegistry::standard().ids();
-    cordon_core::ProbeId::parse(s)
-        .filter(|id| known.contains(id))
+    // runs the standard probes only: the required ones and P8.
+    use cordon_core::ProbeId;
+    ProbeId::parse(s)
+        .filter(|id| ProbeId::REQUIRED.contains(id) || ProbeId::CLAIMED.contains(id))
         .ok_or_else(|| format!("`{s}` is not a probe; use P1 to P8"))
 }
 
