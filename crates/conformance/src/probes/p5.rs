@@ -566,13 +566,18 @@ fn plant_setid(r: &mut Reporter, exe: &str) {
     // SAFETY: sets this process's disposition of one signal to ignore.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     for (name, mode) in SETID_FILES {
-        let res = std::fs::copy(exe, name)
-            .and_then(|_| std::fs::set_permissions(name, std::fs::Permissions::from_mode(mode)));
+        // The chmod is tried whether or not the copy was cut short: the
+        // host judges the bits on whatever file is there, and a short
+        // copy must not read as "the bits did not stick" untried.
+        let copied = std::fs::copy(exe, name);
+        let chmod = std::fs::set_permissions(name, std::fs::Permissions::from_mode(mode));
         r.info(
             &format!("setid-copy-{name}"),
-            match res {
-                Ok(()) => format!("chmod {mode:o} ok"),
-                Err(e) => e.to_string(),
+            match (copied, chmod) {
+                (Ok(_), Ok(())) => format!("chmod {mode:o} ok"),
+                (Err(e), Ok(())) => format!("copy cut short ({e}); chmod {mode:o} ok"),
+                (Ok(_), Err(e)) => format!("chmod {mode:o}: {e}"),
+                (Err(c), Err(e)) => format!("copy cut short ({c}); chmod {mode:o}: {e}"),
             },
         );
     }
