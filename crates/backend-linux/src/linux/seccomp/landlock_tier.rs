@@ -55,31 +55,6 @@ pub(crate) fn programs(caller_uid: bool) -> Result<Vec<Program>, String> {
     Ok(vec![tables(caller_uid).compile("tier landlock")?])
 }
 
-/// SysV IPC and POSIX message queues: the host's, with no IPC namespace.
-pub(crate) fn ipc() -> Vec<Sys> {
-    sys![
-        SYS_msgget,
-        SYS_msgsnd,
-        SYS_msgrcv,
-        SYS_msgctl,
-        SYS_semget,
-        SYS_semop,
-        SYS_semtimedop,
-        SYS_semctl,
-        SYS_shmget,
-        SYS_shmat,
-        SYS_shmdt,
-        SYS_shmctl,
-        SYS_mq_open,
-        SYS_mq_unlink,
-        SYS_mq_timedsend,
-        SYS_mq_timedreceive,
-        SYS_mq_notify,
-        SYS_mq_getsetattr,
-    ]
-    .to_vec()
-}
-
 /// Calls whose first argument is a pid (0: the caller): allowed for the
 /// caller only.
 pub(crate) fn own_pid_only() -> Vec<Sys> {

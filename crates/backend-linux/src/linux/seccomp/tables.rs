@@ -306,26 +306,7 @@ pub(super) fn allowed_common() -> Vec<Sys> {
         SYS_setsockopt,
     ]);
     // SysV and POSIX IPC: private to the sandbox's IPC namespace.
-    v.extend(sys![
-        SYS_msgget,
-        SYS_msgsnd,
-        SYS_msgrcv,
-        SYS_msgctl,
-        SYS_semget,
-        SYS_semop,
-        SYS_semtimedop,
-        SYS_semctl,
-        SYS_shmget,
-        SYS_shmat,
-        SYS_shmdt,
-        SYS_shmctl,
-        SYS_mq_open,
-        SYS_mq_unlink,
-        SYS_mq_timedsend,
-        SYS_mq_timedreceive,
-        SYS_mq_notify,
-        SYS_mq_getsetattr,
-    ]);
+    v.extend(ipc());
     // Kernel AIO on own fds (databases use it; Docker allows it).
     v.extend(sys![
         SYS_io_setup,
@@ -584,4 +565,31 @@ pub(super) fn mode_arguments() -> Vec<(Sys, u8)> {
         (sys![SYS_mknod][0], 1),
     ]);
     v
+}
+
+/// SysV IPC and POSIX message queues: allowed in tier namespaces (the
+/// sandbox's IPC namespace holds them), refused in tier landlock (they
+/// would be the host's).
+pub(crate) fn ipc() -> Vec<Sys> {
+    sys![
+        SYS_msgget,
+        SYS_msgsnd,
+        SYS_msgrcv,
+        SYS_msgctl,
+        SYS_semget,
+        SYS_semop,
+        SYS_semtimedop,
+        SYS_semctl,
+        SYS_shmget,
+        SYS_shmat,
+        SYS_shmdt,
+        SYS_shmctl,
+        SYS_mq_open,
+        SYS_mq_unlink,
+        SYS_mq_timedsend,
+        SYS_mq_timedreceive,
+        SYS_mq_notify,
+        SYS_mq_getsetattr,
+    ]
+    .to_vec()
 }
