@@ -40,11 +40,11 @@
 //! `SIGCHLD`) adds its time to no one, so a program can hide CPU time from
 //! it, and the host facts call the CPU limit per-process there.
 //!
-//! The cgroups are removed after every process of the sandbox is gone, by
-//! one background thread per host process (off the spawn's and the wait's
-//! path; on v2 `cgroup.kill` first, for anything left); ones left by a host
-//! that was killed are removed the next time the hierarchy is looked up,
-//! once their creator is dead.
+//! The cgroups are removed after every process of the sandbox is gone, and
+//! from a process's second sandbox on one set is made ahead, both by the
+//! cgroup keeper thread (`cgroup/keeper.rs`), off the spawn's and the
+//! wait's path; ones left by a host that was killed are removed the next
+//! time the hierarchy is looked up, once their creator is dead.
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -54,6 +54,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cordon_core::{Limits, SandboxResources};
+
+mod keeper;
 
 /// Where this process can make child cgroups.
 #[derive(Debug)]
@@ -179,6 +181,14 @@ impl Hierarchy {
         v
     }
 
+    /// Whether the memory controller accounts swap here (`file`, a swap
+    /// limit file of a sandbox's cgroup, exists), looked up once: there is
+    /// one hierarchy per process.
+    fn swap_accounted(&self, file: &Path) -> bool {
+        static SWAP: OnceLock<bool> = OnceLock::new();
+        *SWAP.get_or_init(|| file.exists())
+    }
+
     /// What `host_facts` says about the limits this hierarchy holds.
     pub(crate) fn describe(&self) -> &'static str {
         match self {
@@ -211,60 +221,89 @@ enum CpuSource {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-impl SandboxCgroup {
-    /// Makes the cgroups of one sandbox and sets its limits. Any error
-    /// removes what was made.
-    pub(crate) fn create(h: &Hierarchy, limits: &Limits) -> std::io::Result<Self> {
+/// The cgroups made for one sandbox, not yet joined or limited.
+#[derive(Debug)]
+pub(crate) struct CgroupSet {
+    /// Every directory made, parents' order (for removal in reverse).
+    dirs: Vec<PathBuf>,
+    /// The one the memory controller counts in.
+    memory: PathBuf,
+    /// The one CPU time is read from.
+    cpu: PathBuf,
+}
+
+impl CgroupSet {
+    /// Makes one child cgroup per distinct directory of `h`, named after
+    /// this process; an error removes what was made.
+    fn make(h: &Hierarchy) -> std::io::Result<CgroupSet> {
         let name = format!(
             "{PREFIX}{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let mut made = SandboxCgroup {
-            dirs: Vec::new(),
-            cpu: CpuSource::CpuStat(PathBuf::new()),
-            procs: Vec::new(),
-            oom_events: PathBuf::new(),
+        let (memory_parent, cpu_parent) = match h {
+            Hierarchy::V1 { memory, cpuacct } => (memory, cpuacct),
+            Hierarchy::V2 { dir } => (dir, dir),
         };
-        let mkdir = |made: &mut SandboxCgroup, parent: &Path| -> std::io::Result<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for parent in [memory_parent, cpu_parent] {
             let dir = parent.join(&name);
-            if !made.dirs.contains(&dir) {
-                std::fs::create_dir(&dir)?;
-                made.dirs.push(dir.clone());
+            if dirs.contains(&dir) {
+                continue;
             }
-            Ok(dir)
+            if let Err(e) = std::fs::create_dir(&dir) {
+                for made in dirs.iter().rev() {
+                    let _ = std::fs::remove_dir(made);
+                }
+                return Err(e);
+            }
+            dirs.push(dir);
+        }
+        Ok(CgroupSet {
+            memory: memory_parent.join(&name),
+            cpu: cpu_parent.join(&name),
+            dirs,
+        })
+    }
+}
+
+impl SandboxCgroup {
+    /// Takes the cgroups of one sandbox (made ahead by the keeper, or now)
+    /// and sets its limits. Any error removes them.
+    pub(crate) fn create(h: &'static Hierarchy, limits: &Limits) -> std::io::Result<Self> {
+        let set = keeper::take(h)?;
+        let (v1, oom_file, cpu, limit_file, swap_file) = match h {
+            Hierarchy::V1 { .. } => (
+                true,
+                "memory.oom_control",
+                CpuSource::CpuacctUsage(set.cpu.join("cpuacct.usage")),
+                "memory.limit_in_bytes",
+                "memory.memsw.limit_in_bytes",
+            ),
+            Hierarchy::V2 { .. } => (
+                false,
+                "memory.events",
+                CpuSource::CpuStat(set.cpu.join("cpu.stat")),
+                "memory.max",
+                "memory.swap.max",
+            ),
         };
-        match h {
-            Hierarchy::V1 { memory, cpuacct } => {
-                let m = mkdir(&mut made, memory)?;
-                made.oom_events = m.join("memory.oom_control");
-                if let Some(bytes) = limits.memory_bytes {
-                    write(&m.join("memory.limit_in_bytes"), bytes)?;
-                    let memsw = m.join("memory.memsw.limit_in_bytes");
-                    if memsw.exists() {
-                        write(&memsw, bytes)?;
-                    }
-                }
-                let c = mkdir(&mut made, cpuacct)?;
-                made.cpu = CpuSource::CpuacctUsage(c.join("cpuacct.usage"));
-            }
-            Hierarchy::V2 { dir } => {
-                let d = mkdir(&mut made, dir)?;
-                made.oom_events = d.join("memory.events");
-                if let Some(bytes) = limits.memory_bytes {
-                    write(&d.join("memory.max"), bytes)?;
-                    let swap = d.join("memory.swap.max");
-                    if swap.exists() {
-                        write(&swap, 0)?;
-                    }
-                }
-                made.cpu = CpuSource::CpuStat(d.join("cpu.stat"));
+        // From here on, dropping `made` removes the set.
+        let mut made = SandboxCgroup {
+            oom_events: set.memory.join(oom_file),
+            cpu,
+            procs: Vec::new(),
+            dirs: set.dirs,
+        };
+        if let Some(bytes) = limits.memory_bytes {
+            write(&set.memory.join(limit_file), bytes)?;
+            let swap = set.memory.join(swap_file);
+            if h.swap_accounted(&swap) {
+                // v1: memory + swap together at the same bound; v2: no swap.
+                write(&swap, if v1 { bytes } else { 0 })?;
             }
         }
-        let join_file = match h {
-            Hierarchy::V1 { .. } => "tasks",
-            Hierarchy::V2 { .. } => "cgroup.procs",
-        };
+        let join_file = if v1 { "tasks" } else { "cgroup.procs" };
         for dir in made.dirs.clone() {
             let f = std::fs::OpenOptions::new()
                 .write(true)
@@ -319,71 +358,8 @@ impl Drop for SandboxCgroup {
         // The fds were the child's to use; the cgroups are empty once every
         // process of the sandbox is gone (the runner drops us then).
         self.procs.clear();
-        remove_later(std::mem::take(&mut self.dirs));
+        keeper::remove_later(std::mem::take(&mut self.dirs));
     }
-}
-
-/// Hands `dirs` to the remover thread (started on first use), which
-/// removes them off the caller's path; inline if the thread cannot start.
-fn remove_later(dirs: Vec<PathBuf>) {
-    static REMOVER: OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Vec<PathBuf>>>>> =
-        OnceLock::new();
-    let remover = REMOVER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<PathBuf>>();
-        std::thread::Builder::new()
-            .name("cordon-cgroup-remover".into())
-            .spawn(move || {
-                while let Ok(dirs) = rx.recv() {
-                    remove(dirs);
-                }
-            })
-            .ok()
-            .map(|_| std::sync::Mutex::new(tx))
-    });
-    let dirs = match remover {
-        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).send(dirs) {
-            Ok(()) => return,
-            Err(std::sync::mpsc::SendError(dirs)) => dirs,
-        },
-        None => dirs,
-    };
-    remove(dirs);
-}
-
-/// Removes a sandbox's cgroups, children first. A process still exiting
-/// makes `rmdir` fail with `EBUSY` for a moment: retry for up to 2 s, then
-/// leave it to the next sweep.
-fn remove(mut dirs: Vec<PathBuf>) {
-    // On v2, anything still in the cgroup (there should be nothing) is
-    // killed by the kernel in one step; v1 has no such file, and the PID
-    // namespace's end has killed the sandbox there.
-    for dir in &dirs {
-        let kill = dir.join("cgroup.kill");
-        if kill.exists() {
-            let _ = write(&kill, 1);
-        }
-    }
-    dirs.reverse();
-    for _ in 0..100 {
-        dirs.retain(|dir| match std::fs::remove_dir(dir) {
-            Ok(()) => false,
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => true,
-            Err(e) => {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(cgroup = %dir.display(), error = %e, "could not remove a sandbox's cgroup");
-                }
-                false
-            }
-        });
-        if dirs.is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    tracing::warn!(
-        ?dirs,
-        "sandbox cgroups still busy after 2 s; left for the next sweep"
-    );
 }
 
 fn write(path: &Path, value: u64) -> std::io::Result<()> {

@@ -167,8 +167,11 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         namespaces::enter(plan.unshare_flags).map_err(at(Step::Namespaces))?;
     }
     maps::write(writer, plan.id_maps.as_ref()).map_err(at(Step::IdMaps))?;
-    // While this process holds the new user namespace's capabilities.
-    if let Some(q) = &plan.quotas {
+    // While this process holds the new user namespace's capabilities:
+    // here, through the host's `/proc`, unless the sandbox gets a procfs
+    // of its own (a PID and a mount namespace), which is faster (mounts.rs).
+    let own_proc = plan.tree.is_some() && plan.mounts.is_some();
+    if let (Some(q), false) = (&plan.quotas, own_proc) {
         q.apply().map_err(at(Step::Quotas))?;
     }
     if plan.hostname {
@@ -189,9 +192,11 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
     }
     if let Some(mounts) = &plan.mounts {
-        mounts
-            .apply(plan.tree.is_some())
-            .map_err(at(Step::Mounts))?;
+        mounts.apply(own_proc).map_err(at(Step::Mounts))?;
+        if let (Some(q), true) = (&plan.quotas, own_proc) {
+            q.apply().map_err(at(Step::Quotas))?;
+        }
+        mounts.seal_proc(own_proc).map_err(at(Step::Mounts))?;
         if mounts.scratch_is_private() {
             landlock_rules::add_scratch_rule(&plan.ruleset, plan.scratch_rights)
                 .map_err(at(Step::ScratchRule))?;

@@ -170,10 +170,15 @@ impl MountPlan {
 
     /// Runs in the child, inside its new mount namespace, while it still
     /// holds the namespace's capabilities. With `fresh_proc` (the caller is
-    /// the init of a new PID namespace) a procfs of that namespace is
-    /// mounted over the host's `/proc`, read-only, so not even the
-    /// existence of a host process shows. Async-signal-safe: raw syscalls
-    /// on data prepared in the parent.
+    /// the first process of a new PID namespace) a procfs of that namespace
+    /// is mounted over the host's `/proc`, so not even the existence of a
+    /// host process shows; it stays writable until [`seal_proc`], so that
+    /// the kernel quotas can be written through it first (a lookup under
+    /// the host's `/proc/sys/user` compares the dentries of every recent
+    /// user namespace: ~90 µs more per spawn for five files on Linux 6.18).
+    /// Async-signal-safe: raw syscalls on data prepared in the parent.
+    ///
+    /// [`seal_proc`]: MountPlan::seal_proc
     pub(crate) fn apply(&self, fresh_proc: bool) -> std::io::Result<()> {
         // SAFETY: raw syscalls on NUL-terminated strings and a struct that
         // outlive the calls.
@@ -198,7 +203,7 @@ impl MountPlan {
                     c"proc".as_ptr(),
                     c"/proc".as_ptr(),
                     c"proc".as_ptr(),
-                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     std::ptr::null(),
                 ))?;
             }
@@ -206,6 +211,19 @@ impl MountPlan {
             check(libc::chdir(self.scratch.as_ptr()))?;
         }
         Ok(())
+    }
+}
+
+impl MountPlan {
+    /// Makes the fresh procfs of [`apply`](MountPlan::apply) read-only;
+    /// without `fresh_proc` there is none (the host's is read-only with the
+    /// rest). Runs before anything of the program does. Async-signal-safe.
+    pub(crate) fn seal_proc(&self, fresh_proc: bool) -> std::io::Result<()> {
+        if !fresh_proc {
+            return Ok(());
+        }
+        // SAFETY: a static NUL-terminated path.
+        unsafe { set_attr(c"/proc".as_ptr(), MOUNT_ATTR_RDONLY, 0) }
     }
 }
 

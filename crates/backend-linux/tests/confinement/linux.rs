@@ -129,6 +129,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(host_nobody_cannot_reach_the_program, false),
         s!(concurrent_sandboxes_keep_their_own_quotas, true),
         s!(hostname_is_the_sandboxes_own, true),
+        s!(the_sandboxes_proc_is_read_only, true),
         s!(shebang_arguments_grant_nothing, true),
         s!(a_stopped_setup_is_killed_and_fails, true),
     ]

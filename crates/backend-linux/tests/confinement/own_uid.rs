@@ -469,6 +469,23 @@ pub(super) fn hostname_is_the_sandboxes_own() -> Outcome {
     })
 }
 
+/// The sandbox's own procfs is written before the program runs (the
+/// kernel quotas go in through it, `mounts.rs`) and read-only once it
+/// does: a write to a `/proc` file the program owns fails with the
+/// mount's `EROFS`, which the kernel checks before Landlock's `EACCES`.
+pub(super) fn the_sandboxes_proc_is_read_only() -> Outcome {
+    const WRITE_COMM: &str = "import errno\n\
+try:\n\
+\x20   open('/proc/self/comm', 'w').write('x')\n\
+\x20   print('written')\n\
+except OSError as e:\n\
+\x20   print(errno.errorcode.get(e.errno, e.errno))\n";
+    let r = expect_ok(py(WRITE_COMM))?;
+    ensure(r.stdout.trim() == "EROFS", || {
+        format!("writing /proc/self/comm in the sandbox: {r}")
+    })
+}
+
 /// Breach 2: a script's `#!` line names a secret as an argument of `env`
 /// or of its interpreter. Nothing it names may be granted: each form must
 /// fail to print the secret. (Before the fix, the first form printed it.)
