@@ -129,6 +129,17 @@ impl Build {
         features: "gate",
     };
 
+    /// The Starlark worker `cargo xtask bench` starts in its sandboxes:
+    /// the dedicated `cordon-star-worker`, release (the bench's own binary,
+    /// with PostgreSQL and TLS clients linked in, would measure those).
+    pub const BENCH_WORKER: Build = Build {
+        package: "cordon-starlark-worker",
+        bin: "cordon-star-worker",
+        release: true,
+        default_features: true,
+        features: "",
+    };
+
     /// What `cargo xtask bench` runs: the harness, in release mode (debug
     /// builds would measure the compiler, not Cordon).
     pub const BENCH: Build = Build {

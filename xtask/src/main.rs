@@ -38,20 +38,23 @@ fn main() -> ExitCode {
     match task.as_str() {
         "conformance" => build_and_run(Build::GATE, Some("conformance"), &rest, &[]),
         "bench" => {
-            // The harness measures the whole `cordon run` command too.
-            let cli = match Build::BENCH_CLI.executable() {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("xtask: {e}");
-                    return ExitCode::from(2);
+            // The harness measures the whole `cordon run` command too, and
+            // runs its sandboxed Starlark workers from the dedicated
+            // worker binary (what a host embedding Cordon would ship).
+            let mut env = vec![];
+            for (build, var) in [
+                (Build::BENCH_CLI, "CORDON_BENCH_CLI"),
+                (Build::BENCH_WORKER, "CORDON_BENCH_WORKER"),
+            ] {
+                match build.executable() {
+                    Ok(p) => env.push((var, p.into())),
+                    Err(e) => {
+                        eprintln!("xtask: {e}");
+                        return ExitCode::from(2);
+                    }
                 }
-            };
-            build_and_run(
-                Build::BENCH,
-                None,
-                &rest,
-                &[("CORDON_BENCH_CLI", cli.into())],
-            )
+            }
+            build_and_run(Build::BENCH, None, &rest, &env)
         }
         "docs" => build_and_run(Build::DOCS, None, &rest, &[]),
         "-h" | "--help" | "help" => {

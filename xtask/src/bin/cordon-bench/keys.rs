@@ -83,8 +83,13 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "1 000 000 iterations, bare interpreter and Cordon in process",
     ),
     (
-        &["memory.idle_worker_rss_mib", "memory.host_per_warm_worker_kib"],
-        "an idle worker's RSS, the host's heap per warm worker",
+        &[
+            "memory.idle_worker_rss_mib",
+            "memory.idle_worker_uss_mib",
+            "memory.idle_worker_pss_mib",
+            "memory.host_per_warm_worker_kib",
+        ],
+        "an idle worker's RSS, USS (private pages) and PSS (`smaps_rollup`), the host's heap per warm worker",
     ),
 ];
 

@@ -73,6 +73,15 @@ fn main() {
 
 async fn run(plan: Plan, json: bool) -> i32 {
     let started = std::time::Instant::now();
+    // `CORDON_BENCH_PROFILE_SPAWNS=N CORDON_BENCH_PROFILE_WITHOUT=own_uid,…`:
+    // N spawns under the Linux backend with those layers off, spawned
+    // directly (no gate), to compare layers with `perf` or `farm-bench`.
+    if let (Ok(n), Ok(without)) = (
+        std::env::var("CORDON_BENCH_PROFILE_SPAWNS"),
+        std::env::var("CORDON_BENCH_PROFILE_WITHOUT"),
+    ) {
+        return spawn::profile_without(&without, n.parse().unwrap_or(1000)).await;
+    }
     let backend: Arc<dyn cordon_core::SandboxBackend> = if cfg!(target_os = "macos") {
         Arc::new(cordon_backend_macos::MacosBackend::default())
     } else {

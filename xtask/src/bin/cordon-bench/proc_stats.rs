@@ -17,6 +17,15 @@ pub fn status_kib(pid: &str, field: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A field of `/proc/<pid>/smaps_rollup` in KiB (`Pss`, `Private_Dirty`, …).
+pub fn rollup_kib(pid: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
 /// Resets VmHWM so the next reading is the peak of what follows.
 pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");

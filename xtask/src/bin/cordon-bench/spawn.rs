@@ -419,3 +419,49 @@ pub async fn suite(plan: &Plan, backend: Arc<dyn SandboxBackend>) -> Vec<Row> {
     }
     rows
 }
+
+/// For `perf`/`farm-bench` comparisons of one layer: `n` spawns of
+/// `/bin/true` under every layer but those named in `without`
+/// (comma-separated field names of `Layers`; `none` for every layer).
+/// These spawns bypass the gate, like [`layers`].
+pub async fn profile_without(without: &str, n: u32) -> i32 {
+    use cordon_backend_linux::{Layers, LinuxBackend};
+    use cordon_core::{RunnerConfig, Spawner};
+    let mut l = Layers::ALL;
+    for name in without.split(',').filter(|w| !w.is_empty() && *w != "none") {
+        let field = match name {
+            "pid_namespace" => &mut l.pid_namespace,
+            "ipc_namespace" => &mut l.ipc_namespace,
+            "mount_namespace" => &mut l.mount_namespace,
+            "sandbox_limits" => &mut l.sandbox_limits,
+            "seccomp_allowlist" => &mut l.seccomp_allowlist,
+            "own_uid" => &mut l.own_uid,
+            "uts_namespace" => &mut l.uts_namespace,
+            "kernel_quotas" => &mut l.kernel_quotas,
+            other => {
+                eprintln!("cordon-bench: no layer `{other}`");
+                return 2;
+            }
+        };
+        *field = false;
+    }
+    let sp = Spawner::confined(
+        Arc::new(LinuxBackend::with_layers(l)),
+        RunnerConfig::default(),
+    );
+    let (mut spawning, mut waiting) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut child = sp.spawn(&ChildSpec::new("/bin/true")).expect("spawn");
+        spawning += t.elapsed();
+        let t = Instant::now();
+        assert!(child.wait().await.expect("wait").success());
+        waiting += t.elapsed();
+    }
+    eprintln!(
+        "spawn {:.0} µs, wait {:.0} µs (means over {n})",
+        spawning.as_secs_f64() * 1e6 / f64::from(n.max(1)),
+        waiting.as_secs_f64() * 1e6 / f64::from(n.max(1))
+    );
+    0
+}

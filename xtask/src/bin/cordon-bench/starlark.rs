@@ -14,7 +14,7 @@ use cordon_starlark::{
     WorkerConfig, WorkerProgram,
 };
 
-use crate::proc_stats::status_kib;
+use crate::proc_stats::{rollup_kib, status_kib};
 use crate::stats::{figure, not_built, row, summarize, Row};
 use crate::Plan;
 
@@ -71,6 +71,25 @@ fn pool_host(
         .sandbox(Ok(sandbox.clone()), config)
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// The worker binary: `cordon-star-worker` as `cargo xtask bench` builds
+/// it (`CORDON_BENCH_WORKER`), else this harness itself (which dispatches
+/// a worker too, but links everything the bench does).
+fn worker_program() -> std::io::Result<WorkerProgram> {
+    match std::env::var_os("CORDON_BENCH_WORKER") {
+        Some(path) => Ok(WorkerProgram::path(path)),
+        None => WorkerProgram::current_exe(),
+    }
+}
+
+/// Which binary [`worker_program`] runs, for the memory rows' notes.
+fn worker_binary_note() -> &'static str {
+    if std::env::var_os("CORDON_BENCH_WORKER").is_some() {
+        "cordon-star-worker"
+    } else {
+        "the bench binary (CORDON_BENCH_WORKER not set: run through `cargo xtask bench`)"
+    }
 }
 
 /// One call of `entry` with no arguments.
@@ -186,7 +205,7 @@ async fn worker_rows(
     base: f64,
 ) -> Vec<Row> {
     let mut rows = vec![];
-    let program = match WorkerProgram::current_exe() {
+    let program = match worker_program() {
         Ok(p) => p,
         Err(e) => {
             return vec![not_built(
@@ -276,22 +295,48 @@ async fn worker_rows(
     }
     let host_after = status_kib("self", "VmRSS").unwrap_or(0);
     let heap_after = crate::proc_stats::heap_in_use();
-    let pids = workers.worker_pids();
-    let rss: Vec<u64> = pids
-        .iter()
-        .filter_map(|p| status_kib(&p.to_string(), "VmRSS"))
+    // A worker's pid is its sandbox's leader: with a PID namespace the
+    // init, which shares the host's memory (its RSS is the host's); the
+    // worker itself is the process at the end of the init's line.
+    let pids: Vec<u32> = workers
+        .worker_pids()
+        .into_iter()
+        .map(last_descendant)
         .collect();
-    if let Some(max) = rss.iter().max() {
-        rows.push(
-            figure(
-                M,
-                "RSS of an idle sandboxed Starlark worker",
-                *max as f64 / 1024.0,
-                "MiB",
-                format!("max over {} idle workers", rss.len()),
-            )
-            .keyed("memory.idle_worker_rss"),
-        );
+    for (name, key, read) in [
+        (
+            "RSS of an idle sandboxed Starlark worker",
+            "memory.idle_worker_rss",
+            (|p: &str| status_kib(p, "VmRSS")) as fn(&str) -> Option<u64>,
+        ),
+        (
+            "USS (private memory) of an idle sandboxed Starlark worker",
+            "memory.idle_worker_uss",
+            |p: &str| Some(rollup_kib(p, "Private_Clean")? + rollup_kib(p, "Private_Dirty")?),
+        ),
+        (
+            "PSS of an idle sandboxed Starlark worker",
+            "memory.idle_worker_pss",
+            |p: &str| rollup_kib(p, "Pss"),
+        ),
+    ] {
+        let kib: Vec<u64> = pids.iter().filter_map(|p| read(&p.to_string())).collect();
+        if let Some(max) = kib.iter().max() {
+            rows.push(
+                figure(
+                    M,
+                    name,
+                    *max as f64 / 1024.0,
+                    "MiB",
+                    format!(
+                        "max over {} idle workers; {}",
+                        kib.len(),
+                        worker_binary_note()
+                    ),
+                )
+                .keyed(key),
+            );
+        }
     }
     rows.push(
         figure(
@@ -309,6 +354,23 @@ async fn worker_rows(
     );
     workers.shutdown().await;
     rows
+}
+
+/// Follows `pid`'s only child down for as long as there is exactly one.
+fn last_descendant(pid: u32) -> u32 {
+    let mut at = pid;
+    for _ in 0..8 {
+        let children =
+            std::fs::read_to_string(format!("/proc/{at}/task/{at}/children")).unwrap_or_default();
+        let mut it = children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok());
+        match (it.next(), it.next()) {
+            (Some(only), None) => at = only,
+            _ => break,
+        }
+    }
+    at
 }
 
 /// The floor of a warm worker call: one byte to a child process (`cat`)
@@ -345,7 +407,7 @@ async fn pipe_round_trip(plan: &Plan) -> Row {
 
 async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &EvalLimits, base: f64) -> Row {
     const NAME: &str = "sandboxed worker, spare ready (load only)";
-    let mut config = match WorkerProgram::current_exe() {
+    let mut config = match worker_program() {
         Ok(p) => WorkerConfig::new(p),
         Err(e) => return not_built(S, NAME, e.to_string()),
     };
