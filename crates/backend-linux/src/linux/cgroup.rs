@@ -198,30 +198,19 @@ impl Hierarchy {
     }
 }
 
-/// One sandbox's cgroups, made in `wrap`.
+/// One sandbox's cgroups, taken in `wrap`.
 #[derive(Debug)]
 pub(crate) struct SandboxCgroup {
-    /// Every directory made, for removal.
-    dirs: Vec<PathBuf>,
-    /// Where the CPU time is read: `cpuacct.usage` (ns) or `cpu.stat`.
-    cpu: CpuSource,
-    /// `tasks` (v1) or `cgroup.procs` (v2) of each directory, for the
-    /// child to join.
-    procs: Vec<OwnedFd>,
-    /// Where the memory controller counts OOM kills: `memory.oom_control`
-    /// (v1) or `memory.events` (v2), each with an `oom_kill N` line.
-    oom_events: PathBuf,
-}
-
-#[derive(Debug)]
-enum CpuSource {
-    CpuacctUsage(PathBuf),
-    CpuStat(PathBuf),
+    /// The cgroups; `None` once handed back to the keeper.
+    set: Option<CgroupSet>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// The cgroups made for one sandbox, not yet joined or limited.
+/// The cgroups of one sandbox, fresh or recycled by the keeper
+/// (`keeper.rs`), with what a spawn needs of them prepared: the files its
+/// child joins through, open; the limit they hold now; the counters that
+/// cannot be reset, as they stand.
 #[derive(Debug)]
 pub(crate) struct CgroupSet {
     /// Every directory made, parents' order (for removal in reverse).
@@ -230,6 +219,18 @@ pub(crate) struct CgroupSet {
     memory: PathBuf,
     /// The one CPU time is read from.
     cpu: PathBuf,
+    /// cgroup v1 (else v2): which files hold what.
+    v1: bool,
+    /// `tasks` (v1) or `cgroup.procs` (v2) of each directory, for the
+    /// child to join.
+    join: Vec<OwnedFd>,
+    /// The memory limit its files hold (`None`: none, as made); `Err` once
+    /// a write failed halfway, when nobody knows (never recycled then).
+    limit: Result<Option<u64>, ()>,
+    /// OOM kills and CPU time counted before the sandbox that takes it
+    /// (zero when fresh).
+    oom_base: u64,
+    cpu_base: Duration,
 }
 
 impl CgroupSet {
@@ -241,124 +242,170 @@ impl CgroupSet {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let (memory_parent, cpu_parent) = match h {
-            Hierarchy::V1 { memory, cpuacct } => (memory, cpuacct),
-            Hierarchy::V2 { dir } => (dir, dir),
+        let (memory_parent, cpu_parent, v1) = match h {
+            Hierarchy::V1 { memory, cpuacct } => (memory, cpuacct, true),
+            Hierarchy::V2 { dir } => (dir, dir, false),
         };
-        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut set = CgroupSet {
+            memory: memory_parent.join(&name),
+            cpu: cpu_parent.join(&name),
+            dirs: Vec::new(),
+            v1,
+            join: Vec::new(),
+            limit: Ok(None),
+            oom_base: 0,
+            cpu_base: Duration::ZERO,
+        };
         for parent in [memory_parent, cpu_parent] {
             let dir = parent.join(&name);
-            if dirs.contains(&dir) {
+            if set.dirs.contains(&dir) {
                 continue;
             }
             if let Err(e) = std::fs::create_dir(&dir) {
-                for made in dirs.iter().rev() {
-                    let _ = std::fs::remove_dir(made);
-                }
+                keeper::remove_now(set);
                 return Err(e);
             }
-            dirs.push(dir);
+            set.dirs.push(dir);
         }
-        Ok(CgroupSet {
-            memory: memory_parent.join(&name),
-            cpu: cpu_parent.join(&name),
-            dirs,
-        })
+        let join_file = if v1 { "tasks" } else { "cgroup.procs" };
+        for dir in &set.dirs {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join(join_file))
+            {
+                Ok(f) => set.join.push(OwnedFd::from(f)),
+                Err(e) => {
+                    keeper::remove_now(set);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The memory controller's file `v1` or `v2` (by this set's version).
+    fn memory_file(&self, v1: &str, v2: &str) -> PathBuf {
+        self.memory.join(if self.v1 { v1 } else { v2 })
+    }
+
+    /// Makes the files hold `want`, writing only what differs. On v1,
+    /// memory + swap (when accounted) is bounded with memory, and must
+    /// never be below it: it is written first when the bound grows.
+    fn set_limit(&mut self, want: Option<u64>, h: &Hierarchy) -> std::io::Result<()> {
+        if self.limit == Ok(want) {
+            return Ok(());
+        }
+        let memory = self.memory_file("memory.limit_in_bytes", "memory.max");
+        let swap = self.memory_file("memory.memsw.limit_in_bytes", "memory.swap.max");
+        let none = if self.v1 { "-1" } else { "max" };
+        let text = |v: Option<u64>| v.map_or_else(|| none.to_string(), |b| b.to_string());
+        // v1: memory + swap at the memory bound; v2: no swap under a bound.
+        let swap_text = match (self.v1, want) {
+            (true, _) => text(want),
+            (false, Some(_)) => "0".to_string(),
+            (false, None) => none.to_string(),
+        };
+        let grows = match (self.limit, want) {
+            (Ok(Some(old)), Some(new)) => new > old,
+            (Ok(None), _) => false,
+            _ => true,
+        };
+        self.limit = Err(());
+        let swap_too = h.swap_accounted(&swap);
+        let mut writes = vec![(&memory, text(want))];
+        if swap_too {
+            let w = (&swap, swap_text);
+            if grows {
+                writes.insert(0, w);
+            } else {
+                writes.push(w);
+            }
+        }
+        for (file, value) in writes {
+            std::fs::write(file, value)?;
+        }
+        self.limit = Ok(want);
+        Ok(())
+    }
+
+    /// How many processes the memory controller's OOM killer has killed
+    /// here: the `oom_kill N` line of `memory.oom_control` (v1) or
+    /// `memory.events` (v2).
+    fn oom_kills(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.memory_file("memory.oom_control", "memory.events"))
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
+    /// The CPU time counted here: `cpuacct.usage` (v1, ns) or the
+    /// `usage_usec` of `cpu.stat` (v2).
+    fn cpu_time(&self) -> Option<Duration> {
+        if self.v1 {
+            let ns: u64 = std::fs::read_to_string(self.cpu.join("cpuacct.usage"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            return Some(Duration::from_nanos(ns));
+        }
+        let text = std::fs::read_to_string(self.cpu.join("cpu.stat")).ok()?;
+        let us: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(Duration::from_micros(us))
     }
 }
 
 impl SandboxCgroup {
-    /// Takes the cgroups of one sandbox (made ahead by the keeper, or now)
-    /// and sets its limits. Any error removes them.
+    /// Takes the cgroups of one sandbox (from the keeper's stock, or made
+    /// now) and sets its limit. Any error hands them back to the keeper.
     pub(crate) fn create(h: &'static Hierarchy, limits: &Limits) -> std::io::Result<Self> {
-        let set = keeper::take(h)?;
-        let (v1, oom_file, cpu, limit_file, swap_file) = match h {
-            Hierarchy::V1 { .. } => (
-                true,
-                "memory.oom_control",
-                CpuSource::CpuacctUsage(set.cpu.join("cpuacct.usage")),
-                "memory.limit_in_bytes",
-                "memory.memsw.limit_in_bytes",
-            ),
-            Hierarchy::V2 { .. } => (
-                false,
-                "memory.events",
-                CpuSource::CpuStat(set.cpu.join("cpu.stat")),
-                "memory.max",
-                "memory.swap.max",
-            ),
-        };
-        // From here on, dropping `made` removes the set.
         let mut made = SandboxCgroup {
-            oom_events: set.memory.join(oom_file),
-            cpu,
-            procs: Vec::new(),
-            dirs: set.dirs,
+            set: Some(keeper::take(h)?),
         };
-        if let Some(bytes) = limits.memory_bytes {
-            write(&set.memory.join(limit_file), bytes)?;
-            let swap = set.memory.join(swap_file);
-            if h.swap_accounted(&swap) {
-                // v1: memory + swap together at the same bound; v2: no swap.
-                write(&swap, if v1 { bytes } else { 0 })?;
-            }
-        }
-        let join_file = if v1 { "tasks" } else { "cgroup.procs" };
-        for dir in made.dirs.clone() {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.join(join_file))?;
-            made.procs.push(OwnedFd::from(f));
-        }
+        made.set
+            .as_mut()
+            .expect("just taken")
+            .set_limit(limits.memory_bytes, h)?;
         Ok(made)
     }
 
     /// The fds the child writes `0` to (to join), while it is still one
     /// thread.
     pub(crate) fn join_fds(&self) -> Vec<libc::c_int> {
-        self.procs.iter().map(AsRawFd::as_raw_fd).collect()
+        self.set
+            .iter()
+            .flat_map(|s| s.join.iter().map(AsRawFd::as_raw_fd))
+            .collect()
     }
 
+    /// The CPU time of this sandbox's processes.
     fn cpu_time(&self) -> Option<Duration> {
-        match &self.cpu {
-            CpuSource::CpuacctUsage(p) => {
-                let ns: u64 = std::fs::read_to_string(p).ok()?.trim().parse().ok()?;
-                Some(Duration::from_nanos(ns))
-            }
-            CpuSource::CpuStat(p) => {
-                let text = std::fs::read_to_string(p).ok()?;
-                let us: u64 = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))?
-                    .trim()
-                    .parse()
-                    .ok()?;
-                Some(Duration::from_micros(us))
-            }
-        }
+        let set = self.set.as_ref()?;
+        Some(set.cpu_time()?.saturating_sub(set.cpu_base))
     }
-}
 
-impl SandboxCgroup {
-    /// Whether the cgroup's OOM killer killed any of its processes.
+    /// Whether the cgroup's OOM killer killed any of this sandbox's
+    /// processes.
     fn oom_killed(&self) -> bool {
-        std::fs::read_to_string(&self.oom_events)
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("oom_kill "))
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-            })
-            .is_some_and(|n| n > 0)
+        self.set
+            .as_ref()
+            .is_some_and(|s| s.oom_kills().is_some_and(|n| n > s.oom_base))
     }
 }
 
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
-        // The fds were the child's to use; the cgroups are empty once every
-        // process of the sandbox is gone (the runner drops us then).
-        self.procs.clear();
-        keeper::remove_later(std::mem::take(&mut self.dirs));
+        // The cgroups are empty once every process of the sandbox is gone
+        // (the runner drops us then); the keeper recycles or removes them.
+        if let Some(set) = self.set.take() {
+            keeper::retire(set);
+        }
     }
 }
 

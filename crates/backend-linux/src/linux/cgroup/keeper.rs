@@ -1,22 +1,32 @@
 //! The cgroup keeper: one background thread per host process that takes
 //! the cgroup work off the spawn's and the wait's path.
 //!
-//! - **Removal**: a sandbox's cgroups are removed once every process of it
-//!   is gone ([`remove_later`]; on v2 `cgroup.kill` first, for anything
-//!   left). A process still exiting makes `rmdir` fail with `EBUSY` for a
-//!   moment: retried for up to 2 s, then left to the next sweep.
-//! - **Stock**: making a memory cgroup is the dearest step of a sandbox's
-//!   limits (a `mkdir` that allocates the controller's per-CPU state; ~60
-//!   µs per spawn on a 2-core Linux 6.18 host, cgroup v1). A process that
-//!   has made two sandboxes probably makes more, so from then on the
-//!   keeper keeps one set of cgroups made ahead ([`take`]), and the next
-//!   spawn only writes its limits and opens the files its child joins
-//!   through. A set in stock is fresh: made by this process, never joined,
-//!   with its parent's defaults (no limit of its own) until
-//!   `SandboxCgroup::create` writes the sandbox's. A process that makes one
-//!   sandbox (`cordon run`) never stocks one. What is in stock at `exit`
-//!   is removed then (`atexit`); a host killed first leaves it, empty, to
-//!   the next process's sweep, as any cgroup of a dead creator.
+//! - **Stock**: making a memory cgroup and removing it again is the
+//!   dearest part of a sandbox's limits (the `mkdir` allocates the
+//!   controller's per-CPU state, ~65 µs on a 2-core Linux 6.18 host with
+//!   cgroup v1; the `rmdir` and the kernel's deferred freeing as much
+//!   again). A process that has made two sandboxes probably makes more, so
+//!   from then on the keeper keeps a set of cgroups ready ([`take`]), with
+//!   the files its child joins through already open; the next spawn at
+//!   most writes its limit. A process that makes one sandbox (`cordon run`) never stocks
+//!   one.
+//! - **Recycling**: a sandbox's set is retired once every process of it is
+//!   gone ([`retire`]). The keeper uses it again, for a later sandbox of
+//!   this process, only when it is as good as fresh: no process left in
+//!   it, at most [`RESIDUE_MAX`] still charged to its memory controller
+//!   (the kernel objects its sandbox left cached, dentries and slab; page
+//!   cache it filled counts too, which is why the bound is small) and its
+//!   peak and failure counters zeroed; the counters that cannot be reset
+//!   (OOM kills, CPU time) are read then and subtracted (`SandboxCgroup`).
+//!   The limit stays as it was, and the next sandbox writes only what
+//!   differs (often nothing: the same policy again). A set whose limit
+//!   write failed halfway is never recycled. Anything else, or a
+//!   full stock, and the set is removed (on v2 `cgroup.kill` first, for
+//!   anything left; a process still exiting makes `rmdir` fail with
+//!   `EBUSY` for a moment: retried for up to 2 s, then left to the next
+//!   sweep). What is in stock at `exit` is removed then (`atexit`); a host
+//!   killed first leaves it, empty, to the next process's sweep, as any
+//!   cgroup of a dead creator.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,11 +36,18 @@ use std::time::Duration;
 
 use super::{write, CgroupSet, Hierarchy};
 
-/// How many sets the keeper keeps made ahead.
+/// How many sets the keeper makes ahead when the stock is empty.
 const STOCK: usize = 1;
 
+/// How many sets the stock holds at most (made ahead or recycled).
+const STOCK_MAX: usize = 2;
+
+/// The most a retired set may still have charged to its memory controller
+/// and be used again.
+pub(super) const RESIDUE_MAX: u64 = 1 << 20;
+
 enum Job {
-    Remove(Vec<PathBuf>),
+    Retire(Box<CgroupSet>),
     Refill(&'static Hierarchy),
 }
 
@@ -50,7 +67,7 @@ fn keeper() -> Option<&'static Mutex<Sender<Job>>> {
                 .spawn(move || {
                     while let Ok(job) = rx.recv() {
                         match job {
-                            Job::Remove(dirs) => remove(dirs),
+                            Job::Retire(set) => recycle_or_remove(*set),
                             Job::Refill(h) => refill(h),
                         }
                     }
@@ -114,12 +131,78 @@ extern "C" fn remove_stock() {
     }
 }
 
-/// Hands `dirs` to the keeper, which removes them off the caller's path;
-/// inline if the thread cannot start.
-pub(super) fn remove_later(dirs: Vec<PathBuf>) {
-    if let Err(Job::Remove(dirs)) = submit(Job::Remove(dirs)) {
-        remove(dirs);
+/// Hands a sandbox's set to the keeper once every process of the sandbox
+/// is gone; it is recycled or removed off the caller's path (inline if
+/// the thread cannot start).
+pub(super) fn retire(set: CgroupSet) {
+    if let Err(Job::Retire(set)) = submit(Job::Retire(Box::new(set))) {
+        remove_now(*set);
     }
+}
+
+fn recycle_or_remove(mut set: CgroupSet) {
+    match recycle(&mut set) {
+        Ok(()) => {
+            let mut stock = STOCKED.lock().unwrap_or_else(|p| p.into_inner());
+            if stock.len() < STOCK_MAX {
+                stock.push(set);
+                return;
+            }
+        }
+        Err(why) => tracing::debug!(cgroup = %set.memory.display(), %why, "not recycled"),
+    }
+    remove_now(set);
+}
+
+/// Makes a retired `set` as good as fresh, or says why it is not.
+fn recycle(set: &mut CgroupSet) -> Result<(), String> {
+    if set.limit.is_err() {
+        return Err("a limit write failed halfway".into());
+    }
+    let empty = |dir: &PathBuf| {
+        std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+    };
+    let mut tries = 0;
+    while !set.dirs.iter().all(empty) {
+        tries += 1;
+        if tries > 100 {
+            return Err("processes still in it after 2 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let usage_file = set.memory_file("memory.usage_in_bytes", "memory.current");
+    let usage: u64 = std::fs::read_to_string(&usage_file)
+        .map_err(|e| e.to_string())?
+        .trim()
+        .parse()
+        .map_err(|e| format!("{}: {e}", usage_file.display()))?;
+    if usage > RESIDUE_MAX {
+        return Err(format!("{usage} bytes still charged"));
+    }
+    if set.v1 {
+        for counter in [
+            "memory.max_usage_in_bytes",
+            "memory.failcnt",
+            "memory.memsw.max_usage_in_bytes",
+            "memory.memsw.failcnt",
+        ] {
+            let file = set.memory.join(counter);
+            if file.exists() {
+                write(&file, 0).map_err(|e| format!("{}: {e}", file.display()))?;
+            }
+        }
+    }
+    // Empty, so these stand still until the next sandbox joins.
+    set.oom_base = set.oom_kills().ok_or("no OOM kill count")?;
+    set.cpu_base = set.cpu_time().ok_or("no CPU time")?;
+    Ok(())
+}
+
+/// Removes a set at once, on the caller's thread (one just made).
+pub(super) fn remove_now(set: CgroupSet) {
+    // The join fds close first.
+    let CgroupSet { dirs, .. } = set;
+    remove(dirs);
 }
 
 /// Removes a sandbox's cgroups, children first.
@@ -160,13 +243,18 @@ fn remove(mut dirs: Vec<PathBuf>) {
 mod tests {
     use super::*;
     use crate::linux::cgroup::{hierarchy, SandboxCgroup};
+    use std::os::unix::process::CommandExt as _;
+    use std::time::Instant;
 
-    /// Needs a hierarchy this process may write (root on the development
-    /// machine and in CI); without one there is no stock to test, and the
-    /// backend must then not claim sandbox-wide limits.
-    #[test]
-    fn from_the_second_set_on_one_is_made_ahead_and_limited_only_when_used() {
-        let Some(h) = hierarchy() else {
+    /// The tests share the keeper's stock.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// The writable hierarchy (root on the development machine and in CI).
+    /// Without one there is nothing to keep, and the backend must then not
+    /// claim sandbox-wide limits.
+    fn writable_hierarchy() -> Option<&'static Hierarchy> {
+        let h = hierarchy();
+        if h.is_none() {
             use cordon_core::SandboxBackend as _;
             let facts = crate::LinuxBackend::new().host_facts();
             assert!(
@@ -174,55 +262,152 @@ mod tests {
                 "no writable cgroup hierarchy, yet the backend claims {:?}",
                 facts["limit_memory"]
             );
-            return;
-        };
-        let limits = |mib: u64| cordon_core::Limits {
+        }
+        h
+    }
+
+    fn limits(mib: u64) -> cordon_core::Limits {
+        cordon_core::Limits {
             memory_bytes: Some(mib << 20),
             ..cordon_core::Limits::default()
-        };
-        let stocked = || STOCKED.lock().unwrap().len();
-        let first = SandboxCgroup::create(h, &limits(64)).expect("first");
-        assert_eq!(stocked(), 0, "one sandbox made; nothing may be stocked yet");
-        let second = SandboxCgroup::create(h, &limits(64)).expect("second");
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while stocked() == 0 && std::time::Instant::now() < deadline {
+        }
+    }
+
+    fn stocked() -> Vec<PathBuf> {
+        STOCKED
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.memory.clone())
+            .collect()
+    }
+
+    fn until(what: &str, ok: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ok() {
+            assert!(Instant::now() < deadline, "timed out waiting: {what}");
             std::thread::sleep(Duration::from_millis(5));
         }
-        let ahead = STOCKED.lock().unwrap()[0].memory.clone();
-        // Fresh: no limit of its own yet (the parent's default, far above).
-        let file = match h {
-            Hierarchy::V1 { .. } => "memory.limit_in_bytes",
-            Hierarchy::V2 { .. } => "memory.max",
+    }
+
+    fn memory_of(c: &SandboxCgroup) -> PathBuf {
+        c.set.as_ref().unwrap().memory.clone()
+    }
+
+    fn limit_of(c: &SandboxCgroup) -> String {
+        let set = c.set.as_ref().unwrap();
+        let file = set.memory_file("memory.limit_in_bytes", "memory.max");
+        std::fs::read_to_string(file).unwrap().trim().to_string()
+    }
+
+    /// What a limit file says when there is no limit.
+    fn unlimited(text: &str) -> bool {
+        text == "max" || text.parse::<u64>().is_ok_and(|b| b > 1 << 60)
+    }
+
+    /// Runs `python3 -c code` inside `c` (the way a sandbox's child joins:
+    /// a write of `0` to each join fd before exec); its exit status.
+    fn run_in(c: &SandboxCgroup, code: &str) -> std::process::ExitStatus {
+        let fds = c.join_fds();
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["-c", code]);
+        // SAFETY: only write(2) on fds the cgroup holds open.
+        unsafe {
+            cmd.pre_exec(move || super::super::join(&fds));
+        }
+        cmd.status().expect("python3")
+    }
+
+    #[test]
+    fn from_the_second_set_on_one_is_made_ahead_and_limited_only_when_used() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(h) = writable_hierarchy() else {
+            return;
         };
-        let read = |dir: &std::path::Path| std::fs::read_to_string(dir.join(file)).unwrap();
-        assert_ne!(read(&ahead).trim(), (32u64 << 20).to_string());
-        let third = SandboxCgroup::create(h, &limits(32)).expect("third");
+        remove_stock();
+        USED.store(0, Ordering::Relaxed);
+        let first = SandboxCgroup::create(h, &limits(64)).expect("first");
         assert!(
-            third.dirs.contains(&ahead),
-            "the third sandbox did not get the stocked set {ahead:?}: {:?}",
-            third.dirs
+            stocked().is_empty(),
+            "one sandbox made; nothing may be stocked yet"
         );
-        assert_eq!(read(&ahead).trim(), (32u64 << 20).to_string());
-        let dirs: Vec<PathBuf> = [&first, &second, &third]
+        let second = SandboxCgroup::create(h, &limits(64)).expect("second");
+        until("a set made ahead", || !stocked().is_empty());
+        let ahead = stocked()[0].clone();
+        let third = SandboxCgroup::create(h, &limits(32)).expect("third");
+        assert_eq!(
+            memory_of(&third),
+            ahead,
+            "the third sandbox did not get the stocked set"
+        );
+        assert_eq!(limit_of(&third), (32u64 << 20).to_string());
+        let used: Vec<PathBuf> = [&first, &second, &third]
             .iter()
-            .flat_map(|c| c.dirs.clone())
+            .map(|c| memory_of(c))
             .collect();
         drop((first, second, third));
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while dirs.iter().any(|d| d.exists()) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(dirs.iter().all(|d| !d.exists()), "used cgroups left behind");
-        // The third take asked for the next set ahead: exit removes it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while stocked() == 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let next: Vec<PathBuf> = STOCKED.lock().unwrap()[0].dirs.clone();
+        // Recycled into the stock (at most STOCK_MAX) or removed.
+        until("the used sets recycled or removed", || {
+            let stock = stocked();
+            stock.len() <= STOCK_MAX && used.iter().all(|d| stock.contains(d) || !d.exists())
+        });
+        let all: Vec<PathBuf> = used.iter().chain(stocked().iter()).cloned().collect();
         remove_stock();
         assert!(
-            next.iter().all(|d| !d.exists()),
-            "stock left at exit: {next:?}"
+            all.iter().all(|d| !d.exists()),
+            "stock left at exit: {all:?}"
         );
+    }
+
+    /// A set whose sandbox was OOM-killed comes back with no limit of its
+    /// own, counts no OOM kill and no CPU time for the next sandbox, and
+    /// holds that sandbox's limit.
+    #[test]
+    fn a_recycled_set_starts_from_nothing() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(h) = writable_hierarchy() else {
+            return;
+        };
+        remove_stock();
+        let a = SandboxCgroup::create(h, &limits(32)).expect("a");
+        let status = run_in(
+            &a,
+            "x = bytearray(512 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1",
+        );
+        assert!(!status.success(), "512 MiB under a 32 MiB limit: {status}");
+        assert!(a.oom_killed(), "the OOM kill is not seen");
+        assert!(a.cpu_time().unwrap() > Duration::ZERO);
+        let dir = memory_of(&a);
+        drop(a);
+        until("the OOM-killed set recycled", || stocked().contains(&dir));
+        let b = SandboxCgroup::create(h, &limits(64)).expect("b");
+        assert_eq!(memory_of(&b), dir, "b did not get the recycled set");
+        assert!(!b.oom_killed(), "b counts a's OOM kill");
+        assert!(
+            b.cpu_time().unwrap() < Duration::from_millis(1),
+            "b counts a's CPU time"
+        );
+        assert_eq!(limit_of(&b), (64u64 << 20).to_string());
+        assert!(run_in(&b, "x = bytearray(16 << 20)").success());
+        assert!(!b.oom_killed());
+        drop(b);
+        until("b recycled", || stocked().contains(&dir));
+        // A sandbox without a memory limit after one with: none is left.
+        let c = SandboxCgroup::create(h, &cordon_core::Limits::default()).expect("c");
+        assert_eq!(memory_of(&c), dir);
+        assert!(
+            unlimited(&limit_of(&c)),
+            "b's limit stayed: {}",
+            limit_of(&c)
+        );
+        // And a smaller one than b's after none.
+        drop(c);
+        until("c recycled", || stocked().contains(&dir));
+        let b = SandboxCgroup::create(h, &limits(48)).expect("d");
+        assert_eq!(limit_of(&b), (48u64 << 20).to_string());
+        drop(b);
+        until("b recycled", || stocked().contains(&dir));
+        remove_stock();
+        assert!(!dir.exists());
     }
 }
