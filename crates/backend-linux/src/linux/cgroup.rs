@@ -183,10 +183,16 @@ impl Hierarchy {
 
     /// Whether the memory controller accounts swap here (`file`, a swap
     /// limit file of a sandbox's cgroup, exists), looked up once: there is
-    /// one hierarchy per process.
-    fn swap_accounted(&self, file: &Path) -> bool {
+    /// one hierarchy per process. A lookup that fails is an error (the
+    /// spawn fails), never taken for "no swap", which would leave swap
+    /// unbounded.
+    fn swap_accounted(&self, file: &Path) -> std::io::Result<bool> {
         static SWAP: OnceLock<bool> = OnceLock::new();
-        *SWAP.get_or_init(|| file.exists())
+        if let Some(known) = SWAP.get() {
+            return Ok(*known);
+        }
+        let found = file.try_exists()?;
+        Ok(*SWAP.get_or_init(|| found))
     }
 
     /// What `host_facts` says about the limits this hierarchy holds.
@@ -311,7 +317,7 @@ impl CgroupSet {
             _ => true,
         };
         self.limit = Err(());
-        let swap_too = h.swap_accounted(&swap);
+        let swap_too = h.swap_accounted(&swap)?;
         let mut writes = vec![(&memory, text(want))];
         if swap_too {
             let w = (&swap, swap_text);

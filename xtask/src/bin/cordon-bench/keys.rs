@@ -59,6 +59,10 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "trivial call in process, cached package",
     ),
     (
+        &["starlark.bare_call_us", "starlark.in_process_to_bare"],
+        "the same entry point called on a frozen module with the bare `starlark` interpreter (fresh module and evaluator per call, nothing else); the in-process call against it",
+    ),
+    (
         &["starlark.call_style_*", "starlark.seed_style_*"],
         "a secret read in the entry point (cached) / at the top level (per call)",
     ),

@@ -76,6 +76,11 @@ async fn run(plan: Plan, json: bool) -> i32 {
     // `CORDON_BENCH_PROFILE_SPAWNS=N CORDON_BENCH_PROFILE_WITHOUT=own_uid,…`:
     // N spawns under the Linux backend with those layers off, spawned
     // directly (no gate), to compare layers with `perf` or `farm-bench`.
+    // `CORDON_BENCH_PROFILE_CALLS=N`: N trivial in-process Starlark calls
+    // (the `starlark.in_process` row's), for `perf record`.
+    if let Ok(n) = std::env::var("CORDON_BENCH_PROFILE_CALLS") {
+        return starlark::profile_calls(n.parse().unwrap_or(100_000)).await;
+    }
     if let (Ok(n), Ok(without)) = (
         std::env::var("CORDON_BENCH_PROFILE_SPAWNS"),
         std::env::var("CORDON_BENCH_PROFILE_WITHOUT"),

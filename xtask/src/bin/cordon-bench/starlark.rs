@@ -125,8 +125,14 @@ pub async fn bench(plan: &Plan, sandbox: Option<&SandboxRunner>) -> Vec<Row> {
     for _ in 0..plan.star_iters {
         cached.push(timed(call(&runner, &pkg, trusted, "ping")).await);
     }
-    let base = row(S, "in-process, cached package (baseline)", cached).keyed("starlark.in_process");
+    let mut base =
+        row(S, "in-process, cached package (baseline)", cached).keyed("starlark.in_process");
+    let bare = bare_call(plan);
+    base.note = format!("{:.2}x a bare interpreter call", base.median / bare.median);
+    base.extra
+        .push(("starlark.in_process_to_bare", base.median / bare.median));
     rows.push(base.clone());
+    rows.push(bare);
 
     // A module call at top level (seed style) against the same call in the
     // entry point: the per-call top level's cost.
@@ -437,6 +443,56 @@ async fn spare_row(plan: &Plan, sandbox: &SandboxRunner, limits: &EvalLimits, ba
     r.ratio = Some(r.median / base);
     r.note = "PoolConfig::spare_workers = 1 (off by default)".into();
     r
+}
+
+/// For `perf`: `n` of the `starlark.in_process` row's calls.
+pub async fn profile_calls(n: u32) -> i32 {
+    let runner = trusted_host(&EvalLimits::default());
+    let pkg = Package::from_script("bench-trivial", TRIVIAL.to_string());
+    for _ in 0..n {
+        call(&runner, &pkg, TrustTier::Trusted, "ping").await;
+    }
+    0
+}
+
+/// The trivial entry point called on a frozen module with the bare
+/// `starlark` interpreter, no Cordon: a fresh module and evaluator per
+/// call (as Cordon's), no limits, no thread hop, no value conversion.
+fn bare_call(plan: &Plan) -> Row {
+    use starlark::environment::{FrozenModule, Globals, Module};
+    use starlark::eval::Evaluator;
+    use starlark::syntax::{AstModule, Dialect};
+    let globals = Globals::standard();
+    let ast =
+        AstModule::parse("trivial.star", TRIVIAL.to_string(), &Dialect::Extended).expect("parse");
+    let frozen: FrozenModule = Module::with_temp_heap(|module| {
+        let mut eval = Evaluator::new(&module);
+        eval.eval_module(ast, &globals).expect("module");
+        drop(eval);
+        module.freeze().expect("freeze")
+    });
+    let ping = frozen.get("ping").expect("ping defined");
+    let once = || {
+        let t = Instant::now();
+        Module::with_temp_heap(|module| {
+            // SAFETY: as in Cordon's own call (the worker's eval): the
+            // module's frozen heap keeps a reference to the function's.
+            let f = unsafe { ping.owned_frozen_value(module.frozen_heap()) }.to_value();
+            let mut eval = Evaluator::new(&module);
+            eval.eval_function(f, &[], &[]).expect("call").unpack_i32()
+        });
+        t.elapsed()
+    };
+    for _ in 0..plan.star_iters.max(200) {
+        once();
+    }
+    let v: Vec<Duration> = (0..plan.star_iters).map(|_| once()).collect();
+    row(
+        S,
+        "bare interpreter: the same entry point on a frozen module",
+        v,
+    )
+    .keyed("starlark.bare_call")
 }
 
 async fn compute(plan: &Plan, runner: &StarlarkHost) -> Vec<Row> {

@@ -8,28 +8,29 @@
 //!   again). A process that has made two sandboxes probably makes more, so
 //!   from then on the keeper keeps a set of cgroups ready ([`take`]), with
 //!   the files its child joins through already open; the next spawn at
-//!   most writes its limit. A process that makes one sandbox (`cordon run`) never stocks
-//!   one.
+//!   most writes its limit. A process that makes one sandbox (`cordon run`)
+//!   keeps none: its set is removed as soon as its sandbox is gone.
 //! - **Recycling**: a sandbox's set is retired once every process of it is
 //!   gone ([`retire`]). The keeper uses it again, for a later sandbox of
-//!   this process, only when it is as good as fresh: no process left in
-//!   it, at most [`RESIDUE_MAX`] still charged to its memory controller
-//!   (the kernel objects its sandbox left cached, dentries and slab; page
-//!   cache it filled counts too, which is why the bound is small) and its
-//!   peak and failure counters zeroed; the counters that cannot be reset
-//!   (OOM kills, CPU time) are read then and subtracted (`SandboxCgroup`).
-//!   The limit stays as it was, and the next sandbox writes only what
-//!   differs (often nothing: the same policy again). A set whose limit
-//!   write failed halfway is never recycled. Anything else, or a
-//!   full stock, and the set is removed (on v2 `cgroup.kill` first, for
-//!   anything left; a process still exiting makes `rmdir` fail with
-//!   `EBUSY` for a moment: retried for up to 2 s, then left to the next
-//!   sweep). What is in stock at `exit` is removed then (`atexit`); a host
-//!   killed first leaves it, empty, to the next process's sweep, as any
-//!   cgroup of a dead creator.
+//!   this process, only when it is as good as fresh: no thread left in it,
+//!   at most [`RESIDUE_MAX`] of memory and swap still charged to it (the
+//!   kernel objects its sandbox left cached, dentries and slab; page cache
+//!   it filled counts too, which is why the bound is small) and its peak
+//!   and failure counters zeroed; the counters that cannot be reset (OOM
+//!   kills, CPU time) are read then and subtracted (`SandboxCgroup`). The
+//!   limit stays as it was, and the next sandbox writes only what differs
+//!   (often nothing: the same policy again). A set whose limit write
+//!   failed halfway is never recycled. Anything else, or a full stock, and
+//!   the set is removed (on v2 `cgroup.kill` first, for anything left; a
+//!   process still exiting makes `rmdir` fail with `EBUSY` for a moment:
+//!   retried for up to 2 s, then left to the next sweep).
+//! - **Exit**: what is in stock then is removed (`atexit`, by the process
+//!   that registered it only, not a forked child); what is retired after
+//!   is removed, not stocked. A host killed first leaves its stock, empty,
+//!   to the next process's sweep, as any cgroup of a dead creator.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{channel, SendError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -48,6 +49,7 @@ pub(super) const RESIDUE_MAX: u64 = 1 << 20;
 
 enum Job {
     Retire(Box<CgroupSet>),
+    Remove(Vec<PathBuf>),
     Refill(&'static Hierarchy),
 }
 
@@ -68,6 +70,7 @@ fn keeper() -> Option<&'static Mutex<Sender<Job>>> {
                     while let Ok(job) = rx.recv() {
                         match job {
                             Job::Retire(set) => recycle_or_remove(*set),
+                            Job::Remove(dirs) => remove(dirs),
                             Job::Refill(h) => refill(h),
                         }
                     }
@@ -92,6 +95,12 @@ fn submit(job: Job) -> Result<(), Job> {
 /// A set of `h`'s cgroups for one sandbox: one from stock, else made now.
 /// From this process's second set on, the keeper makes the next one ahead.
 pub(super) fn take(h: &'static Hierarchy) -> std::io::Result<CgroupSet> {
+    static AT_EXIT: OnceLock<()> = OnceLock::new();
+    AT_EXIT.get_or_init(|| {
+        OWNER.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: registers a function without arguments, run by exit().
+        unsafe { libc::atexit(remove_stock) };
+    });
     let stocked = STOCKED.lock().unwrap_or_else(|p| p.into_inner()).pop();
     let set = match stocked {
         Some(set) => set,
@@ -104,16 +113,19 @@ pub(super) fn take(h: &'static Hierarchy) -> std::io::Result<CgroupSet> {
 }
 
 fn refill(h: &'static Hierarchy) {
-    static AT_EXIT: OnceLock<()> = OnceLock::new();
-    AT_EXIT.get_or_init(|| {
-        // SAFETY: registers a function without arguments, run by exit().
-        unsafe { libc::atexit(remove_stock) };
-    });
     if STOCKED.lock().unwrap_or_else(|p| p.into_inner()).len() >= STOCK {
         return;
     }
     match CgroupSet::make(h) {
-        Ok(set) => STOCKED.lock().unwrap_or_else(|p| p.into_inner()).push(set),
+        Ok(set) => {
+            let mut stock = STOCKED.lock().unwrap_or_else(|p| p.into_inner());
+            if EXITING.load(Ordering::Relaxed) {
+                drop(stock);
+                remove_now(set);
+            } else {
+                stock.push(set);
+            }
+        }
         Err(e) => tracing::debug!(error = %e, "could not make a cgroup set ahead"),
     }
 }
@@ -121,20 +133,44 @@ fn refill(h: &'static Hierarchy) {
 /// At exit: removes the stock (fresh, empty cgroups: `rmdir` succeeds at
 /// once). `try_lock`: a thread that held the lock at exit leaves its set
 /// to the next sweep rather than hang the exit.
+/// A child made by a plain `fork` that calls `exit` runs the handlers too:
+/// only the process that registered it removes anything. After it ran,
+/// the keeper stocks nothing more ([`EXITING`]).
 extern "C" fn remove_stock() {
+    if OWNER.load(Ordering::Relaxed) != std::process::id() {
+        return;
+    }
+    EXITING.store(true, Ordering::Relaxed);
     if let Ok(mut stock) = STOCKED.try_lock() {
         for set in stock.drain(..) {
-            for dir in set.dirs.iter().rev() {
-                let _ = std::fs::remove_dir(dir);
-            }
+            remove_now(set);
         }
     }
 }
+
+/// The process whose exit removes the stock.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Set once the stock was removed at exit: what is retired from then on
+/// is removed, not stocked.
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// Hands a sandbox's set to the keeper once every process of the sandbox
 /// is gone; it is recycled or removed off the caller's path (inline if
 /// the thread cannot start).
 pub(super) fn retire(set: CgroupSet) {
+    // A process that has made one sandbox (`cordon run`) may exit at any
+    // moment, and would leave its set to the next process's sweep: it is
+    // removed here at once instead (what is still busy, by the keeper).
+    if USED.load(Ordering::Relaxed) <= 1 {
+        let CgroupSet { dirs, join, .. } = set;
+        drop(join);
+        let busy = remove_once(dirs);
+        if let Err(Job::Remove(busy)) = submit(Job::Remove(busy)) {
+            remove(busy);
+        }
+        return;
+    }
     if let Err(Job::Retire(set)) = submit(Job::Retire(Box::new(set))) {
         remove_now(*set);
     }
@@ -144,7 +180,7 @@ fn recycle_or_remove(mut set: CgroupSet) {
     match recycle(&mut set) {
         Ok(()) => {
             let mut stock = STOCKED.lock().unwrap_or_else(|p| p.into_inner());
-            if stock.len() < STOCK_MAX {
+            if stock.len() < STOCK_MAX && !EXITING.load(Ordering::Relaxed) {
                 stock.push(set);
                 return;
             }
@@ -159,8 +195,10 @@ fn recycle(set: &mut CgroupSet) -> Result<(), String> {
     if set.limit.is_err() {
         return Err("a limit write failed halfway".into());
     }
+    // v1: `tasks`, every thread (a zombie leader's live threads too).
+    let members = if set.v1 { "tasks" } else { "cgroup.procs" };
     let empty = |dir: &PathBuf| {
-        std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+        std::fs::read_to_string(dir.join(members)).is_ok_and(|p| p.trim().is_empty())
     };
     let mut tries = 0;
     while !set.dirs.iter().all(empty) {
@@ -170,14 +208,33 @@ fn recycle(set: &mut CgroupSet) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let usage_file = set.memory_file("memory.usage_in_bytes", "memory.current");
-    let usage: u64 = std::fs::read_to_string(&usage_file)
-        .map_err(|e| e.to_string())?
-        .trim()
-        .parse()
-        .map_err(|e| format!("{}: {e}", usage_file.display()))?;
+    // Memory and swap: pages of its tmpfs files on the host swapped out
+    // would come back charged to the next sandbox. v1's memsw usage is
+    // memory + swap (where swap is accounted).
+    let read = |name: &str| -> Result<Option<u64>, String> {
+        let file = set.memory.join(name);
+        match std::fs::read_to_string(&file) {
+            Ok(text) => text
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", file.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", file.display())),
+        }
+    };
+    let usage: u64 = if set.v1 {
+        match read("memory.memsw.usage_in_bytes")? {
+            Some(both) => both,
+            None => read("memory.usage_in_bytes")?.ok_or("no memory.usage_in_bytes")?,
+        }
+    } else {
+        read("memory.current")?.ok_or("no memory.current")?
+            + read("memory.swap.current")?.unwrap_or(0)
+            + read("memory.zswap.current")?.unwrap_or(0)
+    };
     if usage > RESIDUE_MAX {
-        return Err(format!("{usage} bytes still charged"));
+        return Err(format!("{usage} bytes of memory and swap still charged"));
     }
     if set.v1 {
         for counter in [
@@ -200,13 +257,28 @@ fn recycle(set: &mut CgroupSet) -> Result<(), String> {
 
 /// Removes a set at once, on the caller's thread (one just made).
 pub(super) fn remove_now(set: CgroupSet) {
-    // The join fds close first.
-    let CgroupSet { dirs, .. } = set;
+    let CgroupSet { dirs, join, .. } = set;
+    drop(join);
     remove(dirs);
+}
+
+/// One `rmdir` of each of `dirs` (children first); returns those still
+/// busy (`EBUSY`: a process of the sandbox still exiting).
+fn remove_once(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    dirs.into_iter()
+        .rev()
+        .filter(|dir| {
+            std::fs::remove_dir(dir).is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY))
+        })
+        .rev()
+        .collect()
 }
 
 /// Removes a sandbox's cgroups, children first.
 fn remove(mut dirs: Vec<PathBuf>) {
+    if dirs.is_empty() {
+        return;
+    }
     // On v2, anything still in the cgroup (there should be nothing) is
     // killed by the kernel in one step; v1 has no such file, and the PID
     // namespace's end has killed the sandbox there.
@@ -273,6 +345,13 @@ mod tests {
         }
     }
 
+    /// Removes the stock as exit does, and lets the keeper stock again.
+    fn empty_stock() {
+        OWNER.store(std::process::id(), Ordering::Relaxed);
+        remove_stock();
+        EXITING.store(false, Ordering::Relaxed);
+    }
+
     fn stocked() -> Vec<PathBuf> {
         STOCKED
             .lock()
@@ -324,7 +403,13 @@ mod tests {
         let Some(h) = writable_hierarchy() else {
             return;
         };
-        remove_stock();
+        empty_stock();
+        USED.store(0, Ordering::Relaxed);
+        // A process's only sandbox: its set is gone when it is.
+        let only = SandboxCgroup::create(h, &limits(64)).expect("only");
+        let dir = memory_of(&only);
+        drop(only);
+        assert!(!dir.exists() && stocked().is_empty(), "the only set was kept");
         USED.store(0, Ordering::Relaxed);
         let first = SandboxCgroup::create(h, &limits(64)).expect("first");
         assert!(
@@ -368,7 +453,9 @@ mod tests {
         let Some(h) = writable_hierarchy() else {
             return;
         };
-        remove_stock();
+        empty_stock();
+        // As in a process past its first sandbox (the first is removed).
+        USED.store(2, Ordering::Relaxed);
         let a = SandboxCgroup::create(h, &limits(32)).expect("a");
         let status = run_in(
             &a,
