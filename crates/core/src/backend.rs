@@ -89,6 +89,16 @@ pub trait SandboxResources: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether any process of the sandbox is still alive (zombies do not
+    /// count), when the backend knows it cheaply and exactly (every process
+    /// of the sandbox is in a cgroup of its own, say). After the leader
+    /// ended, the runner waits for this to be `false` before it removes the
+    /// scratch dir; `None` (the default): the runner looks for live
+    /// processes of the leader's process group in `/proc` instead.
+    fn processes_left(&self) -> Option<bool> {
+        None
+    }
+
     /// Tells the resources the host pid of the process the runner spawned
     /// (called once, right after spawn).
     fn started(&self, pid: u32) {

@@ -396,6 +396,22 @@ impl SandboxCgroup {
         Some(set.cpu_time()?.saturating_sub(set.cpu_base))
     }
 
+    /// Whether a thread of the sandbox is still in its cgroups (every
+    /// process of the program's tree is; zombies are not listed): `tasks`
+    /// (v1) or `cgroup.procs` (v2). `None` when they cannot be read.
+    fn processes_left(&self) -> Option<bool> {
+        let set = self.set.as_ref()?;
+        let members = if set.v1 { "tasks" } else { "cgroup.procs" };
+        let mut left = false;
+        for dir in &set.dirs {
+            left |= !std::fs::read_to_string(dir.join(members))
+                .ok()?
+                .trim()
+                .is_empty();
+        }
+        Some(left)
+    }
+
     /// Whether the cgroup's OOM killer killed any of this sandbox's
     /// processes.
     fn oom_killed(&self) -> bool {
@@ -487,6 +503,10 @@ impl SandboxResources for LinuxResources {
 
     fn memory_limit_hit(&self) -> bool {
         self.cgroup.as_ref().is_some_and(SandboxCgroup::oom_killed)
+    }
+
+    fn processes_left(&self) -> Option<bool> {
+        self.cgroup.as_ref()?.processes_left()
     }
 
     fn started(&self, pid: u32) {

@@ -8,8 +8,11 @@
 //! each sandbox a uid that nothing else has: one from a [`UidPool`] range
 //! that no account, no subordinate-id range and no running process uses.
 //!
-//! **Allocation** ([`UidLease::acquire`]): the uids are tried from the
-//! bottom of the range; a uid is taken when this process can hold an
+//! **Allocation** ([`UidLease::acquire`]): the uids are tried in order
+//! from a start that moves one uid on with every search, round the lowest
+//! 64 of the range (the uid just released is the likeliest still to have
+//! a zombie, and the lock dir then holds about 64 files); a uid is taken
+//! when this process can hold an
 //! exclusive `flock` on its file in the pool's lock dir (`/run/cordon/uids`
 //! by default: root's own, 0700; the lock dies with its holder, so a
 //! killed host leaves nothing locked) **and** the kernel knows no process
@@ -240,13 +243,24 @@ pub(crate) struct UidLease {
 }
 
 impl UidLease {
-    /// The lowest uid of `pool` that no other holder has locked and no
-    /// process has. An error says why none could be taken.
+    /// The first uid of `pool` from this search's start (module docs) that
+    /// no other holder has locked and no process has. An error says why
+    /// none could be taken.
     pub(crate) fn acquire(pool: &UidPool) -> Result<UidLease, String> {
         pool.check()?;
         let dir = lock_dir(&pool.lock_dir)?;
         let mut busy_processes = 0u32;
-        for uid in pool.first..=pool.last() {
+        // Each search starts one uid further into the lowest WINDOW of the
+        // range, wrapping: the uid just released is the likeliest to have
+        // a zombie left for a moment, and each busy uid costs a walk of
+        // every task. Bounded, so the lock dir holds about WINDOW files,
+        // not one per uid of the range.
+        const WINDOW: u32 = 64;
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let offset =
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % WINDOW.min(pool.count);
+        let start = pool.first + offset;
+        for uid in (start..=pool.last()).chain(pool.first..start) {
             if HELD
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

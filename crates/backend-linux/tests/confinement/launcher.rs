@@ -377,3 +377,49 @@ pub(super) fn tiny_memory_limit_is_refused_where_a_cgroup_holds_memory() -> Outc
         )
     }
 }
+
+/// The processes of process group `pgrp` the host still has, zombies
+/// included, as `pid state ppid` lines.
+fn group_members(pgrp: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let f: Vec<&str> = rest.split_whitespace().take(3).collect();
+            (f.get(2)?.parse::<u32>().ok()? == pgrp)
+                .then(|| format!("{} {} ppid {}", e.file_name().to_string_lossy(), f[0], f[1]))
+        })
+        .collect()
+}
+
+/// Tier landlock has no PID namespace to end: the init kills the group
+/// when the program ends. Nothing of the sandbox may be left for the
+/// host's pid 1 to reap — in a container, pid 1 may never reap, and each
+/// zombie holds a pid (and, on a root host, keeps a pool uid busy). Before
+/// the fix the warden, killed with the group, was left a zombie of pid 1
+/// after every spawn (seen on this machine, whose pid 1 reaps late; where
+/// pid 1 reaps at once the zombie can be gone before the host looks).
+pub(super) fn tier_landlock_leaves_no_process_behind() -> Outcome {
+    let sp = Spawner::confined(
+        Arc::new(LinuxBackend::new().with_tier(Tier::Landlock)),
+        config(),
+    );
+    for _ in 0..10 {
+        let left = rt().block_on(async {
+            let mut child = sp
+                .spawn(&spec("/bin/true", &[]))
+                .map_err(|e| format!("spawn failed: {e}"))?;
+            let group = child.pid();
+            let outcome = child.wait().await.map_err(|e| format!("wait: {e}"))?;
+            ensure(outcome.success(), || format!("/bin/true: {outcome:?}"))?;
+            Ok::<_, String>(group_members(group))
+        })?;
+        ensure(left.is_empty(), || {
+            format!("the sandbox's process group outlived it: {left:?}")
+        })?;
+    }
+    Ok(())
+}

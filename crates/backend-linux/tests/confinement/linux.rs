@@ -130,6 +130,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(concurrent_sandboxes_keep_their_own_quotas, true),
         s!(hostname_is_the_sandboxes_own, true),
         s!(the_sandboxes_proc_is_read_only, true),
+        s!(tier_landlock_leaves_no_process_behind, true),
         s!(shebang_arguments_grant_nothing, true),
         s!(a_stopped_setup_is_killed_and_fails, true),
     ]

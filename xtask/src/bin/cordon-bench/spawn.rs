@@ -445,10 +445,12 @@ pub async fn profile_without(without: &str, n: u32) -> i32 {
         };
         *field = false;
     }
-    let sp = Spawner::confined(
-        Arc::new(LinuxBackend::with_layers(l)),
-        RunnerConfig::default(),
-    );
+    // `CORDON_BENCH_PROFILE_TIER=landlock`: tier landlock instead.
+    let mut backend = LinuxBackend::with_layers(l);
+    if std::env::var("CORDON_BENCH_PROFILE_TIER").as_deref() == Ok("landlock") {
+        backend = backend.with_tier(cordon_backend_linux::Tier::Landlock);
+    }
+    let sp = Spawner::confined(Arc::new(backend), RunnerConfig::default());
     let (mut spawning, mut waiting) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..n {
         let t = Instant::now();

@@ -409,7 +409,10 @@ mod tests {
         let only = SandboxCgroup::create(h, &limits(64)).expect("only");
         let dir = memory_of(&only);
         drop(only);
-        assert!(!dir.exists() && stocked().is_empty(), "the only set was kept");
+        assert!(
+            !dir.exists() && stocked().is_empty(),
+            "the only set was kept"
+        );
         USED.store(0, Ordering::Relaxed);
         let first = SandboxCgroup::create(h, &limits(64)).expect("first");
         assert!(

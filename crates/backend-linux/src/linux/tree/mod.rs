@@ -440,7 +440,31 @@ fn init_loop(program: libc::pid_t, shared: &Shared) -> ! {
                     shared.have_status.store(1, Ordering::Release);
                     if subreaper {
                         // No namespace to end: the group goes, the init
-                        // and the warden with it.
+                        // with it. The warden first, reaped here: killed
+                        // with the group it would be left, a zombie, to
+                        // the host's pid 1, and a container's pid 1 may
+                        // never reap (one pid per spawn, until none are
+                        // left). (Were the host to die in between, its
+                        // runner's group kill is gone too; the program's
+                        // leftover processes would live on, confined.)
+                        let warden = shared.warden.load(Ordering::Relaxed);
+                        if warden > 0 {
+                            raw(
+                                libc::SYS_kill,
+                                warden as usize,
+                                libc::SIGKILL as usize,
+                                0,
+                                0,
+                            );
+                            let mut ws: libc::c_int = 0;
+                            raw(
+                                libc::SYS_wait4,
+                                warden as usize,
+                                &mut ws as *mut libc::c_int as usize,
+                                libc::__WALL as usize,
+                                0,
+                            );
+                        }
                         raw(libc::SYS_kill, 0, libc::SIGKILL as usize, 0, 0);
                     }
                     raw(libc::SYS_exit_group, 0, 0, 0, 0);
