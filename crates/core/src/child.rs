@@ -540,7 +540,7 @@ pub(crate) fn live_group_members(pgid: u32) -> usize {
 
 #[path = "child/scratch.rs"]
 mod scratch;
-pub(crate) use scratch::ScratchGuard;
+pub(crate) use scratch::{sweep_dead_scratches, ScratchGuard, SCRATCH_PREFIX};
 
 #[cfg(test)]
 #[path = "child/tests.rs"]

@@ -439,8 +439,17 @@ fn prepare_scratch(scratch: &Scratch, base: &Path) -> Result<ScratchGuard, Spawn
         }
         Scratch::Fresh | Scratch::FreshKept => {
             use std::os::unix::fs::PermissionsExt;
+            // A discarded scratch carries its creator's pid, so that one a
+            // killed host left can be told from a live host's and swept.
+            let prefix = match scratch {
+                Scratch::Fresh => {
+                    crate::child::sweep_dead_scratches(base);
+                    format!("{}{}-", crate::child::SCRATCH_PREFIX, std::process::id())
+                }
+                _ => crate::child::SCRATCH_PREFIX.to_string(),
+            };
             let dir = tempfile::Builder::new()
-                .prefix("cordon-scratch-")
+                .prefix(&prefix)
                 .permissions(std::fs::Permissions::from_mode(0o700))
                 .tempdir_in(base)
                 .map_err(|source| SpawnError::Scratch {

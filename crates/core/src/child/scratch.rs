@@ -62,14 +62,82 @@ impl ScratchGuard {
             // `keep`: the dir is ours to remove from here on, also if
             // the first try fails.
             let path_kept = dir.keep();
-            if std::fs::remove_dir_all(&path_kept).is_err() {
-                // The sandbox may have left a dir it cannot be entered or
-                // emptied through (mode 0500, say): it is the caller's
-                // (or root's) own, so give each dir back its owner's
-                // rights and try once more.
-                make_dirs_removable(&path_kept);
-                if let Err(e) = std::fs::remove_dir_all(&path_kept) {
-                    tracing::warn!(path = %path.display(), error = %e, "could not remove scratch dir");
+            if let Err(e) = remove_tree(&path_kept) {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove scratch dir");
+            }
+        }
+    }
+}
+
+/// How every fresh scratch dir's name starts; a discarded one's goes on
+/// with its creator's pid and `-` (`cordon-scratch-4242-Xy3…`), a kept
+/// one's with the random part only.
+pub(crate) const SCRATCH_PREFIX: &str = "cordon-scratch-";
+
+/// Removes `dir` and everything under it, links not followed. The sandbox
+/// may have left a dir it cannot be entered or emptied through (mode 0500,
+/// say): it is the caller's (or root's) own, so each dir gets its owner's
+/// rights back and the removal is tried once more.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    if std::fs::remove_dir_all(dir).is_ok() {
+        return Ok(());
+    }
+    make_dirs_removable(dir);
+    std::fs::remove_dir_all(dir)
+}
+
+/// Removes, once per process and `base`, the discarded scratch dirs in
+/// `base` whose creator is dead: a host killed before it could remove its
+/// child's scratch (a SIGKILL, a power cut before `/tmp` is not a tmpfs)
+/// leaves it behind, with whatever the sandbox wrote. Only real dirs (not
+/// links) named `cordon-scratch-<pid>-…` whose `<pid>` is no live process,
+/// owned by this user — or, for root, by root or by a uid above 65535,
+/// where the Linux backend's sandbox uids are (its tier landlock gives a
+/// root host's scratch to the sandbox's uid). Costs one listing of `base`
+/// per process.
+pub(crate) fn sweep_dead_scratches(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
+        if swept.iter().any(|b| b == base) {
+            return;
+        }
+        swept.push(base.to_path_buf());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if alive {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let ours = meta.uid() == me || (me == 0 && meta.uid() > 65535);
+        if meta.is_dir() && ours {
+            match remove_tree(&entry.path()) {
+                Ok(()) => {
+                    tracing::info!(path = %entry.path().display(), "removed a scratch dir a killed host left behind")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a scratch dir a killed host left behind")
                 }
             }
         }

@@ -1,0 +1,75 @@
+//! A discarded scratch dir that a killed host left behind is removed by
+//! the next host's first fresh scratch in the same base; nothing else in
+//! the base is touched. (Its own test binary: the sweep runs once per
+//! process and base.)
+
+use std::os::unix::fs::PermissionsExt;
+
+use cordon_core::*;
+
+#[tokio::test]
+async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
+    let base = tempfile::tempdir().unwrap();
+    // A pid with no process: a child that has exited and been reaped (it
+    // could be reused in the moment before the sweep, very unlikely).
+    let dead = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let left = base.path().join(format!("cordon-scratch-{dead}-AbC123"));
+    std::fs::create_dir_all(left.join("locked/inner")).unwrap();
+    std::fs::write(left.join("locked/inner/file"), "what the sandbox wrote").unwrap();
+    // A dir the sandbox made that its owner cannot enter or empty as is.
+    std::fs::set_permissions(left.join("locked"), std::fs::Permissions::from_mode(0o500)).unwrap();
+
+    // Not to be touched: a live host's (this one's), a kept scratch (no
+    // pid), a link named like a leftover, and what it points to.
+    let live = base
+        .path()
+        .join(format!("cordon-scratch-{}-Live12", std::process::id()));
+    let kept = base.path().join("cordon-scratch-Kept12");
+    std::fs::create_dir(&live).unwrap();
+    std::fs::create_dir(&kept).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("precious"), "keep me").unwrap();
+    let link = base.path().join(format!("cordon-scratch-{dead}-Link12"));
+    std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+
+    let runner = TrustedProcessRunner::new(RunnerConfig {
+        scratch_base: base.path().to_path_buf(),
+        ..RunnerConfig::default()
+    });
+    let mut child = runner
+        .start(
+            ChildSpec::new("/bin/sh")
+                .args(["-c", "true"])
+                .trust(TrustTier::Trusted),
+        )
+        .await
+        .unwrap();
+    let name = child
+        .scratch_dir()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with(&format!("cordon-scratch-{}-", std::process::id())),
+        "a discarded scratch does not name its creator: {name}"
+    );
+    assert!(child.wait().await.unwrap().success());
+
+    assert!(!left.exists(), "the dead host's scratch is still there");
+    assert!(
+        live.is_dir() && kept.is_dir(),
+        "a scratch that is not a dead host's was removed"
+    );
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.path().join("precious")).unwrap(),
+        "keep me",
+        "the sweep followed a link"
+    );
+}
