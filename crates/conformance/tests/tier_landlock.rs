@@ -5,7 +5,10 @@
 //! required tier namespaces is refused with the reason, not replaced; and
 //! tier landlock with only the base layers (the seccomp deny-list, no uid
 //! of its own, no sandbox-wide limits) fails exactly the checks of the
-//! protections those layers give in this tier.
+//! protections those layers give in this tier. On a host like Ubuntu's
+//! restriction of user namespaces (one can be made, without capabilities)
+//! and on one with no user namespaces at all, tier landlock is chosen and
+//! conforms the same way, its tier fact saying why.
 //!
 //! `harness = false`: the filter is irreversible, so the test re-executes a
 //! copy of this binary (readable by uid 65534) under it, as root and, when
@@ -51,6 +54,7 @@ mod linux {
     use cordon_core::{ConformanceReport, ProbeStatus, SandboxBackend};
 
     use super::{common, container_filter};
+    use container_filter::Host;
 
     pub const INNER: &str = "CORDON_TIER_LANDLOCK_INNER";
     const PROBE: &str = "CORDON_TIER_LANDLOCK_PROBE";
@@ -157,7 +161,14 @@ mod linux {
         }
     }
 
-    fn inner_run(me: &Path, probe: &Path, case: &str, home: &Path, as_nobody: bool) -> Inner {
+    fn inner_run(
+        me: &Path,
+        probe: &Path,
+        case: &str,
+        home: &Path,
+        as_nobody: bool,
+        host: Host,
+    ) -> Inner {
         let mut cmd = Command::new(me);
         cmd.env(INNER, case)
             .env(PROBE, probe)
@@ -167,12 +178,12 @@ mod linux {
         if as_nobody {
             cmd.uid(NOBODY).gid(NOBODY);
         }
-        container_filter::install_on(&mut cmd);
+        container_filter::install_for(&mut cmd, host);
         let out = cmd.output().expect("start the inner run");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
-            "inner run {case} (uid 65534: {as_nobody}) failed ({}):\n{text}\n{}",
+            "inner run {case} on {host:?} (uid 65534: {as_nobody}) failed ({}):\n{text}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -275,7 +286,14 @@ mod linux {
             std::os::unix::fs::chown(home.path(), Some(NOBODY), Some(NOBODY)).unwrap();
         }
         // Chosen by itself: tier landlock, certified.
-        let strongest = inner_run(me, probe, "strongest", home.path(), as_nobody);
+        let strongest = inner_run(
+            me,
+            probe,
+            "strongest",
+            home.path(),
+            as_nobody,
+            Host::ContainerProfile,
+        );
         let text = &strongest.text;
         assert_eq!(strongest.value("tier"), "landlock", "{text}");
         assert_eq!(strongest.value("reason"), "available", "{text}");
@@ -292,7 +310,14 @@ mod linux {
         );
         assert_eq!(strongest.checks(ProbeStatus::Fail), set(&[]), "{text}");
         // Required, tier namespaces is refused with the reason.
-        let required = inner_run(me, probe, "namespaces", home.path(), as_nobody);
+        let required = inner_run(
+            me,
+            probe,
+            "namespaces",
+            home.path(),
+            as_nobody,
+            Host::ContainerProfile,
+        );
         let text = &required.text;
         assert_eq!(required.value("tier"), "namespaces", "{text}");
         let reason = required.value("reason");
@@ -309,7 +334,14 @@ mod linux {
         );
         // The base layers in tier landlock: each protection they lack is a
         // failing check, and only those.
-        let base = inner_run(me, probe, "base", home.path(), as_nobody);
+        let base = inner_run(
+            me,
+            probe,
+            "base",
+            home.path(),
+            as_nobody,
+            Host::ContainerProfile,
+        );
         let text = &base.text;
         assert_eq!(base.value("tier"), "landlock", "{text}");
         assert_eq!(base.value("conforms"), "false", "{text}");
@@ -325,11 +357,44 @@ mod linux {
         );
     }
 
+    /// On the other hosts without usable user namespaces (Ubuntu's
+    /// restriction, a zero maximum) the backend picks tier landlock by
+    /// itself and conforms in the same way, and its tier fact says why.
+    fn other_hosts(me: &Path, probe: &Path, as_nobody: bool) {
+        let as_root = !as_nobody && common::is_root();
+        let home = tempfile::tempdir().unwrap();
+        if as_nobody {
+            std::os::unix::fs::chown(home.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        for (host, why) in [
+            (Host::UbuntuRestricted, "mount"),
+            (Host::NoUserNamespaces, "unshare"),
+        ] {
+            let r = inner_run(me, probe, "strongest", home.path(), as_nobody, host);
+            let text = &r.text;
+            assert_eq!(r.value("tier"), "landlock", "{host:?}: {text}");
+            assert_eq!(r.value("conforms"), "true", "{host:?}: {text}");
+            let fact = r.value("tier_fact");
+            assert!(
+                fact.contains("tier namespaces is unavailable here") && fact.contains(why),
+                "{host:?}: the tier fact does not say why ({why}): {fact}"
+            );
+            assert_eq!(
+                r.checks(ProbeStatus::GivenUp),
+                given_up(as_root),
+                "{host:?}: {text}"
+            );
+            assert_eq!(r.checks(ProbeStatus::Fail), set(&[]), "{host:?}: {text}");
+        }
+    }
+
     pub fn outer() {
         let (_dir, me, probe) = stage();
         as_identity(&me, &probe, false);
+        other_hosts(&me, &probe, false);
         if common::is_root() {
             as_identity(&me, &probe, true);
+            other_hosts(&me, &probe, true);
         }
     }
 }

@@ -165,6 +165,12 @@ fn try_namespaces(layers: Layers) -> Result<(), String> {
         3 => Err(format!(
             "cannot write the sandbox's uid/gid map in its user namespace ({err})"
         )),
+        4 if errno == libc::EPERM => Err(format!(
+            "the user namespace gives no capability to mount ({err}): a security module \
+             confines unprivileged user namespaces (Ubuntu 23.10+: \
+             kernel.apparmor_restrict_unprivileged_userns=1; set it to 0 or give cordon an \
+             AppArmor profile that allows userns)"
+        )),
         4 => Err(format!(
             "cannot make the sandbox's mount tree private and read-only: mount_setattr(2) \
              needs Linux >= 5.12 ({err})"
