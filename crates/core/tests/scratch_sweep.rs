@@ -36,6 +36,15 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     std::fs::write(elsewhere.path().join("precious"), "keep me").unwrap();
     let link = base.path().join(format!("cordon-scratch-{dead}-Link12"));
     std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+    // A live host in another PID namespace: its pid means nothing here,
+    // but it holds its scratch locked.
+    let other_ns = base.path().join(format!("cordon-scratch-{dead}-OtherNs"));
+    std::fs::create_dir(&other_ns).unwrap();
+    let held = std::fs::File::open(&other_ns).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+    // SAFETY: flock on a file we hold open.
+    let locked = unsafe { libc::flock(fd, libc::LOCK_EX) };
+    assert_eq!(locked, 0);
 
     let runner = TrustedProcessRunner::new(RunnerConfig {
         scratch_base: base.path().to_path_buf(),
@@ -61,7 +70,17 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     );
     assert!(child.wait().await.unwrap().success());
 
+    // The sweep runs beside the spawn, on a thread of its own.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while left.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(!left.exists(), "the dead host's scratch is still there");
+    assert!(
+        other_ns.is_dir(),
+        "a scratch its holder keeps locked was removed"
+    );
+    drop(held);
     assert!(
         live.is_dir() && kept.is_dir(),
         "a scratch that is not a dead host's was removed"

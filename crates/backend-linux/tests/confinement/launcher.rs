@@ -423,3 +423,51 @@ pub(super) fn tier_landlock_leaves_no_process_behind() -> Outcome {
     }
     Ok(())
 }
+
+/// Tier landlock: whatever kills the warden (the init's other child, which
+/// kills the group should the init die) makes the init end the sandbox at
+/// once, so that the sandbox never lives on without one. Before the fix,
+/// on x86_64, the init compared what it reaped with a word the kernel had
+/// already cleared, and the program slept on.
+pub(super) fn tier_landlock_ends_when_its_warden_dies() -> Outcome {
+    let sp = Spawner::confined(
+        Arc::new(LinuxBackend::new().with_tier(Tier::Landlock)),
+        config(),
+    );
+    rt().block_on(async {
+        let mut child = sp
+            .spawn(&spec("/bin/sleep", &["60"]))
+            .map_err(|e| format!("spawn failed: {e}"))?;
+        let init = child.pid();
+        // The init's children: the warden and, once it has exec'd, sleep.
+        let mut warden = None;
+        for _ in 0..200 {
+            let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+                .unwrap_or_default();
+            let comm =
+                |p: &str| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            let kids: Vec<&str> = children.split_whitespace().collect();
+            if kids.len() == 2 && kids.iter().any(|p| comm(p).trim() == "sleep") {
+                warden = kids
+                    .into_iter()
+                    .find(|p| comm(p).trim() != "sleep")
+                    .map(str::to_string);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let warden: libc::pid_t = warden
+            .ok_or("the init never had a warden and a running program")?
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        // SAFETY: the warden of the sandbox this test made.
+        unsafe { libc::kill(warden, libc::SIGKILL) };
+        let outcome = tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .map_err(|_| "the sandbox lived on without its warden".to_string())?
+            .map_err(|e| format!("wait: {e}"))?;
+        ensure(!outcome.success(), || {
+            format!("the program ended normally: {outcome:?}")
+        })
+    })
+}

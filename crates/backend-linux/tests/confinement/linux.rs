@@ -131,6 +131,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(hostname_is_the_sandboxes_own, true),
         s!(the_sandboxes_proc_is_read_only, true),
         s!(tier_landlock_leaves_no_process_behind, true),
+        s!(tier_landlock_ends_when_its_warden_dies, true),
         s!(shebang_arguments_grant_nothing, true),
         s!(a_stopped_setup_is_killed_and_fails, true),
     ]

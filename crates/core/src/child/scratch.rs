@@ -9,6 +9,10 @@ pub(crate) struct ScratchGuard {
     path: PathBuf,
     owned: Option<tempfile::TempDir>,
     fresh: bool,
+    /// A discarded scratch's dir, open and `flock`ed while the child may
+    /// use it: a sweep skips a dir it cannot lock ([`sweep_dead_scratches`]),
+    /// which holds across PID namespaces where a pid does not.
+    _lock: Option<std::os::fd::OwnedFd>,
 }
 
 impl ScratchGuard {
@@ -17,6 +21,7 @@ impl ScratchGuard {
             path,
             owned: None,
             fresh: false,
+            _lock: None,
         }
     }
 
@@ -27,6 +32,7 @@ impl ScratchGuard {
             path: mountpoint,
             owned: None,
             fresh: true,
+            _lock: None,
         }
     }
 
@@ -37,9 +43,11 @@ impl ScratchGuard {
                 path: canonical,
                 owned: None,
                 fresh: true,
+                _lock: None,
             }
         } else {
             ScratchGuard {
+                _lock: lock_dir(dir.path(), libc::LOCK_EX).ok().flatten(),
                 path: canonical,
                 owned: Some(dir),
                 fresh: true,
@@ -79,24 +87,53 @@ pub(crate) const SCRATCH_PREFIX: &str = "cordon-scratch-";
 /// say): it is the caller's (or root's) own, so each dir gets its owner's
 /// rights back and the removal is tried once more.
 fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return Ok(());
+    let first = std::fs::remove_dir_all(dir);
+    // SAFETY: geteuid has no preconditions.
+    if first.is_ok() || unsafe { libc::geteuid() } == 0 {
+        // Root needs no permission bits, and must not chmod by path what
+        // someone else may have planted.
+        return first;
     }
     make_dirs_removable(dir);
     std::fs::remove_dir_all(dir)
 }
 
+/// `dir` opened (never through a link) and `flock`ed with `how`
+/// (`LOCK_EX`, with `LOCK_NB` to try): `Ok(None)` when someone else holds
+/// the lock; also the dir's owner for the caller's check.
+fn lock_dir(dir: &Path, how: libc::c_int) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), how) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(Some(f.into()))
+}
+
 /// Removes, once per process and `base`, the discarded scratch dirs in
-/// `base` whose creator is dead: a host killed before it could remove its
-/// child's scratch (a SIGKILL, a power cut before `/tmp` is not a tmpfs)
-/// leaves it behind, with whatever the sandbox wrote. Only real dirs (not
-/// links) named `cordon-scratch-<pid>-…` whose `<pid>` is no live process,
-/// owned by this user — or, for root, by root or by a uid above 65535,
-/// where the Linux backend's sandbox uids are (its tier landlock gives a
-/// root host's scratch to the sandbox's uid). Costs one listing of `base`
-/// per process.
+/// `base` that nobody uses any more: a host killed before it could remove
+/// its child's scratch (a SIGKILL, a power cut before `/tmp` is not a
+/// tmpfs) leaves it behind, with whatever the sandbox wrote. Only real
+/// dirs (not links) named `cordon-scratch-<pid>-…` whose `<pid>` is no
+/// live process here, that no live host holds `flock`ed (its creator
+/// holds that lock while the child may use it: the pid alone would not
+/// tell a host in another PID namespace sharing `base`), owned by this
+/// user — or, for root, by root or by a uid above 65535, where the Linux
+/// backend's sandbox uids are (its tier landlock gives a root host's
+/// scratch to the sandbox's uid). On a background thread, off the spawn's
+/// path: a huge or slow tree (a FUSE mount in a planted dir) delays only
+/// the sweep.
 pub(crate) fn sweep_dead_scratches(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
     static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
     {
         let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
@@ -105,6 +142,17 @@ pub(crate) fn sweep_dead_scratches(base: &Path) {
         }
         swept.push(base.to_path_buf());
     }
+    let base = base.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("cordon-scratch-sweep".into())
+        .spawn(move || sweep(&base));
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no scratch sweep: cannot start its thread");
+    }
+}
+
+fn sweep(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let Ok(entries) = std::fs::read_dir(base) else {
@@ -127,23 +175,29 @@ pub(crate) fn sweep_dead_scratches(base: &Path) {
         if alive {
             continue;
         }
-        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+        let path = entry.path();
+        // Held until the removal is done: a host that reuses the name
+        // meanwhile cannot lock it either.
+        let Ok(Some(lock)) = lock_dir(&path, libc::LOCK_EX | libc::LOCK_NB) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::File::from(lock.try_clone().expect("dup")).metadata() else {
             continue;
         };
         let ours = meta.uid() == me || (me == 0 && meta.uid() > 65535);
         if meta.is_dir() && ours {
-            match remove_tree(&entry.path()) {
+            match remove_tree(&path) {
                 Ok(()) => {
-                    tracing::info!(path = %entry.path().display(), "removed a scratch dir a killed host left behind")
+                    tracing::info!(path = %path.display(), "removed a scratch dir a killed host left behind")
                 }
                 Err(e) => {
-                    tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a scratch dir a killed host left behind")
+                    tracing::warn!(path = %path.display(), error = %e, "could not remove a scratch dir a killed host left behind")
                 }
             }
         }
+        drop(lock);
     }
 }
-
 /// Gives every dir under `dir` (itself included) `rwx` for its owner, on
 /// its own fd (opened without following a link), so that a tree a sandbox
 /// left can be removed.

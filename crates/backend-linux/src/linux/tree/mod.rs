@@ -94,6 +94,9 @@ struct Shared {
     /// when it is created, cleared when it exits (x86_64), like
     /// `init_tid`.
     warden: AtomicI32,
+    /// The warden's pid, as the init got it from `clone` (never cleared:
+    /// the init compares what it reaps with it).
+    warden_pid: AtomicI32,
     /// The launcher's saved registers (x86_64): rbx, rbp, r12–r15, rsp,
     /// and where to resume.
     context: [u64; 8],
@@ -397,6 +400,7 @@ unsafe fn init_prologue(shared: &Shared) {
             }
             // (x86_64: the kernel has stored it already.)
             shared.warden.store(warden as i32, Ordering::Release);
+            shared.warden_pid.store(warden as i32, Ordering::Release);
         }
     }
 }
@@ -422,6 +426,9 @@ fn init_loop(program: libc::pid_t, shared: &Shared) -> ! {
         );
         let chld: u64 = 1 << (libc::SIGCHLD - 1);
         let subreaper = shared.subreaper.load(Ordering::Relaxed) == 1;
+        // Not `warden`: on x86_64 the kernel clears that word when the
+        // warden exits, before the init can reap it and compare.
+        let warden = shared.warden_pid.load(Ordering::Acquire);
         loop {
             loop {
                 let mut status: libc::c_int = 0;
@@ -444,10 +451,11 @@ fn init_loop(program: libc::pid_t, shared: &Shared) -> ! {
                         // with the group it would be left, a zombie, to
                         // the host's pid 1, and a container's pid 1 may
                         // never reap (one pid per spawn, until none are
-                        // left). (Were the host to die in between, its
-                        // runner's group kill is gone too; the program's
-                        // leftover processes would live on, confined.)
-                        let warden = shared.warden.load(Ordering::Relaxed);
+                        // left). Without the warden, nothing but this
+                        // init ends the group: its parent-death signal is
+                        // cleared first, so that a host dying meanwhile
+                        // cannot stop it half way.
+                        raw(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as usize, 0, 0, 0);
                         if warden > 0 {
                             raw(
                                 libc::SYS_kill,
@@ -469,7 +477,7 @@ fn init_loop(program: libc::pid_t, shared: &Shared) -> ! {
                     }
                     raw(libc::SYS_exit_group, 0, 0, 0, 0);
                 }
-                if subreaper && pid == shared.warden.load(Ordering::Relaxed) as isize {
+                if subreaper && warden > 0 && pid == warden as isize {
                     // Without its warden the init's death would leave the
                     // sandbox running: it ends now.
                     raw(libc::SYS_kill, 0, libc::SIGKILL as usize, 0, 0);
