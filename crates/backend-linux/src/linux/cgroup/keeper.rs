@@ -13,9 +13,9 @@
 //! - **Recycling**: a sandbox's set is retired once every process of it is
 //!   gone ([`retire`]). The keeper uses it again, for a later sandbox of
 //!   this process, only when it is as good as fresh: no thread left in it,
-//!   at most [`RESIDUE_MAX`] of memory and swap still charged to it (the
-//!   kernel objects its sandbox left cached, dentries and slab; page cache
-//!   it filled counts too, which is why the bound is small) and its peak
+//!   at most [`RESIDUE_MAX`] of memory and swap still charged to it once
+//!   the page cache it filled is reclaimed (the kernel objects its sandbox
+//!   left cached, dentries and slab) and its peak
 //!   and failure counters zeroed; the counters that cannot be reset (OOM
 //!   kills, CPU time) are read then and subtracted (`SandboxCgroup`). The
 //!   limit stays as it was, and the next sandbox writes only what differs
@@ -223,16 +223,32 @@ fn recycle(set: &mut CgroupSet) -> Result<(), String> {
             Err(e) => Err(format!("{}: {e}", file.display())),
         }
     };
-    let usage: u64 = if set.v1 {
-        match read("memory.memsw.usage_in_bytes")? {
-            Some(both) => both,
-            None => read("memory.usage_in_bytes")?.ok_or("no memory.usage_in_bytes")?,
-        }
-    } else {
-        read("memory.current")?.ok_or("no memory.current")?
-            + read("memory.swap.current")?.unwrap_or(0)
-            + read("memory.zswap.current")?.unwrap_or(0)
+    let charged_now = || -> Result<u64, String> {
+        Ok(if set.v1 {
+            match read("memory.memsw.usage_in_bytes")? {
+                Some(both) => both,
+                None => read("memory.usage_in_bytes")?.ok_or("no memory.usage_in_bytes")?,
+            }
+        } else {
+            read("memory.current")?.ok_or("no memory.current")?
+                + read("memory.swap.current")?.unwrap_or(0)
+                + read("memory.zswap.current")?.unwrap_or(0)
+        })
     };
+    let mut charged = charged_now()?;
+    if charged > RESIDUE_MAX {
+        // Mostly page cache of files the sandbox read first (a fresh
+        // host's Python, say): reclaimed from the empty cgroup, off the
+        // spawn's path (v1 `memory.force_empty`, v2 `memory.reclaim`).
+        let (file, value) = if set.v1 {
+            ("memory.force_empty", "0".to_string())
+        } else {
+            ("memory.reclaim", charged.to_string())
+        };
+        let _ = std::fs::write(set.memory.join(file), value);
+        charged = charged_now()?;
+    }
+    let usage = charged;
     if usage > RESIDUE_MAX {
         return Err(format!("{usage} bytes of memory and swap still charged"));
     }
