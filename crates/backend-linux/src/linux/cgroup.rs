@@ -214,9 +214,9 @@ pub(crate) struct SandboxCgroup {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// The cgroups of one sandbox, fresh or recycled by the keeper
-/// (`keeper.rs`), with what a spawn needs of them prepared: the files its
-/// child joins through, open; the limit they hold now; the counters that
-/// cannot be reset, as they stand.
+/// (`keeper.rs`), with what a spawn needs of them known: the limit they
+/// hold now and the counters that cannot be reset, as they stand; and,
+/// once taken, the files its child joins through, open.
 #[derive(Debug)]
 pub(crate) struct CgroupSet {
     /// Every directory made, parents' order (for removal in reverse).
@@ -273,20 +273,22 @@ impl CgroupSet {
             }
             set.dirs.push(dir);
         }
-        let join_file = if v1 { "tasks" } else { "cgroup.procs" };
-        for dir in &set.dirs {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.join(join_file))
-            {
-                Ok(f) => set.join.push(OwnedFd::from(f)),
-                Err(e) => {
-                    keeper::remove_now(set);
-                    return Err(e);
-                }
-            }
-        }
         Ok(set)
+    }
+
+    /// Opens the files the sandbox's child joins through (a set in stock
+    /// holds no fds: an embedder counting its own sees none of ours).
+    fn open_join_files(&mut self) -> std::io::Result<()> {
+        let join_file = if self.v1 { "tasks" } else { "cgroup.procs" };
+        let mut join = Vec::with_capacity(self.dirs.len());
+        for dir in &self.dirs {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join(join_file))?;
+            join.push(OwnedFd::from(f));
+        }
+        self.join = join;
+        Ok(())
     }
 
     /// The memory controller's file `v1` or `v2` (by this set's version).
@@ -374,10 +376,9 @@ impl SandboxCgroup {
         let mut made = SandboxCgroup {
             set: Some(keeper::take(h)?),
         };
-        made.set
-            .as_mut()
-            .expect("just taken")
-            .set_limit(limits.memory_bytes, h)?;
+        let set = made.set.as_mut().expect("just taken");
+        set.set_limit(limits.memory_bytes, h)?;
+        set.open_join_files()?;
         Ok(made)
     }
 

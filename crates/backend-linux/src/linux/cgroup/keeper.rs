@@ -6,9 +6,9 @@
 //!   controller's per-CPU state, ~65 µs on a 2-core Linux 6.18 host with
 //!   cgroup v1; the `rmdir` and the kernel's deferred freeing as much
 //!   again). A process that has made two sandboxes probably makes more, so
-//!   from then on the keeper keeps a set of cgroups ready ([`take`]), with
-//!   the files its child joins through already open; the next spawn at
-//!   most writes its limit. A process that makes one sandbox (`cordon run`)
+//!   from then on the keeper keeps a set of cgroups ready ([`take`]); the
+//!   next spawn at most writes its limit and opens the files its child
+//!   joins through (a set in stock holds no fd). A process that makes one sandbox (`cordon run`)
 //!   keeps none: its set is removed as soon as its sandbox is gone.
 //! - **Recycling**: a sandbox's set is retired once every process of it is
 //!   gone ([`retire`]). The keeper uses it again, for a later sandbox of
@@ -195,6 +195,8 @@ fn recycle(set: &mut CgroupSet) -> Result<(), String> {
     if set.limit.is_err() {
         return Err("a limit write failed halfway".into());
     }
+    // Closed: the next sandbox opens its own (and the stock holds none).
+    set.join.clear();
     // v1: `tasks`, every thread (a zombie leader's live threads too).
     let members = if set.v1 { "tasks" } else { "cgroup.procs" };
     let empty = |dir: &PathBuf| {
