@@ -158,7 +158,10 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// Hands a sandbox's set to the keeper once every process of the sandbox
 /// is gone; it is recycled or removed off the caller's path (inline if
 /// the thread cannot start).
-pub(super) fn retire(set: CgroupSet) {
+pub(super) fn retire(mut set: CgroupSet) {
+    // Closed here, not by the keeper later: once a sandbox is gone no fd
+    // of its cgroups stays open in the embedder's process.
+    set.join.clear();
     // A process that has made one sandbox (`cordon run`) may exit at any
     // moment, and would leave its set to the next process's sweep: it is
     // removed here at once instead (what is still busy, by the keeper).
