@@ -4,7 +4,10 @@
 //! re-executed with `CORDON_LINUX_SCENARIO=<name>`), so the fail-closed
 //! scenarios can install a seccomp filter on themselves. When run as root,
 //! every scenario runs twice: as root and as uid 65534 (a copy of this
-//! binary in a 0755 temp dir, started with uid/gid 65534).
+//! binary in a 0755 temp dir, started with uid/gid 65534). Every scenario
+//! also runs under the container profile's filter
+//! (`common/container_filter.rs`), where the backend must choose tier
+//! landlock; `--host=plain|container` runs one of the two.
 //!
 //! Arguments as libtest's (`tests/common/driver.rs`): bare words filter,
 //! `--exact`, `--skip NAME`, `--list`; a filter that matches no scenario

@@ -118,8 +118,10 @@ pub struct Limits {
     /// a private tmpfs of this size in the sandbox's mount namespace, and
     /// writing past it fails with `ENOSPC` inside the sandbox (its pages
     /// also count toward a cgroup's memory). A kept scratch or a caller's
-    /// directory is on the host's filesystem, limited only per file by
-    /// [`Limits::file_size_bytes`].
+    /// directory, and every scratch of the Linux backend's tier landlock,
+    /// is on the host's filesystem: there this limit holds per file
+    /// (`RLIMIT_FSIZE`, with [`Limits::file_size_bytes`] if that is
+    /// smaller), the scope [`LimitScope::PerProcess`] names.
     pub disk_bytes: Option<u64>,
     /// Wall-clock deadline from spawn; when it passes, the runner kills the
     /// child's whole process group (with a PID namespace, the whole

@@ -35,13 +35,25 @@ pub(crate) const COUNT: usize = 10;
 /// until it exits, a few microseconds after the program's exec: a program
 /// that forks at once may meanwhile find one process fewer, never one
 /// more.)
+///
+/// `scratch_on_tmpfs`: the scratch is a private tmpfs of `disk_bytes`,
+/// which holds that limit for the scratch as a whole. Otherwise (tier
+/// landlock; a kept or caller's scratch) the scratch is on the host's
+/// disk and `disk_bytes` holds per file, as `RLIMIT_FSIZE` (the smaller
+/// of it and `file_size_bytes`).
 pub(crate) fn plan(
     l: &Limits,
     layers: Layers,
     cgroup_memory: bool,
+    scratch_on_tmpfs: bool,
     others: u64,
 ) -> [(libc::__rlimit_resource_t, Option<u64>); COUNT] {
     let memory = l.memory_bytes.filter(|_| !cgroup_memory);
+    let disk_per_file = l.disk_bytes.filter(|_| !scratch_on_tmpfs);
+    let file_size = match (l.file_size_bytes, disk_per_file) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let quota = |i: usize| {
         let (resource, _, value) = quotas::RLIMITS[i];
         (resource, layers.kernel_quotas.then_some(value))
@@ -61,7 +73,7 @@ pub(crate) fn plan(
         ),
         (libc::RLIMIT_NOFILE, l.open_files),
         (libc::RLIMIT_CPU, l.cpu_seconds),
-        (libc::RLIMIT_FSIZE, l.file_size_bytes),
+        (libc::RLIMIT_FSIZE, file_size),
         (libc::RLIMIT_CORE, Some(0)),
         quota(0),
         quota(1),

@@ -153,6 +153,7 @@ fn wrap_inner(
             &policy.limits,
             layers,
             cgroup.is_some(),
+            layers.mount_namespace && !landlock_tier && !policy.scratch_persists,
             helpers + uid_tasks,
         ),
         last_cap: probe::last_cap(),

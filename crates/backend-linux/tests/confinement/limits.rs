@@ -273,6 +273,21 @@ sys.stdin.read()\n";
 /// address space ever holds more than one), to four times `--mem`.
 pub(super) fn limit_memory_shm() -> Outcome {
     let args = [ATTEMPT.to_string()];
+    if on_container() {
+        // Tier landlock refuses SysV IPC (no IPC namespace of its own):
+        // the attack gets no segment, and the host's Shmem does not grow.
+        let (over, what) = memory_attack(
+            &spawner(),
+            SHM_ATTACK,
+            &args,
+            mem_limits(1 << 30),
+            shmem_growth,
+        )?;
+        return ensure(
+            over.is_none() && what.starts_with("held 0 shmget 1;"),
+            || format!("SysV shm in tier landlock: {what}"),
+        );
+    }
     if claims_sandbox_scope("limit_memory")? {
         return rlimits_breach_full_holds(SHM_ATTACK, &args, mem_limits(1 << 30), shmem_growth);
     }
@@ -465,11 +480,30 @@ fn bytes_in(dir: &Path) -> u64 {
 /// Files of 4 MiB (each far under RLIMIT_FSIZE) written to a fresh
 /// scratch until four times `--disk`; the host sums the scratch (seen
 /// through the program's cwd) while the program holds.
+/// [`DISK_FILL`] in one file: what a per-file limit stops.
+const ONE_FILE_FILL: &str = "import os, sys\n\
+total, chunk = int(sys.argv[1]), 1 << 20\n\
+done, err = 0, 'none'\n\
+buf = b'x' * chunk\n\
+try:\n\
+\x20   with open('fill', 'ab') as f:\n\
+\x20       while done < total:\n\
+\x20           f.write(buf); f.flush()\n\
+\x20           done += chunk\n\
+except OSError as e:\n\
+\x20   err = str(e.errno)\n\
+print('held', done, err, flush=True)\n\
+sys.stdin.read()\n";
+
 fn disk_fill(sp: &Spawner) -> Result<(u64, String), String> {
+    disk_fill_with(sp, DISK_FILL)
+}
+
+fn disk_fill_with(sp: &Spawner, code: &str) -> Result<(u64, String), String> {
     let token = sleep_token();
     let held = hold(
         sp,
-        py(DISK_FILL)
+        py(code)
             .arg((4 * DISK).to_string())
             .limits(Limits {
                 disk_bytes: Some(DISK),
@@ -490,6 +524,29 @@ fn disk_fill(sp: &Spawner) -> Result<(u64, String), String> {
 }
 
 pub(super) fn limit_disk_fill() -> Outcome {
+    if on_container() {
+        // Tier landlock has no tmpfs: `--disk` holds per file only, and
+        // the backend says so.
+        let facts = LinuxBackend::new().host_facts();
+        ensure(
+            facts
+                .get("limit_disk")
+                .is_some_and(|v| v.starts_with("per-file:")),
+            || {
+                format!(
+                    "tier landlock claims another disk scope: {:?}",
+                    facts.get("limit_disk")
+                )
+            },
+        )?;
+        let (got, line) = disk_fill_with(&spawner(), ONE_FILE_FILL)?;
+        // EFBIG (27): RLIMIT_FSIZE (Python ignores SIGXFSZ).
+        ensure(got <= DISK && line.ends_with(" 27"), || {
+            format!("one file held {got} bytes under --disk {DISK}: {line}")
+        })?;
+        println!("note: tier landlock's --disk holds per file: only that was checked");
+        return Ok(());
+    }
     let base = Spawner::confined(Arc::new(LinuxBackend::with_layers(Layers::BASE)), config());
     let (old, line) = disk_fill(&base)?;
     ensure(old > 2 * DISK, || {

@@ -19,11 +19,6 @@ fn without(off: impl FnOnce(&mut Layers)) -> Spawner {
     Spawner::confined(Arc::new(LinuxBackend::with_layers(layers)), config())
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The helper: `CORDON_HELPER_ACT` says what to do.
 pub(super) fn helper() -> ! {
     let act = std::env::var("CORDON_HELPER_ACT").unwrap_or_default();
@@ -297,28 +292,38 @@ pub(super) fn host_nobody_cannot_reach_the_program() -> Outcome {
         let rt = rt();
         let scratch = existing_scratch();
         // A caller's dir that a 65534 process could write into through the
-        // shared uid's view of it.
+        // shared uid's view of it. Tier landlock on a root host refuses a
+        // caller's dir: there the target is the sandbox's fresh scratch
+        // (a host dir of its uid).
         std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755))
             .map_err(|e| e.to_string())?;
         let token = sleep_token();
-        let spec = sh(&format!("echo ready; exec sleep {token}"))
-            .scratch(cordon_core::Scratch::Existing(scratch.path().to_path_buf()));
+        let mut spec = sh(&format!("echo ready; exec sleep {token}"));
+        if !host_dirs_refused() {
+            spec = spec.scratch(cordon_core::Scratch::Existing(scratch.path().to_path_buf()));
+        }
         let (mut child, _, pid) = start_held(&rt, sp, spec, &token)?;
+        let target_dir = if host_dirs_refused() {
+            child.scratch_dir().to_path_buf()
+        } else {
+            scratch.path().to_path_buf()
+        };
         let out = Command::new(&exe)
             .env(SCENARIO_ENV, HELPER)
             .env("CORDON_HELPER_ACT", "reach")
             .env("CORDON_TARGET", pid.to_string())
-            .env("CORDON_TARGET_DIR", scratch.path())
+            .env("CORDON_TARGET_DIR", &target_dir)
             .uid(65534)
             .gid(65534)
             .output()
             .map_err(|e| e.to_string());
-        child.kill();
-        let _ = rt.block_on(child.wait());
-        let planted = scratch.path().join("planted");
+        // Read before the sandbox ends (its fresh scratch goes with it).
+        let planted = target_dir.join("planted");
         let setuid_on_disk = std::fs::metadata(&planted)
             .map(|m| m.permissions().mode() & 0o4000 != 0)
             .unwrap_or(false);
+        child.kill();
+        let _ = rt.block_on(child.wait());
         let _ = std::fs::remove_file(&planted);
         let out = out?;
         Ok(format!(
@@ -329,8 +334,14 @@ pub(super) fn host_nobody_cannot_reach_the_program() -> Outcome {
     let shared = attack(&without(|l| l.own_uid = false))?;
     let own = attack(&spawner())?;
     let _ = std::fs::remove_dir_all(&dir);
-    // The control: through the shared uid, the attack works.
-    for step in ["ptrace=ok", "environ=ok", "root=ok", "setns=ok"] {
+    // The control: through the shared uid, the attack works (in tier
+    // landlock there is no namespace of the sandbox's to enter).
+    let control: &[&str] = if on_container() {
+        &["ptrace=ok", "environ=ok", "root=ok"]
+    } else {
+        &["ptrace=ok", "environ=ok", "root=ok", "setns=ok"]
+    };
+    for step in control {
         ensure(shared.contains(step), || {
             format!("control: with the shared uid, {step} was expected: {shared}")
         })?;
@@ -361,6 +372,9 @@ pub(super) fn concurrent_sandboxes_keep_their_own_quotas() -> Outcome {
     let (dir, exe) = helper_copy();
     let result = (|| {
         let own = quotas_of_two(&spawner(), &exe)?;
+        if on_container() {
+            return quotas_in_tier_landlock(&own);
+        }
         ensure(
             own.second.contains("signal=ok") && own.second.contains("inotify=ok"),
             || format!("the second sandbox was starved: {own:?}"),
@@ -411,6 +425,49 @@ pub(super) fn concurrent_sandboxes_keep_their_own_quotas() -> Outcome {
     result
 }
 
+/// What tier landlock holds of [`concurrent_sandboxes_keep_their_own_quotas`]
+/// (README "Tier landlock"). As root each sandbox's uid is its own, so
+/// the per-user counts are that uid's (at the host's defaults, not the
+/// namespaced quotas): neither the second sandbox nor the host is
+/// starved. As another user the counts are the caller's: inotify is
+/// refused in the sandbox, the first's pending signals stop at its
+/// `RLIMIT_SIGPENDING`, and the host keeps both; the second sandbox
+/// shares the first's signal count (nothing but a user namespace
+/// separates them).
+fn quotas_in_tier_landlock(own: &TwoSandboxes) -> Outcome {
+    ensure(
+        own.host.contains("signal=ok") && own.host.contains("inotify=ok"),
+        || format!("the host was starved: {own:?}"),
+    )?;
+    if is_root() {
+        ensure(own.uids.0 != own.uids.1 && own.uids.0 != 0, || {
+            format!("two sandboxes of a root host share uid {:?}", own.uids)
+        })?;
+        ensure(
+            own.second.contains("signal=ok") && own.second.contains("inotify=ok"),
+            || format!("the second sandbox was starved: {own:?}"),
+        )?;
+        println!("note: tier landlock as root: per-user counts are each sandbox uid's own, at the host's defaults");
+        return Ok(());
+    }
+    ensure(
+        own.first.contains("inotify=0 stop=errno1")
+            && own.second.split_whitespace().any(|w| w == "inotify=errno1"),
+        || format!("inotify was not refused: {own:?}"),
+    )?;
+    let signals: u64 = own
+        .first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("signals="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    ensure(signals <= 1024, || {
+        format!("the first sandbox queued more signals than its rlimit: {own:?}")
+    })?;
+    println!("note: tier landlock as another user: two sandboxes share the caller's signal count");
+    Ok(())
+}
+
 #[derive(Debug)]
 struct TwoSandboxes {
     first: String,
@@ -459,6 +516,23 @@ pub(super) fn hostname_is_the_sandboxes_own() -> Outcome {
         .map_err(|e| e.to_string())?
         .trim()
         .to_string();
+    if on_container() {
+        // Tier landlock gives the hostname up (README): the sandbox sees
+        // the host's. It must not change it. (No control: unconfined, as
+        // root, the same call would rename this host.)
+        let r = expect_ok(py("import ctypes\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             r = libc.sethostname(b'cordon-pwned', 12)\n\
+             print(r, ctypes.get_errno())\n"))?;
+        let now =
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map_err(|e| e.to_string())?;
+        ensure(now.trim() == host, || {
+            format!("the sandbox renamed the host to {now:?}: {r}")
+        })?;
+        ensure(r.stdout.starts_with("-1 "), || format!("sethostname: {r}"))?;
+        println!("note: tier landlock gives up the hostname: only that the sandbox cannot set it is checked");
+        return Ok(());
+    }
     let inside = expect_ok(sh("cat /proc/sys/kernel/hostname 2>/dev/null || uname -n"))?;
     ensure(inside.stdout.trim() == "cordon", || {
         format!("the sandbox's hostname is {:?}", inside.stdout)
@@ -481,7 +555,9 @@ try:\n\
 except OSError as e:\n\
 \x20   print(errno.errorcode.get(e.errno, e.errno))\n";
     let r = expect_ok(py(WRITE_COMM))?;
-    ensure(r.stdout.trim() == "EROFS", || {
+    // Tier landlock grants no /proc at all: Landlock refuses the open.
+    let want = if on_container() { "EACCES" } else { "EROFS" };
+    ensure(r.stdout.trim() == want, || {
         format!("writing /proc/self/comm in the sandbox: {r}")
     })
 }

@@ -30,6 +30,14 @@
 //!   times, no data or permission). On a root host the sandbox's uid owns
 //!   nothing outside its scratch, and file permissions refuse those calls
 //!   there.
+//! - **User namespace** (its inotify quota) → for a sandbox of the
+//!   caller's uid, `inotify_init` and `inotify_init1` are refused: tier
+//!   namespaces bounds a sandbox's inotify instances in its own user
+//!   namespace (32 of the caller's share), and without one a sandbox
+//!   could take all of the uid's instances (128 by default), after which
+//!   the caller's own watchers fail. (`fanotify_init` is refused in both
+//!   tiers.) The counts an rlimit bounds (pending signals, …) are bounded
+//!   by the sandbox's rlimits, as in tier namespaces.
 
 #![allow(clippy::unnecessary_cast)]
 
@@ -48,7 +56,8 @@ pub(crate) const DESCRIPTION_CALLER_UID: &str =
      IPC and POSIX message queues, setsid, setpgid and pidfd_open refused (EPERM), every \
      pid-taking scheduler, priority, I/O-priority, rlimit and process-group call limited to \
      the caller (pid 0), and metadata writes (chmod, chown, utimensat with a path, setxattr, \
-     removexattr, fchmod, fchown, fsetxattr, fremovexattr, the inode-flag ioctls) refused";
+     removexattr, fchmod, fchown, fsetxattr, fremovexattr, the inode-flag ioctls) and \
+     inotify_init, inotify_init1 (the caller's uid's instances) refused";
 
 /// The programs of tier landlock, in install order: one filter.
 pub(crate) fn programs(caller_uid: bool) -> Result<Vec<Program>, String> {
@@ -115,6 +124,17 @@ pub(crate) fn fd_metadata_writes() -> Vec<Sys> {
 /// 32-bit `FS_IOC32_SETFLAGS`: an owner's inode-attribute writes.
 pub(crate) const IOCTL_INODE_SETTERS: [u64; 3] = [0x4008_6602, 0x401c_5820, 0x4004_6602];
 
+/// The calls that make an inotify instance, refused for a sandbox of the
+/// caller's uid: the instances would count against the caller's quota,
+/// with no user namespace of the sandbox's own to bound them.
+pub(crate) fn inotify_instances() -> Vec<Sys> {
+    #[allow(unused_mut)]
+    let mut v = sys![SYS_inotify_init1].to_vec();
+    #[cfg(target_arch = "x86_64")]
+    v.extend(sys![SYS_inotify_init]);
+    v
+}
+
 /// Tier landlock's tables: tier namespaces' with the changes above.
 pub(crate) fn tables(caller_uid: bool) -> Tables {
     let mut t = Tables::namespaces(false);
@@ -161,6 +181,9 @@ pub(crate) fn tables(caller_uid: bool) -> Tables {
             allow: none,
             deny: is,
         });
+        for s in inotify_instances() {
+            t.deny(s);
+        }
         // utimensat(fd, NULL, ...) is futimens: a descriptor Landlock let
         // the sandbox open. With a path (a 64-bit pointer), refused.
         t.check(Checked {
