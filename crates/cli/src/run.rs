@@ -212,6 +212,15 @@ fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec
     let accepted = |scope: LimitScope, held: LimitScope| {
         scope == LimitScope::PerProcess && held == LimitScope::PerProcess
     };
+    // RLIMIT_FSIZE: `--disk` counts too where the scratch is on the host's
+    // disk (no sandbox-wide disk limit here), as the Linux backend sets it.
+    let per_file = match (limits.file_size_bytes, limits.disk_bytes) {
+        (Some(f), Some(d)) if held.disk == LimitScope::PerProcess => Some(f.min(d)),
+        (None, d) if held.disk == LimitScope::PerProcess => d,
+        (f, _) => f,
+    }
+    .map(mib)
+    .unwrap_or_else(|| "no limit".into());
     if asked.contains(&"--mem") && accepted(limits.scopes.memory, held.memory) {
         if let Some(m) = limits.memory_bytes {
             let all = limits
@@ -221,12 +230,8 @@ fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec
             out.push(format!(
                 "--mem holds per process here: each process may hold {} of private memory \
                  (RLIMIT_DATA) and map 3 GiB more (RLIMIT_AS); a memfd is capped only per \
-                 file ({}, RLIMIT_FSIZE); with --pids {procs} that is up to {procs} × {}{all}",
+                 file ({per_file}, RLIMIT_FSIZE); with --pids {procs} that is up to {procs} × {}{all}",
                 mib(m),
-                limits
-                    .file_size_bytes
-                    .map(mib)
-                    .unwrap_or_else(|| "no limit".into()),
                 mib(m)
             ));
         }
@@ -249,11 +254,8 @@ fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec
     }
     if asked.contains(&"--disk") && accepted(limits.scopes.disk, held.disk) {
         out.push(format!(
-            "--disk does not bound a kept scratch dir: only each file, to {} (RLIMIT_FSIZE)",
-            limits
-                .file_size_bytes
-                .map(mib)
-                .unwrap_or_else(|| "no limit".into())
+            "--disk does not bound the scratch dir here: only each file, to {per_file} \
+             (RLIMIT_FSIZE)"
         ));
     }
     out

@@ -190,7 +190,8 @@ impl Spawner {
             (Scratch::Fresh, Some(b)) => b.private_scratch_mountpoint(&self.config.scratch_base),
             _ => None,
         };
-        let scratch = match private {
+        let sweeps = matches!(spec.scratch, Scratch::Fresh) && private.is_none();
+        let mut scratch = match private {
             Some(mountpoint) => ScratchGuard::private(mountpoint),
             None => prepare_scratch(&spec.scratch, &self.config.scratch_base)?,
         };
@@ -272,6 +273,14 @@ impl Spawner {
         // The child has exec'd (or failed, reported above): the parent's
         // copy of the verified program fd is no longer needed.
         drop(program_file);
+        scratch.launched();
+        // Only now: the sweep's thread is a task of the caller's uid, which
+        // the Linux backend's tier landlock counts into the child's
+        // RLIMIT_NPROC at wrap; started before, its exit would leave the
+        // child one process more than its limit.
+        if sweeps {
+            crate::child::sweep_dead_scratches(&self.config.scratch_base);
+        }
         if let Some(relay) = &mut relay {
             relay.go();
         }
@@ -443,7 +452,6 @@ fn prepare_scratch(scratch: &Scratch, base: &Path) -> Result<ScratchGuard, Spawn
             // killed host left can be told from a live host's and swept.
             let prefix = match scratch {
                 Scratch::Fresh => {
-                    crate::child::sweep_dead_scratches(base);
                     format!("{}{}-", crate::child::SCRATCH_PREFIX, std::process::id())
                 }
                 _ => crate::child::SCRATCH_PREFIX.to_string(),

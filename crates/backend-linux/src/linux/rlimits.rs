@@ -34,7 +34,9 @@ pub(crate) const COUNT: usize = 10;
 /// user namespace counts the sandbox alone). (The launcher is counted too
 /// until it exits, a few microseconds after the program's exec: a program
 /// that forks at once may meanwhile find one process fewer, never one
-/// more.)
+/// more. In tier landlock on an unprivileged host, though, a task of the
+/// caller's uid that ends after the count leaves the sandbox one more:
+/// the README says so.)
 ///
 /// `scratch_on_tmpfs`: the scratch is a private tmpfs of `disk_bytes`,
 /// which holds that limit for the scratch as a whole. Otherwise (tier

@@ -70,11 +70,25 @@ pub(super) fn breach_setuid_planting() -> Outcome {
         print('done')\n";
     if host_dirs_refused() {
         let scratch = writable_scratch();
-        return expect_host_dir_refused(
+        expect_host_dir_refused(
             &spawner(),
             py(PLANT).scratch(Scratch::Existing(scratch.path().to_path_buf())),
             scratch.path(),
-        );
+        )?;
+        // Tier landlock's fresh scratch is a host dir on a mount without
+        // nosuid: what the sandbox plants there is seen by the host while
+        // the sandbox runs. Unconfined (the control) the plant works.
+        let held = format!("{PLANT}print('done', flush=True)\nimport sys; sys.stdin.read()\n");
+        let (_, planted) = inspect_fresh_scratch(&spawner(), py(&held), setuid_files)?;
+        let planted = planted?;
+        ensure(planted.is_empty(), || {
+            format!("setuid/setgid files in a fresh scratch: {planted:?}")
+        })?;
+        let (_, control) =
+            inspect_fresh_scratch(&Spawner::hygiene_only(config()), py(&held), setuid_files)?;
+        return ensure(!control?.is_empty(), || {
+            "control: nothing was planted even unconfined".into()
+        });
     }
     base_breaches_full_holds(|sp, base| {
         let scratch = writable_scratch();
@@ -85,18 +99,7 @@ pub(super) fn breach_setuid_planting() -> Outcome {
         ensure(r.stdout.contains("done"), || {
             format!("the attack did not run: {r}")
         })?;
-        let mut planted = Vec::new();
-        for e in std::fs::read_dir(scratch.path()).map_err(|e| e.to_string())? {
-            let e = e.map_err(|e| e.to_string())?;
-            let mode = e
-                .metadata()
-                .map_err(|e| e.to_string())?
-                .permissions()
-                .mode();
-            if mode & 0o6000 != 0 {
-                planted.push(format!("{:?} {mode:o}", e.file_name()));
-            }
-        }
+        let planted = setuid_files(scratch.path())?;
         // As root, a caller's scratch dir is mounted idmapped: what the
         // sandbox creates is stored as root's, so a planted setuid file
         // would be a root one. Make sure that case is the one tested.
@@ -563,6 +566,23 @@ fn sweep_by_a_fresh_scratch(dir: &Path) -> Outcome {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// The files in `dir` with a setuid or setgid bit, with their modes.
+fn setuid_files(dir: &Path) -> Result<Vec<String>, String> {
+    let mut planted = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let e = e.map_err(|e| e.to_string())?;
+        let mode = e
+            .metadata()
+            .map_err(|e| e.to_string())?
+            .permissions()
+            .mode();
+        if mode & 0o6000 != 0 {
+            planted.push(format!("{:?} {mode:o}", e.file_name()));
+        }
+    }
+    Ok(planted)
 }
 
 /// SIGKILLs (and reaps) the helper on every path out of the test.

@@ -463,7 +463,8 @@ except OSError as e:\n\
 print('held', done, err, flush=True)\n\
 sys.stdin.read()\n";
 
-/// Bytes of the regular files in `dir` (not following links).
+/// Bytes of the regular files in `dir` (not following links): for each,
+/// the larger of its size and its allocated blocks.
 fn bytes_in(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|entries| {
@@ -471,17 +472,21 @@ fn bytes_in(dir: &Path) -> u64 {
                 .flatten()
                 .filter_map(|e| e.metadata().ok())
                 .filter(|m| m.is_file())
-                .map(|m| m.len())
+                // Allocated blocks count as much as written bytes.
+                .map(|m| {
+                    m.len()
+                        .max(std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+                })
                 .sum()
         })
         .unwrap_or(0)
 }
 
-/// Files of 4 MiB (each far under RLIMIT_FSIZE) written to a fresh
-/// scratch until four times `--disk`; the host sums the scratch (seen
-/// through the program's cwd) while the program holds.
-/// [`DISK_FILL`] in one file: what a per-file limit stops.
-const ONE_FILE_FILL: &str = "import os, sys\n\
+/// [`DISK_FILL`] in one file, what a per-file limit stops; then blocks
+/// allocated past a second file's size (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`, which `RLIMIT_FSIZE` does not see). Prints
+/// `held <written> falloc=<ok|errno> <errno of the write>`.
+const ONE_FILE_FILL: &str = "import os, sys, ctypes\n\
 total, chunk = int(sys.argv[1]), 1 << 20\n\
 done, err = 0, 'none'\n\
 buf = b'x' * chunk\n\
@@ -492,9 +497,16 @@ try:\n\
 \x20           done += chunk\n\
 except OSError as e:\n\
 \x20   err = str(e.errno)\n\
-print('held', done, err, flush=True)\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]\n\
+fd = os.open('falloc', os.O_CREAT | os.O_WRONLY, 0o600)\n\
+falloc = 'ok' if libc.fallocate(fd, 1, 0, total) == 0 else str(ctypes.get_errno())\n\
+print('held', done, 'falloc=' + falloc, err, flush=True)\n\
 sys.stdin.read()\n";
 
+/// Files of 4 MiB (each far under RLIMIT_FSIZE) written to a fresh
+/// scratch until four times `--disk`; the host sums the scratch (seen
+/// through the program's cwd) while the program holds.
 fn disk_fill(sp: &Spawner) -> Result<(u64, String), String> {
     disk_fill_with(sp, DISK_FILL)
 }
@@ -540,9 +552,10 @@ pub(super) fn limit_disk_fill() -> Outcome {
             },
         )?;
         let (got, line) = disk_fill_with(&spawner(), ONE_FILE_FILL)?;
-        // EFBIG (27): RLIMIT_FSIZE (Python ignores SIGXFSZ).
-        ensure(got <= DISK && line.ends_with(" 27"), || {
-            format!("one file held {got} bytes under --disk {DISK}: {line}")
+        // EFBIG (27): RLIMIT_FSIZE (Python ignores SIGXFSZ); fallocate
+        // past the size: EPERM (1), the filter's.
+        ensure(got <= DISK && line.ends_with(" falloc=1 27"), || {
+            format!("the scratch held {got} bytes under --disk {DISK} per file: {line}")
         })?;
         println!("note: tier landlock's --disk holds per file: only that was checked");
         return Ok(());

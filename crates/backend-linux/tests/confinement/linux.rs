@@ -101,8 +101,8 @@ fn scenarios() -> Vec<Scenario> {
             setuid_binary_gives_nothing,
             false,
             plain_only: "the container's filter sets no_new_privs on the scenario, so its control \
-                         (the setuid bit honoured without a sandbox) cannot run there; \
-                         breach_setuid_planting covers tier landlock"
+                         (the setuid bit honoured without a sandbox) cannot run there; its plain \
+                         run checks tier landlock too"
         ),
         s!(namespaces_denied_setsid_allowed, true),
         s!(background_children_die, true),
@@ -145,6 +145,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(child_fails_closed_without_userns, true, plain_only: NAMESPACES_STEP),
         s!(child_fails_closed_without_setresuid, false),
         s!(child_fails_closed_without_capset, true),
+        s!(child_fails_closed_without_the_bounding_set_drop, false),
         s!(child_fails_closed_without_no_new_privs, true),
         s!(child_fails_closed_without_setrlimit, true),
         s!(child_fails_closed_without_mount, true, plain_only: NAMESPACES_STEP),
@@ -412,6 +413,49 @@ fn expect_host_dir_refused(sp: &Spawner, spec: ChildSpec, dir: &Path) -> Outcome
     Ok(())
 }
 
+/// Runs `spec` with a fresh scratch and, once the program has printed a
+/// line `done`, calls `inspect` with that scratch's host path (a host dir
+/// in tier landlock; a tier namespaces scratch is a private tmpfs the
+/// host cannot see into) before the sandbox ends and it is removed. The
+/// program must then wait for its stdin to close.
+fn inspect_fresh_scratch<T>(
+    sp: &Spawner,
+    spec: ChildSpec,
+    inspect: impl FnOnce(&Path) -> T,
+) -> Result<(String, T), String> {
+    use tokio::io::AsyncBufReadExt;
+    rt().block_on(async {
+        let mut child = sp
+            .spawn(&spec.scratch(Scratch::Fresh))
+            .map_err(|e| format!("spawn failed: {e}"))?;
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut said = String::new();
+        let found = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if l == "done" {
+                    return true;
+                }
+                said.push_str(&l);
+                said.push('\n');
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        let seen = found.then(|| inspect(child.scratch_dir()));
+        drop(child.stdin.take());
+        child.kill();
+        let _ = child.wait().await;
+        match seen {
+            Some(v) => Ok((said, v)),
+            None => Err(format!(
+                "the program never said done: {said:?}, stderr {:?}",
+                String::from_utf8_lossy(&child.stderr_tail())
+            )),
+        }
+    })
+}
+
 /// The names in `dir` and their modes, to tell whether anything changed.
 fn dir_listing(dir: &Path) -> Vec<(std::ffi::OsString, u32)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -661,7 +705,17 @@ fn python_runs_in_scratch() -> Outcome {
         py("import json,os; print(os.getcwd()); print(os.environ['HOME'], os.environ['TMPDIR'])")
             .scratch(Scratch::Existing(scratch.path().to_path_buf()));
     if host_dirs_refused() {
-        return expect_host_dir_refused(&spawner(), program, scratch.path());
+        expect_host_dir_refused(&spawner(), program, scratch.path())?;
+        // A kept fresh scratch is refused too, and the dir made for it
+        // does not stay behind (nothing ran in it).
+        let base = existing_scratch();
+        let mut cfg = config();
+        cfg.scratch_base = base.path().to_path_buf();
+        let kept = py("print(1)").scratch(Scratch::FreshKept);
+        expect_host_dir_refused(&spawner_with(cfg), kept, base.path())?;
+        return ensure(dir_listing(base.path()).is_empty(), || {
+            format!("a refused spawn left {:?}", dir_listing(base.path()))
+        });
     }
     let r = expect_ok(program)?;
     let w = want.display().to_string();
@@ -919,11 +973,28 @@ fn hardlink_denied() -> Outcome {
     };
     if host_dirs_refused() {
         let scratch = existing_scratch();
-        return expect_host_dir_refused(
+        expect_host_dir_refused(
             &spawner(),
             sh(&script).scratch(Scratch::Existing(scratch.path().to_path_buf())),
             scratch.path(),
-        );
+        )?;
+        // Tier landlock's fresh scratch is a host dir on the host's
+        // filesystem, where a link to the canary (0666, so
+        // protected_hardlinks allows it) is only the sandbox's to stop.
+        let held = format!("{script}; echo done; read x");
+        let linked = |dir: &Path| (dir.join("x").exists(), dir.join("y").exists());
+        let (said, (x, y)) = inspect_fresh_scratch(&spawner(), sh(&held), linked)?;
+        ensure(said.contains("LINK-IN-SCRATCH"), || {
+            format!("a hard link inside scratch failed: {said}")
+        })?;
+        ensure(!x && !y, || {
+            format!("hardlinked out of a fresh scratch: x {x}, y {y}")
+        })?;
+        let (_, (_, y)) =
+            inspect_fresh_scratch(&Spawner::hygiene_only(config()), sh(&held), linked)?;
+        return ensure(y, || {
+            "control: the canary cannot be linked from a fresh scratch even unconfined".into()
+        });
     }
     let (r, x, y) = attempt(&spawner())?;
     ensure(r.stdout.contains("LINK-IN-SCRATCH"), || {
@@ -1224,6 +1295,17 @@ fn privileges_dropped() -> Outcome {
     ensure(privileges(&control) != privileges(&st), || {
         "control: an unconfined program looks the same to the host".into()
     })?;
+    // The sandbox's own filter is on top of whatever the host had (under
+    // the container's filter, no_new_privs and mode 2 are inherited, so
+    // only this count shows the sandbox installed one).
+    let filters = |s: &str| field(s, "Seccomp_filters:").parse::<u32>().unwrap_or(0);
+    ensure(filters(&st) > filters(&control), || {
+        format!(
+            "the sandbox installed no filter of its own: {:?} vs unconfined {:?}",
+            privileges(&st),
+            privileges(&control)
+        )
+    })?;
     // rlimits as the host sees them.
     let r = expect_ok(py("import resource\nprint(resource.getrlimit(resource.RLIMIT_CORE), resource.getrlimit(resource.RLIMIT_NOFILE))").limits(Limits {
         open_files: Some(50),
@@ -1250,17 +1332,26 @@ fn setuid_binary_gives_nothing() -> Outcome {
     let program = suid.to_str().unwrap().to_string();
     // dash keeps its euid (no -p dropping for a set-uid dash).
     let held = || spec(&program, &["-p", "-c", "echo held; read x", "sh"]);
-    let st = status_of_held(&spawner_with(cfg), held(), &sleep_token())?;
-    let ids: Vec<&str> = field(&st, "Uid:").split('\t').collect();
-    ensure(
-        ids.len() == 4 && ids.iter().all(|u| *u == ids[0] && *u != "0"),
-        || {
-            format!(
-                "the setuid bit was honoured in the sandbox: {:?}",
-                privileges(&st)
-            )
-        },
-    )?;
+    // Tier namespaces (a nosuid mount and no_new_privs) and tier landlock
+    // (no_new_privs alone: the host's mounts are its own), each on this
+    // host, where nothing outside the sandbox sets no_new_privs.
+    let tiers = [
+        spawner_with(cfg.clone()),
+        Spawner::confined(Arc::new(LinuxBackend::new().with_tier(Tier::Landlock)), cfg),
+    ];
+    for (sp, tier) in tiers.iter().zip(["namespaces", "landlock"]) {
+        let st = status_of_held(sp, held(), &sleep_token())?;
+        let ids: Vec<&str> = field(&st, "Uid:").split('\t').collect();
+        ensure(
+            ids.len() == 4 && ids.iter().all(|u| *u == ids[0] && *u != "0"),
+            || {
+                format!(
+                    "the setuid bit was honoured in tier {tier}: {:?}",
+                    privileges(&st)
+                )
+            },
+        )?;
+    }
     // Control: on the host, as uid 65534, the same file runs as root.
     let token = sleep_token();
     let mut host = Command::new(&suid);
@@ -2039,6 +2130,30 @@ fn child_fails_closed_without_setresuid() -> Outcome {
         return Err("this scenario needs root (only a root host drops its uid)".into());
     }
     child_step_fails_closed(libc::SYS_setresuid, vec![], libc::EPERM, false, "setresuid")
+}
+
+/// Root only: emptying the capability bounding set fails. In tier
+/// landlock it is a step of its own, before `setresuid` (as the sandbox's
+/// uid it could not be done); in tier namespaces it is part of the
+/// capability drop.
+fn child_fails_closed_without_the_bounding_set_drop() -> Outcome {
+    if !is_root() {
+        return Err(
+            "this scenario needs root (only a root host drops the bounding set first)".into(),
+        );
+    }
+    let step = if on_container() {
+        "capability_bounding_set"
+    } else {
+        "capabilities"
+    };
+    child_step_fails_closed(
+        libc::SYS_prctl,
+        prctl_option(libc::PR_CAPBSET_DROP),
+        libc::EPERM,
+        false,
+        step,
+    )
 }
 
 fn child_fails_closed_without_capset() -> Outcome {

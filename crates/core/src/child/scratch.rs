@@ -9,6 +9,10 @@ pub(crate) struct ScratchGuard {
     path: PathBuf,
     owned: Option<tempfile::TempDir>,
     fresh: bool,
+    /// A fresh dir the caller keeps: it persists once the child is
+    /// launched ([`launched`](Self::launched)); a spawn that fails before
+    /// removes it (nothing ran in it).
+    keep: bool,
     /// A discarded scratch's dir, open and `flock`ed while the child may
     /// use it: a sweep skips a dir it cannot lock ([`sweep_dead_scratches`]),
     /// which holds across PID namespaces where a pid does not.
@@ -21,6 +25,7 @@ impl ScratchGuard {
             path,
             owned: None,
             fresh: false,
+            keep: false,
             _lock: None,
         }
     }
@@ -32,25 +37,30 @@ impl ScratchGuard {
             path: mountpoint,
             owned: None,
             fresh: true,
+            keep: false,
             _lock: None,
         }
     }
 
     pub(crate) fn owned(dir: tempfile::TempDir, canonical: PathBuf, keep: bool) -> Self {
-        if keep {
-            let _ = dir.keep();
-            ScratchGuard {
-                path: canonical,
-                owned: None,
-                fresh: true,
-                _lock: None,
-            }
-        } else {
-            ScratchGuard {
-                _lock: lock_dir(dir.path(), libc::LOCK_EX).ok().flatten(),
-                path: canonical,
-                owned: Some(dir),
-                fresh: true,
+        ScratchGuard {
+            _lock: if keep {
+                None
+            } else {
+                lock_dir(dir.path(), libc::LOCK_EX).ok().flatten()
+            },
+            path: canonical,
+            owned: Some(dir),
+            fresh: true,
+            keep,
+        }
+    }
+
+    /// The child runs: a kept scratch is the caller's from now on.
+    pub(crate) fn launched(&mut self) {
+        if self.keep {
+            if let Some(dir) = self.owned.take() {
+                let _ = dir.keep();
             }
         }
     }

@@ -118,6 +118,9 @@ pub(super) fn one_of(arg: u8, values: &[u64]) -> (Vec<Rule>, Vec<Rule>) {
     (is, vec![none])
 }
 
+/// `fallocate`'s mode bit that allocates without growing the size.
+pub(crate) const FALLOC_FL_KEEP_SIZE: u64 = 0x01;
+
 /// The syscalls allowed only with some arguments.
 pub(crate) fn checked() -> Vec<Checked> {
     let mut v = Vec::new();
@@ -133,6 +136,21 @@ pub(crate) fn checked() -> Vec<Checked> {
             .iter()
             .map(|(f, _)| vec![Cond::masked_eq(0, *f, *f)])
             .collect(),
+    });
+
+    // fallocate: not FALLOC_FL_KEEP_SIZE (mode is argument 1). Blocks
+    // allocated past the file's size are disk used that RLIMIT_FSIZE, the
+    // per-file `disk_bytes` of a scratch on the host's disk, never sees:
+    // it is checked only when the size grows. (Punching a hole needs
+    // KEEP_SIZE too.)
+    v.push(Checked {
+        sys: sys![SYS_fallocate][0],
+        allow: vec![vec![Cond::masked_eq(1, FALLOC_FL_KEEP_SIZE, 0)]],
+        deny: vec![vec![Cond::masked_eq(
+            1,
+            FALLOC_FL_KEEP_SIZE,
+            FALLOC_FL_KEEP_SIZE,
+        )]],
     });
 
     // socketpair: AF_UNIX with a stream or seqpacket type only.

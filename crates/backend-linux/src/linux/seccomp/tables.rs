@@ -192,7 +192,6 @@ pub(super) fn allowed_common() -> Vec<Sys> {
         SYS_sync,
         SYS_syncfs,
         SYS_ftruncate,
-        SYS_fallocate,
         SYS_fadvise64,
         SYS_readahead,
         SYS_copy_file_range,
