@@ -73,7 +73,8 @@ fn clamped(resource: Resource, soft: libc::rlim_t, hard: libc::rlim_t) -> (Resou
 ///
 /// - core dumps: always off (`RLIMIT_CORE` 0);
 /// - `open_files` → `RLIMIT_NOFILE`;
-/// - `cpu_seconds` → `RLIMIT_CPU` soft = N (SIGXCPU), hard = N + 1;
+/// - `cpu_ms` → `RLIMIT_CPU` soft = N, its whole seconds rounded up
+///   (SIGXCPU), hard = N + 1;
 /// - `file_size_bytes` → `RLIMIT_FSIZE`;
 /// - `memory_bytes` → `RLIMIT_AS` (best effort: macOS accepts but does not
 ///   enforce it);
@@ -86,7 +87,7 @@ pub(crate) fn plan_rlimits(limits: &Limits, nproc_base: u64) -> RlimitPlan {
     if let Some(n) = limits.open_files {
         plan.push(clamped(libc::RLIMIT_NOFILE, n, n));
     }
-    if let Some(n) = limits.cpu_seconds {
+    if let Some(n) = limits.cpu_rlimit_seconds() {
         plan.push(clamped(libc::RLIMIT_CPU, n, n.saturating_add(1)));
     }
     if let Some(n) = limits.file_size_bytes {

@@ -164,10 +164,19 @@ fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox: Option<SandboxUs
 fn flag_of(limit: &str) -> &'static str {
     match limit {
         "memory_bytes" => "--mem",
-        "cpu_seconds" => "--cpu",
+        "cpu_ms" => "--cpu",
         "max_processes" => "--pids",
         "disk_bytes" => "--disk",
         _ => "a limit",
+    }
+}
+
+/// `ms` of CPU time as the CLI's `--cpu` says it: seconds.
+fn seconds(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.3} s", ms as f64 / 1000.0)
     }
 }
 
@@ -176,7 +185,7 @@ fn flag_of(limit: &str) -> &'static str {
 fn scope_refusal(e: &cordon_core::LimitScopeError) -> String {
     let flag = flag_of(e.limit);
     let how = match e.limit {
-        "memory_bytes" | "cpu_seconds" => {
+        "memory_bytes" | "cpu_ms" => {
             "run cordon as root, or in a cgroup v2 subtree delegated to you with the memory \
              controller (`systemd-run --user --scope -p Delegate=yes cordon run ...`)"
         }
@@ -189,7 +198,11 @@ fn scope_refusal(e: &cordon_core::LimitScopeError) -> String {
             .parse::<u64>()
             .map(|b| format!(" of {} MiB", b >> 20))
             .unwrap_or_default(),
-        "cpu_seconds" => format!(" of {} s", e.value),
+        "cpu_ms" => e
+            .value
+            .parse::<u64>()
+            .map(|ms| format!(" of {}", seconds(ms)))
+            .unwrap_or_default(),
         _ => format!(" of {}", e.value),
     };
     format!(
@@ -237,7 +250,7 @@ fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec
         }
     }
     if asked.contains(&"--cpu") && accepted(limits.scopes.cpu, held.cpu) {
-        if let Some(c) = limits.cpu_seconds {
+        if let Some(c) = limits.cpu_rlimit_seconds() {
             out.push(format!(
                 "--cpu holds per process here: each process may use {c} s of CPU \
                  (RLIMIT_CPU); the sum over the sandbox's tree is also watched, best effort"
@@ -297,7 +310,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         max_processes: args.pids.or(defaults.max_processes),
         memory_bytes: args.mem.or(defaults.memory_bytes),
         open_files: args.fds.or(defaults.open_files),
-        cpu_seconds: args.cpu.or(defaults.cpu_seconds),
+        cpu_ms: args.cpu.map(|s| s.saturating_mul(1000)).or(defaults.cpu_ms),
         file_size_bytes: defaults.file_size_bytes,
         disk_bytes: args.disk.or(defaults.disk_bytes),
         deadline: args.timeout,

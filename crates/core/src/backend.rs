@@ -74,7 +74,7 @@ impl WrapError {
 pub trait SandboxResources: Send + Sync + std::fmt::Debug {
     /// CPU time used so far by every process of the sandbox together, when
     /// the backend accounts for it. The runner then enforces
-    /// [`Limits::cpu_seconds`](crate::Limits::cpu_seconds) for the sandbox
+    /// [`Limits::cpu_ms`](crate::Limits::cpu_ms) for the sandbox
     /// as a whole: when the sum passes it, the sandbox is killed and the
     /// outcome is [`ExitOutcome::CpuTimeExceeded`](crate::ExitOutcome::CpuTimeExceeded).
     fn cpu_time(&self) -> Option<std::time::Duration> {

@@ -22,7 +22,7 @@ pub enum ExitOutcome {
     /// The wall-clock deadline passed and the runner killed its process group.
     DeadlineExceeded,
     /// The CPU time of every process of the sandbox together passed
-    /// [`Limits::cpu_seconds`](crate::Limits::cpu_seconds) and the runner
+    /// [`Limits::cpu_ms`](crate::Limits::cpu_ms) and the runner
     /// killed the sandbox (only with a backend that accounts for the
     /// sandbox as a whole; see [`SandboxResources::cpu_time`]).
     ///
@@ -167,7 +167,7 @@ impl RunningChild {
             label,
             resources,
             memory_limit_hit: false,
-            cpu_limit: limits.cpu_seconds.map(std::time::Duration::from_secs),
+            cpu_limit: limits.cpu_ms.map(std::time::Duration::from_millis),
         }
     }
 

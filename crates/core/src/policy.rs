@@ -74,7 +74,7 @@ pub enum Network {
 ///
 /// The runner itself enforces [`Limits::deadline`] (killing the child's
 /// process group) and, with a backend that accounts for it, the
-/// sandbox-wide [`Limits::cpu_seconds`].
+/// sandbox-wide [`Limits::cpu_ms`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Limits {
     /// Maximum number of processes (and threads) the sandbox may hold at
@@ -100,16 +100,18 @@ pub struct Limits {
     /// Maximum number of open file descriptors, per process (RLIMIT_NOFILE
     /// on every backend; no OS offers a sandbox-wide count).
     pub open_files: Option<u64>,
-    /// Maximum CPU time, in seconds. Linux with a cgroup: for the sandbox
-    /// as a whole, read from the cgroup and enforced by the runner
-    /// ([`ExitOutcome::CpuTimeExceeded`]). Linux without: per process
-    /// (RLIMIT_CPU), plus a best-effort sum over the sandbox's process tree
-    /// that a program can escape by letting its children be reaped
-    /// automatically. Elsewhere: per process (RLIMIT_CPU; a forked child
-    /// starts afresh).
+    /// Maximum CPU time, in milliseconds. Linux with a cgroup: for the
+    /// sandbox as a whole, read from the cgroup every 100 ms and enforced by
+    /// the runner ([`ExitOutcome::CpuTimeExceeded`]). Linux without: per
+    /// process (RLIMIT_CPU), plus a best-effort sum over the sandbox's
+    /// process tree that a program can escape by letting its children be
+    /// reaped automatically. Elsewhere: per process (RLIMIT_CPU; a forked
+    /// child starts afresh). RLIMIT_CPU counts whole seconds: it is set to
+    /// this limit rounded up (at least 1 s), so a per-process limit holds
+    /// to the second only.
     ///
     /// [`ExitOutcome::CpuTimeExceeded`]: crate::ExitOutcome::CpuTimeExceeded
-    pub cpu_seconds: Option<u64>,
+    pub cpu_ms: Option<u64>,
     /// Maximum size of each file the child writes (RLIMIT_FSIZE), in
     /// bytes. Per file, on every backend.
     pub file_size_bytes: Option<u64>,
@@ -127,7 +129,7 @@ pub struct Limits {
     /// child's whole process group (with a PID namespace, the whole
     /// sandbox).
     pub deadline: Option<Duration>,
-    /// The scope each of `memory_bytes`, `cpu_seconds`, `max_processes`
+    /// The scope each of `memory_bytes`, `cpu_ms`, `max_processes`
     /// and `disk_bytes` must hold at, when set (the others are per process
     /// or per file on every backend, and the deadline is the runner's).
     #[serde(default)]
@@ -164,7 +166,7 @@ impl LimitScope {
 pub struct LimitScopes {
     /// Of [`Limits::memory_bytes`].
     pub memory: LimitScope,
-    /// Of [`Limits::cpu_seconds`].
+    /// Of [`Limits::cpu_ms`].
     pub cpu: LimitScope,
     /// Of [`Limits::max_processes`].
     pub processes: LimitScope,
@@ -275,7 +277,7 @@ impl Limits {
             max_processes: Some(64),
             memory_bytes: Some(1 << 30),
             open_files: Some(256),
-            cpu_seconds: Some(60),
+            cpu_ms: Some(60_000),
             file_size_bytes: Some(1 << 30),
             disk_bytes: Some(1 << 30),
             deadline: Some(Duration::from_secs(600)),
@@ -296,12 +298,18 @@ impl Limits {
             max_processes: Some(64),
             memory_bytes: Some(256 << 20),
             open_files: Some(64),
-            cpu_seconds: Some(2),
+            cpu_ms: Some(2_000),
             file_size_bytes: Some(64 << 20),
             disk_bytes: Some(64 << 20),
             deadline: Some(Duration::from_secs(15)),
             scopes: LimitScopes::PER_PROCESS,
         }
+    }
+
+    /// [`Limits::cpu_ms`] as `RLIMIT_CPU` counts it: whole seconds,
+    /// rounded up, at least 1.
+    pub fn cpu_rlimit_seconds(&self) -> Option<u64> {
+        self.cpu_ms.map(|ms| ms.div_ceil(1000).max(1))
     }
 
     /// Whether every limit that is set and has a scope holds at its scope
@@ -322,8 +330,8 @@ impl Limits {
                 "limit_memory",
             ),
             (
-                "cpu_seconds",
-                self.cpu_seconds.map(|v| v.to_string()),
+                "cpu_ms",
+                self.cpu_ms.map(|v| v.to_string()),
                 self.scopes.cpu,
                 held.cpu,
                 "limit_cpu",
@@ -396,9 +404,9 @@ impl Limits {
             ),
             cpu: scope(
                 self.scopes.cpu,
-                self.cpu_seconds.is_some(),
+                self.cpu_ms.is_some(),
                 requested.scopes.cpu,
-                requested.cpu_seconds.is_some(),
+                requested.cpu_ms.is_some(),
             ),
             processes: scope(
                 self.scopes.processes,
@@ -418,7 +426,7 @@ impl Limits {
             max_processes: pick("max_processes", self.max_processes, requested.max_processes)?,
             memory_bytes: pick("memory_bytes", self.memory_bytes, requested.memory_bytes)?,
             open_files: pick("open_files", self.open_files, requested.open_files)?,
-            cpu_seconds: pick("cpu_seconds", self.cpu_seconds, requested.cpu_seconds)?,
+            cpu_ms: pick("cpu_ms", self.cpu_ms, requested.cpu_ms)?,
             file_size_bytes: pick(
                 "file_size_bytes",
                 self.file_size_bytes,
@@ -558,11 +566,11 @@ mod tests {
     #[test]
     fn narrow_allows_anything_under_no_ceiling() {
         let req = Limits {
-            cpu_seconds: Some(1_000_000),
+            cpu_ms: Some(1_000_000),
             ..Limits::default()
         };
         assert_eq!(
-            Limits::default().narrow(&req).unwrap().cpu_seconds,
+            Limits::default().narrow(&req).unwrap().cpu_ms,
             Some(1_000_000)
         );
     }

@@ -37,7 +37,7 @@ pub const HOST_FACTS: &[(&str, &str)] = &[
         "layers",
         "which of the backend's layers are on (`all`, or the partial set)",
     ),
-    ("limit_cpu", "the scope `cpu_seconds` holds at, and how"),
+    ("limit_cpu", "the scope `cpu_ms` holds at, and how"),
     ("limit_disk", "the scope `disk_bytes` holds at, and how"),
     (
         "limit_memory",

@@ -74,7 +74,7 @@ pub(crate) fn plan(
             memory.map(|m| m.saturating_add(ADDRESS_SPACE_HEADROOM)),
         ),
         (libc::RLIMIT_NOFILE, l.open_files),
-        (libc::RLIMIT_CPU, l.cpu_seconds),
+        (libc::RLIMIT_CPU, l.cpu_rlimit_seconds()),
         (libc::RLIMIT_FSIZE, file_size),
         (libc::RLIMIT_CORE, Some(0)),
         quota(0),

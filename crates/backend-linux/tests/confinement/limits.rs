@@ -408,7 +408,7 @@ fn cpu_chain(sp: &Spawner, autoreap: bool) -> Result<Ran, String> {
         py(CPU_CHAIN)
             .args(["6", "0.4", if autoreap { "autoreap" } else { "wait" }])
             .limits(Limits {
-                cpu_seconds: Some(1),
+                cpu_ms: Some(1000),
                 deadline: Some(Duration::from_secs(60)),
                 ..Limits::default()
             }),

@@ -82,7 +82,7 @@ impl WorkerLimits {
             max_processes: Some(self.max_processes),
             memory_bytes: Some(self.memory_bytes),
             open_files: Some(self.open_files),
-            cpu_seconds: Some(self.cpu_seconds),
+            cpu_ms: Some(self.cpu_seconds.saturating_mul(1000)),
             file_size_bytes: Some(self.file_size_bytes),
             disk_bytes: None,
             deadline: Some(self.lifetime),

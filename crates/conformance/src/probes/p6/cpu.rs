@@ -1,12 +1,12 @@
 //! P6's sandbox-wide CPU check, for a backend that claims `sandbox` scope
 //! for `limit_cpu`: the CPU time of every process of the sandbox together
-//! stays within `Limits::cpu_seconds`, though each process has its own
+//! stays within `Limits::cpu_ms`, though each process has its own
 //! RLIMIT_CPU that a fork starts afresh.
 //!
 //! A child of its own (mode `P6-cpu`), with a CPU limit of [`LIMIT_MS`]
-//! (1 s, the smallest `Limits::cpu_seconds` can say, to keep the probe
-//! short), runs [`CHAINS`] chains of processes: each link burns
-//! [`LINK_MS`] of CPU (a quarter of its RLIMIT_CPU) and exits, and the
+//! (short, to keep the probe short; its RLIMIT_CPU is then 1 s, the
+//! least whole second), runs [`CHAINS`] chains of processes: each link
+//! burns [`LINK_MS`] of CPU (a twentieth of its RLIMIT_CPU) and exits, and the
 //! program, which ignores `SIGCHLD` so that the kernel reaps the links
 //! without adding their time to anyone's, starts the next. Each link
 //! reports its chain's total every [`STEP_MS`] of its own CPU time. Each
@@ -35,14 +35,15 @@ use crate::harness::{fail, pass, unreachable, ProbeContext, Hold};
 /// The check's name.
 pub(crate) const NAME: &str = "sandbox-cpu-limit";
 
-/// The sandbox's CPU limit for this check, in ms (`cpu_seconds` = 1).
-const LIMIT_MS: u64 = 1000;
+/// The sandbox's CPU limit for this check (`Limits::cpu_ms`).
+const LIMIT_MS: u64 = 200;
 /// How many chains burn at once (the host has two cores).
 const CHAINS: u64 = 2;
-/// CPU time each link of a chain burns before it exits.
-const LINK_MS: u64 = 250;
+/// CPU time each link of a chain burns before it exits: several links of
+/// each chain fit under the limit, so the sandbox's sum is what stops it.
+const LINK_MS: u64 = 50;
 /// How often (in a process's own CPU time) a chain reports its total.
-const STEP_MS: u64 = 25;
+const STEP_MS: u64 = 10;
 /// What the chains may report above the limit. The runner reads the
 /// sandbox's CPU time every 100 ms (`CPU_POLL`, cordon-core's child.rs):
 /// two chains on two cores burn up to 200 ms between two reads; killing
@@ -74,7 +75,7 @@ pub(crate) async fn host(ctx: &ProbeContext) -> Option<CheckResult> {
         return None;
     }
     let limits = Limits {
-        cpu_seconds: Some(LIMIT_MS / 1000),
+        cpu_ms: Some(LIMIT_MS),
         deadline: Some(DEADLINE),
         ..Limits::default()
     };
@@ -372,14 +373,15 @@ mod tests {
         };
         let wall = Duration::from_millis(600);
         let stopped = Some(ExitOutcome::CpuTimeExceeded);
-        let ok = verdict(&info("550,3", "540,3"), stopped, wall);
+        // Limit 200 ms, slack 500 ms: at most 700 ms reported together.
+        let ok = verdict(&info("160,3", "150,3"), stopped, wall);
         assert_eq!(ok.status, cordon_core::ProbeStatus::Pass, "{}", ok.detail);
-        let late = verdict(&info("800,4", "790,4"), stopped, wall);
+        let late = verdict(&info("360,7", "350,7"), stopped, wall);
         assert_eq!(late.status, cordon_core::ProbeStatus::Fail);
-        let never = verdict(&info("880,4", "875,4"), Some(ExitOutcome::Exited(0)), wall);
+        let never = verdict(&info("370,8", "370,8"), Some(ExitOutcome::Exited(0)), wall);
         assert_eq!(never.status, cordon_core::ProbeStatus::Fail);
         let slow = verdict(
-            &info("300,2", "300,2"),
+            &info("60,2", "60,2"),
             Some(ExitOutcome::DeadlineExceeded),
             wall,
         );
