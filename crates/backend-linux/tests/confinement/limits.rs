@@ -273,16 +273,19 @@ sys.stdin.read()\n";
 /// address space ever holds more than one), to four times `--mem`.
 pub(super) fn limit_memory_shm() -> Outcome {
     let args = [ATTEMPT.to_string()];
-    if on_container() {
-        // Tier landlock refuses SysV IPC (no IPC namespace of its own):
-        // the attack gets no segment, and the host's Shmem does not grow.
-        let (over, what) = memory_attack(
+    let attack = || {
+        memory_attack(
             &spawner(),
             SHM_ATTACK,
             &args,
             mem_limits(1 << 30),
             shmem_growth,
-        )?;
+        )
+    };
+    if on_container() {
+        // Tier landlock refuses SysV IPC (no IPC namespace of its own):
+        // the attack gets no segment, and the host's Shmem does not grow.
+        let (over, what) = attack()?;
         return ensure(
             over.is_none() && what.starts_with("held 0 shmget 1;"),
             || format!("SysV shm in tier landlock: {what}"),
@@ -294,13 +297,7 @@ pub(super) fn limit_memory_shm() -> Outcome {
     // Per-process scope: the segments are not bounded while the sandbox
     // lives (the report says so), but go with its IPC namespace.
     let before = host_shmem()?;
-    let (_, what) = memory_attack(
-        &spawner(),
-        SHM_ATTACK,
-        &args,
-        mem_limits(1 << 30),
-        shmem_growth,
-    )?;
+    let (_, what) = attack()?;
     let mut after = host_shmem()?;
     for _ in 0..50 {
         if after <= before + MEMORY_MARGIN {
