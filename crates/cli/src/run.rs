@@ -227,13 +227,10 @@ fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec
     };
     // RLIMIT_FSIZE: `--disk` counts too where the scratch is on the host's
     // disk (no sandbox-wide disk limit here), as the Linux backend sets it.
-    let per_file = match (limits.file_size_bytes, limits.disk_bytes) {
-        (Some(f), Some(d)) if held.disk == LimitScope::PerProcess => Some(f.min(d)),
-        (None, d) if held.disk == LimitScope::PerProcess => d,
-        (f, _) => f,
-    }
-    .map(mib)
-    .unwrap_or_else(|| "no limit".into());
+    let per_file = limits
+        .file_size_rlimit(held.disk == LimitScope::PerProcess)
+        .map(mib)
+        .unwrap_or_else(|| "no limit".into());
     if asked.contains(&"--mem") && accepted(limits.scopes.memory, held.memory) {
         if let Some(m) = limits.memory_bytes {
             let all = limits

@@ -312,6 +312,20 @@ impl Limits {
         self.cpu_ms.map(|ms| ms.div_ceil(1000).max(1))
     }
 
+    /// The largest file the child may write (`RLIMIT_FSIZE`): at most
+    /// [`Limits::file_size_bytes`], and at most [`Limits::disk_bytes`]
+    /// when `disk_per_file` (the scratch is on the host's disk, where no
+    /// filesystem of the sandbox's own holds the disk limit as a whole).
+    pub fn file_size_rlimit(&self, disk_per_file: bool) -> Option<u64> {
+        match (
+            self.file_size_bytes,
+            self.disk_bytes.filter(|_| disk_per_file),
+        ) {
+            (Some(f), Some(d)) => Some(f.min(d)),
+            (f, d) => f.or(d),
+        }
+    }
+
     /// Whether every limit that is set and has a scope holds at its scope
     /// with a backend holding `held` (see [`LimitScopes::held`]); `facts`
     /// and `backend` name what it holds in the error.

@@ -51,11 +51,6 @@ pub(crate) fn plan(
     others: u64,
 ) -> [(libc::__rlimit_resource_t, Option<u64>); COUNT] {
     let memory = l.memory_bytes.filter(|_| !cgroup_memory);
-    let disk_per_file = l.disk_bytes.filter(|_| !scratch_on_tmpfs);
-    let file_size = match (l.file_size_bytes, disk_per_file) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
     let quota = |i: usize| {
         let (resource, _, value) = quotas::RLIMITS[i];
         (resource, layers.kernel_quotas.then_some(value))
@@ -75,7 +70,7 @@ pub(crate) fn plan(
         ),
         (libc::RLIMIT_NOFILE, l.open_files),
         (libc::RLIMIT_CPU, l.cpu_rlimit_seconds()),
-        (libc::RLIMIT_FSIZE, file_size),
+        (libc::RLIMIT_FSIZE, l.file_size_rlimit(!scratch_on_tmpfs)),
         (libc::RLIMIT_CORE, Some(0)),
         quota(0),
         quota(1),
