@@ -17,6 +17,7 @@ use clap::{Args, Parser, Subcommand};
 mod backends;
 mod conformance;
 mod diagnose;
+mod explain;
 mod run;
 #[cfg(feature = "starlark")]
 mod star;

@@ -89,6 +89,15 @@ pub struct RunArgs {
     /// Ignore the cached conformance report and run the probes again.
     #[arg(long)]
     recheck: bool,
+    /// After the program ends, say on stderr what the sandbox refused
+    /// (one line per distinct denial, counted, with the flag that would
+    /// allow it) and which sources of denials this user cannot observe.
+    #[arg(long)]
+    explain: bool,
+    /// Write the same as JSON lines to PATH (implies recording; see the
+    /// README for the fields).
+    #[arg(long, value_name = "PATH")]
+    explain_json: Option<PathBuf>,
     /// The program to run, then its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -161,7 +170,7 @@ fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox: Option<SandboxUs
 }
 
 /// The flag of a limit (a field of [`Limits`]) and how its value reads.
-fn flag_of(limit: &str) -> &'static str {
+pub(crate) fn flag_of(limit: &str) -> &'static str {
     match limit {
         "memory_bytes" => "--mem",
         "cpu_ms" => "--cpu",
@@ -362,6 +371,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             (None, false) => Scratch::Fresh,
         });
     spec.label = Some("cordon run".into());
+    spec.explain = args.explain || args.explain_json.is_some();
     for (k, v) in args.env {
         match v {
             Some(v) => spec.env.push((k, v)),
@@ -479,6 +489,23 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
         }
     };
+    if let Some(e) = child.explanation() {
+        if args.explain {
+            for line in crate::explain::lines(e) {
+                eprintln!("{line}");
+            }
+        }
+        if let Some(path) = &args.explain_json {
+            let written = std::fs::File::create(path)
+                .and_then(|f| crate::explain::write_json(e, std::io::BufWriter::new(f)));
+            if let Err(err) = written {
+                eprintln!(
+                    "cordon: cannot write --explain-json {}: {err}",
+                    path.display()
+                );
+            }
+        }
+    }
     if !outcome.success() && !args.trusted {
         for note in crate::diagnose::denied_paths(
             &child.stderr_tail(),

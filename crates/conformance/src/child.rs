@@ -132,6 +132,19 @@ impl Reporter {
 
     /// Ends the report (`DONE`); the harness then expects a clean exit.
     pub fn done(&mut self) {
+        // For the host's message should the child not exit cleanly after
+        // DONE (an RLIMIT_CPU kill shows as a CPU time near the limit).
+        // SAFETY: rusage is plain integers; getrusage fills the local.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+            let ms = |t: libc::timeval| t.tv_sec * 1000 + t.tv_usec / 1000;
+            eprintln!(
+                "cordon probe child: DONE after {} ms user, {} ms system CPU",
+                ms(ru.ru_utime),
+                ms(ru.ru_stime)
+            );
+        }
         let _ = writeln!(self.out, "DONE");
         let _ = self.out.flush();
     }

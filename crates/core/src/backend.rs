@@ -99,6 +99,19 @@ pub trait SandboxResources: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// With [`SandboxPolicy::explain`]: records into `log` what this
+    /// sandbox's layers refused, and notes each source of denials this
+    /// caller cannot observe ([`DenialLog::unobservable`]). Called once,
+    /// when every process of the sandbox is gone. Returns `false` (the
+    /// default) where the backend reports no denials at all; the runner
+    /// then says so in the explanation.
+    ///
+    /// [`DenialLog::unobservable`]: crate::explain::DenialLog::unobservable
+    fn explain(&self, log: &crate::explain::DenialLog) -> bool {
+        let _ = log;
+        false
+    }
+
     /// Tells the resources the host pid of the process the runner spawned
     /// (called once, right after spawn).
     fn started(&self, pid: u32) {

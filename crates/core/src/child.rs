@@ -110,6 +110,10 @@ pub struct RunningChild {
     /// The sandbox-wide CPU limit, enforced when `resources` accounts for
     /// CPU time.
     cpu_limit: Option<std::time::Duration>,
+    /// With [`ChildSpec::explain`](crate::ChildSpec::explain): the record,
+    /// and the limits it names; the explanation once waited for.
+    explain: Option<Box<(crate::explain::DenialLog, crate::Limits)>>,
+    explanation: Option<crate::explain::Explanation>,
 }
 
 impl std::fmt::Debug for RunningChild {
@@ -130,9 +134,10 @@ impl RunningChild {
         limits: &crate::Limits,
         stderr: SharedRing,
         relay: Option<Relay>,
-        label: Option<String>,
         resources: crate::backend::WrapResources,
+        spec: &crate::ChildSpec,
     ) -> Self {
+        let (label, explain) = (spec.label.clone(), spec.explain);
         let Launched {
             pid,
             leader,
@@ -168,6 +173,8 @@ impl RunningChild {
             resources,
             memory_limit_hit: false,
             cpu_limit: limits.cpu_ms.map(std::time::Duration::from_millis),
+            explain: explain.then(|| Box::new((crate::explain::DenialLog::new(), *limits))),
+            explanation: None,
         }
     }
 
@@ -215,6 +222,13 @@ impl RunningChild {
                 .resources
                 .as_ref()
                 .is_some_and(|r| r.memory_limit_hit())
+    }
+
+    /// What the sandbox refused, once [`wait`](Self::wait) returned, for a
+    /// child spawned with [`ChildSpec::explain`](crate::ChildSpec::explain);
+    /// `None` otherwise or before.
+    pub fn explanation(&self) -> Option<&crate::explain::Explanation> {
+        self.explanation.as_ref()
     }
 
     /// Sends SIGKILL to the child's whole process group (not once the child
@@ -265,6 +279,14 @@ impl RunningChild {
         // Every process of the sandbox is gone: release what the backend
         // held for it (its cgroups, say).
         self.memory_limit_hit = self.memory_limit_hit();
+        if let Some(record) = self.explain.take() {
+            let (log, limits) = &*record;
+            let reported = self.resources.as_ref().is_some_and(|r| r.explain(log));
+            let cpu = self.resources.as_ref().and_then(|r| r.cpu_time());
+            let hit = self.memory_limit_hit;
+            crate::explain::runner_records(log, reported, outcome, limits, hit, cpu);
+            self.explanation = Some(log.finish());
+        }
         drop(self.resources.take());
         self.outcome = Some(outcome);
         Ok(outcome)

@@ -46,6 +46,7 @@ mod backend;
 mod child;
 mod command;
 mod error;
+pub mod explain;
 mod launch;
 mod policy;
 mod probe_id;

@@ -492,6 +492,12 @@ pub struct SandboxPolicy {
     pub network: Network,
     /// Resource limits, already narrowed against the runner's ceilings.
     pub limits: Limits,
+    /// Record what the sandbox refuses ([`ChildSpec::explain`](crate::ChildSpec::explain)):
+    /// a backend that reports denials turns on the records it needs (and
+    /// only then: off, the spawn path is unchanged). Never loosens
+    /// anything: what is refused stays refused.
+    #[serde(default)]
+    pub explain: bool,
 }
 
 impl SandboxPolicy {
@@ -507,6 +513,7 @@ impl SandboxPolicy {
             read_write: Vec::new(),
             network: Network::Deny,
             limits,
+            explain: false,
         }
     }
 }

@@ -253,6 +253,7 @@ impl Spawner {
                 read_write: self.config.read_write.clone(),
                 network: self.config.network.clone(),
                 limits,
+                explain: spec.explain,
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }
@@ -301,8 +302,8 @@ impl Spawner {
             &limits,
             stderr_ring,
             relay,
-            spec.label.clone(),
             resources,
+            spec,
         ))
     }
 

@@ -125,6 +125,10 @@ pub struct ChildSpec {
     pub stdio: StdioMode,
     /// A label for logs (module or package id).
     pub label: Option<String>,
+    /// Record what the sandbox refuses, for
+    /// [`RunningChild::explanation`](crate::RunningChild::explanation)
+    /// (see [`explain`](crate::explain)). Off by default.
+    pub explain: bool,
 }
 
 impl ChildSpec {
@@ -179,6 +183,12 @@ impl ChildSpec {
     /// Sets the scratch directory choice.
     pub fn scratch(mut self, scratch: Scratch) -> Self {
         self.scratch = scratch;
+        self
+    }
+
+    /// Records what the sandbox refuses ([`ChildSpec::explain`]).
+    pub fn explain(mut self, on: bool) -> Self {
+        self.explain = on;
         self
     }
 }

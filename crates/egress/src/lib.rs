@@ -71,7 +71,7 @@ mod request;
 pub use address::{address_class, is_public_ip};
 pub use allowlist::{Access, Advice, Allowlist, Refusal};
 pub use pattern::{HostPattern, HostPatternError, IpRange, IpRangeError, Scheme, TargetHost};
-pub use proxy::{EgressLimits, EgressProxy, EgressStats};
+pub use proxy::{EgressLimits, EgressProxy, EgressStats, RefusalObserver, RefusedRequest};
 
 /// The port of the proxy inside the sandbox's own network
 /// (`http_proxy=http://127.0.0.1:3128`): fixed, since nothing else listens

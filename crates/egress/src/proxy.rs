@@ -64,8 +64,25 @@ pub struct EgressStats {
     pub bytes: u64,
 }
 
+/// A request the proxy refused, as an observer ([`EgressProxy::serve_observed`])
+/// sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRequest {
+    /// `host:port` the program asked for, when its request named one.
+    pub target: Option<String>,
+    /// The allowlist entry that would allow this very request
+    /// (`host:port`, or `http://host:port` for plain HTTP), when one would.
+    pub allow_with: Option<String>,
+    /// Why it was refused, as the program's `403`/`400`/`503` body says.
+    pub reason: String,
+}
+
+/// Called for each refused request, on the proxy's connection thread.
+pub type RefusalObserver = Arc<dyn Fn(&RefusedRequest) + Send + Sync>;
+
 struct Shared {
     allow: Allowlist,
+    observer: Option<RefusalObserver>,
     limits: EgressLimits,
     /// Readable once the proxy is dropped (see `stop_tx`).
     stop: OwnedFd,
@@ -106,6 +123,17 @@ impl EgressProxy {
         allow: Vec<HostPattern>,
         limits: EgressLimits,
     ) -> io::Result<EgressProxy> {
+        EgressProxy::serve_observed(listener, allow, limits, None)
+    }
+
+    /// [`serve`](Self::serve), telling `observer` of every refused
+    /// request (what a sandbox's explanation lists).
+    pub fn serve_observed(
+        listener: OwnedFd,
+        allow: Vec<HostPattern>,
+        limits: EgressLimits,
+        observer: Option<RefusalObserver>,
+    ) -> io::Result<EgressProxy> {
         let listener = TcpListener::from(listener);
         listener.set_nonblocking(true)?;
         // Dropping the proxy writes one byte to `stop_tx`; nobody reads it,
@@ -113,6 +141,7 @@ impl EgressProxy {
         let (stop, stop_tx) = std::os::unix::net::UnixStream::pair()?;
         let shared = Arc::new(Shared {
             allow: Allowlist::for_process(allow),
+            observer,
             limits,
             stop: OwnedFd::from(stop),
             stop_tx: OwnedFd::from(stop_tx),
@@ -273,8 +302,28 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 }
 
 /// Answers `client` with an error status and the reason, and counts it.
-fn refuse(shared: &Shared, mut client: TcpStream, code: u16, reason: &str, why: &Refusal) {
+fn refuse(shared: &Shared, client: TcpStream, code: u16, reason: &str, why: &Refusal) {
+    refuse_target(shared, client, (code, reason), why, None, None);
+}
+
+/// [`refuse`], for a request that named `target`; `allow_with` the entry
+/// that would allow it.
+fn refuse_target(
+    shared: &Shared,
+    mut client: TcpStream,
+    (code, reason): (u16, &str),
+    why: &Refusal,
+    target: Option<String>,
+    allow_with: Option<String>,
+) {
     shared.refused.fetch_add(1, Ordering::Relaxed);
+    if let Some(observe) = &shared.observer {
+        observe(&RefusedRequest {
+            target,
+            allow_with,
+            reason: why.0.clone(),
+        });
+    }
     tracing::info!(target: "cordon::egress", code, reason = %why, "egress: refused");
     let body = format!("cordon egress proxy: {why}\n");
     let _ = client.set_nonblocking(false);
@@ -335,9 +384,24 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
     } else {
         Access::Http
     };
+    let target = format!("{}:{}", req.host, req.port);
     let pattern = match shared.allow.match_target(&req.host, req.port, access) {
         Ok(p) => p,
-        Err(why) => return refuse(shared, client, 403, "Forbidden", &why),
+        Err(why) => {
+            let allow_with = match access {
+                Access::Http => format!("http://{target}"),
+                Access::Https | Access::Tunnel => target.clone(),
+            };
+            let forbidden = (403, "Forbidden");
+            return refuse_target(
+                shared,
+                client,
+                forbidden,
+                &why,
+                Some(target),
+                Some(allow_with),
+            );
+        }
     };
     let addrs: Vec<SocketAddr> = match &req.host {
         TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, req.port)],
@@ -353,7 +417,7 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
         .allow
         .check_addresses(Some(pattern), &req.host, &addrs)
     {
-        return refuse(shared, client, 403, "Forbidden", &why);
+        return refuse_target(shared, client, (403, "Forbidden"), &why, Some(target), None);
     }
     let Some(upstream) = connect_any(shared, &addrs) else {
         shared.failed.fetch_add(1, Ordering::Relaxed);

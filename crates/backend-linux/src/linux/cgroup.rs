@@ -464,6 +464,8 @@ pub(crate) struct LinuxResources {
     /// With an egress allowlist: the proxy, started once the program runs
     /// and stopped when the sandbox is gone (these resources are dropped).
     egress: Option<super::net::EgressSession>,
+    /// In explain mode: the refused system calls' record (`explain.rs`).
+    syscalls: Option<super::explain::SyscallWatch>,
     /// The sandbox's own uid (a root host): released last, once every
     /// process of the sandbox is gone and its cgroup is empty.
     _uid: Option<super::uid::UidLease>,
@@ -476,6 +478,7 @@ impl LinuxResources {
         tree: Option<super::tree::TreeSlot>,
         egress: Option<super::net::EgressSession>,
         uid: Option<super::uid::UidLease>,
+        syscalls: Option<super::explain::SyscallWatch>,
     ) -> Self {
         LinuxResources {
             cgroup,
@@ -483,6 +486,7 @@ impl LinuxResources {
             tree,
             leader: AtomicU64::new(0),
             egress,
+            syscalls,
             _uid: uid,
         }
     }
@@ -504,6 +508,23 @@ impl SandboxResources for LinuxResources {
 
     fn memory_limit_hit(&self) -> bool {
         self.cgroup.as_ref().is_some_and(SandboxCgroup::oom_killed)
+    }
+
+    fn explain(&self, log: &cordon_core::explain::DenialLog) -> bool {
+        if let Some(refusals) = self.egress.as_ref().and_then(|e| e.refusals.as_ref()) {
+            log.absorb(refusals);
+        }
+        match &self.syscalls {
+            Some(watch) => watch.finish(log),
+            None => {
+                log.unobservable("system calls: not recorded (the seccomp allowlist layer is off)")
+            }
+        }
+        log.unobservable(
+            "files: not recorded yet (Landlock's audit records are not read): a file outside \
+             the grants fails with EACCES, one in a read-only grant with EROFS or EACCES",
+        );
+        true
     }
 
     fn processes_left(&self) -> Option<bool> {

@@ -23,7 +23,11 @@
 use cordon_core::ChildContext;
 
 use super::plan::ChildPlan;
-use super::{caps, cgroup, creds, landlock_rules, maps, namespaces, net, quotas, rlimits, seccomp};
+use std::os::fd::AsRawFd;
+
+use super::{
+    caps, cgroup, creds, explain, landlock_rules, maps, namespaces, net, quotas, rlimits, seccomp,
+};
 
 /// One step of the confinement, by a stable id (its number on the report
 /// pipe) and name (in errors).
@@ -209,7 +213,11 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     // Last, so nothing above is itself filtered; the program can neither
     // trace nor signal the init (this filter, no capabilities, Landlock's
     // ptrace and signal scoping).
-    seccomp::install(&plan.seccomp).map_err(at(Step::Seccomp))
+    match &plan.seccomp_listener {
+        Some(send) => explain::install_notifying(&plan.seccomp, send.as_raw_fd()),
+        None => seccomp::install(&plan.seccomp),
+    }
+    .map_err(at(Step::Seccomp))
 }
 
 #[cfg(test)]

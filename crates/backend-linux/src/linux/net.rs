@@ -20,10 +20,14 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use cordon_core::explain::{DenialKind, DenialLog, Remedy};
 use cordon_core::{ChildCommand, Network};
-use cordon_egress::{proxy_url, EgressLimits, EgressProxy, HostPattern, PROXY_ENV, PROXY_PORT};
+use cordon_egress::{
+    proxy_url, EgressLimits, EgressProxy, HostPattern, RefusalObserver, RefusedRequest, PROXY_ENV,
+    PROXY_PORT,
+};
 
 use crate::Layers;
 
@@ -41,6 +45,8 @@ pub(crate) struct EgressSession {
     receive: OwnedFd,
     allow: Vec<HostPattern>,
     proxy: Mutex<Option<EgressProxy>>,
+    /// In explain mode: the proxy's refusals (`explain.rs`).
+    pub(crate) refusals: Option<Arc<DenialLog>>,
 }
 
 /// The allowlist of `network`, `None` for `Network::Deny`, or why this
@@ -96,6 +102,7 @@ pub(crate) fn prepare(
             receive,
             allow,
             proxy: Mutex::new(None),
+            refusals: None,
         },
     ))
 }
@@ -106,8 +113,23 @@ impl EgressSession {
     /// a listener the sandbox simply has no way out: its connects to the
     /// proxy port are refused.
     pub(crate) fn start(&self) {
-        let started = receive_listener(&self.receive)
-            .and_then(|l| EgressProxy::serve(l, self.allow.clone(), EgressLimits::default()));
+        let observer = self.refusals.clone().map(|log| {
+            Arc::new(move |r: &RefusedRequest| {
+                let object = match (&r.target, &r.allow_with) {
+                    (Some(t), Some(_)) => format!("{t} (not in the allowlist)"),
+                    (Some(t), None) => format!("{t} ({})", r.reason),
+                    (None, _) => r.reason.clone(),
+                };
+                let remedy = match &r.allow_with {
+                    Some(entry) => Remedy::AllowHost(entry.clone()),
+                    None => Remedy::None,
+                };
+                log.record(DenialKind::Network, &object, "connect", remedy);
+            }) as RefusalObserver
+        });
+        let started = super::fd_pass::receive_fd(&self.receive).and_then(|l| {
+            EgressProxy::serve_observed(l, self.allow.clone(), EgressLimits::default(), observer)
+        });
         match started {
             Ok(p) => {
                 tracing::debug!(allow = ?self.allow, "egress proxy serving the sandbox");
@@ -120,55 +142,6 @@ impl EgressSession {
         }
     }
 }
-
-/// Receives one fd sent with `SCM_RIGHTS` on `sock`, without waiting.
-fn receive_listener(sock: &OwnedFd) -> io::Result<OwnedFd> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = ControlBuf([0; CONTROL_LEN]);
-    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the
-    // call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.0.as_mut_ptr().cast();
-    msg.msg_controllen = CONTROL_LEN as _;
-    // SAFETY: recvmsg into the buffers above.
-    let n = unsafe {
-        libc::recvmsg(
-            sock.as_raw_fd(),
-            &mut msg,
-            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        if c.is_null()
-            || (*c).cmsg_level != libc::SOL_SOCKET
-            || (*c).cmsg_type != libc::SCM_RIGHTS
-            || (*c).cmsg_len as usize != libc::CMSG_LEN(4) as usize
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the sandbox sent no listener",
-            ));
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
-}
-
-/// Room for one `SCM_RIGHTS` message of one fd, aligned for `cmsghdr`.
-const CONTROL_LEN: usize = 64;
-#[repr(C, align(8))]
-struct ControlBuf([u8; CONTROL_LEN]);
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -244,25 +217,6 @@ fn listen_and_send(l: libc::c_int, send: libc::c_int) -> io::Result<()> {
             std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
         ))?;
         check(libc::listen(l, 128))?;
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut control = ControlBuf([0; CONTROL_LEN]);
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.0.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, l);
-        if libc::sendmsg(send, &msg, libc::MSG_NOSIGNAL) != 1 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
     }
+    super::fd_pass::send_fd(send, l)
 }

@@ -57,4 +57,7 @@ pub(crate) struct ChildPlan {
     /// With an egress allowlist: how to open the sandbox's one way out
     /// (`net.rs`; `unshare_flags` then has `CLONE_NEWNET`).
     pub egress: Option<super::net::EgressPlan>,
+    /// In explain mode: the socket the program sends its seccomp filter's
+    /// listener on (`explain.rs`; `seccomp` is then the notifying variant).
+    pub seccomp_listener: Option<OwnedFd>,
 }

@@ -8,6 +8,7 @@
 //! [`confine`]: super::confine::confine
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cordon_core::{SandboxPolicy, WrapError};
 use cordon_egress::PROXY_PORT;
@@ -19,8 +20,8 @@ use super::plan::ChildPlan;
 use super::tier::Choice;
 use super::uid::{self, SandboxIds};
 use super::{
-    caps, cgroup, check_memory_floor, compiled_filters, confine, net, probe, quotas, rlimits, tree,
-    unshare_flags, wrap_err,
+    caps, cgroup, check_memory_floor, compiled_filters, confine, explain, net, probe, quotas,
+    rlimits, seccomp, tree, unshare_flags, wrap_err,
 };
 use crate::{Layers, Tier};
 
@@ -130,6 +131,35 @@ fn wrap_inner(
         Some(tree::Mode::PidNamespace) => 1,
         None => 0,
     };
+    // Explain mode: the notifying filter, and the thread that answers it
+    // (started before the caller's tasks are counted just below).
+    let egress_session = egress_session.map(|mut s| {
+        if policy.explain {
+            s.refusals = Some(Arc::new(cordon_core::explain::DenialLog::new()));
+        }
+        s
+    });
+    let (seccomp, syscall_watch, seccomp_listener) = if policy.explain {
+        let net = if egress_plan.is_some() {
+            explain::NetMode::Allowlist
+        } else {
+            explain::NetMode::Denied
+        };
+        let (watch, send) =
+            explain::SyscallWatch::start(Arc::clone(&seccomp), net).map_err(|e| {
+                wrap_err(format!(
+                    "cannot start recording the sandbox's refused calls: {e}"
+                ))
+                .with_source(e)
+            })?;
+        let mut notifying: Vec<_> = seccomp.iter().cloned().collect();
+        if let Some(last) = notifying.last_mut() {
+            *last = seccomp::emulate::notify_variant(last);
+        }
+        (Arc::new(notifying), Some(watch), Some(send))
+    } else {
+        (seccomp, None, None)
+    };
     let uid_tasks = if landlock_tier && !ids.root_host {
         rlimits::tasks_of_uid(ids.host.0)
     } else {
@@ -173,6 +203,7 @@ fn wrap_inner(
             .filter(|_| map_writer)
             .map(tree::TreeSlot::stack_top),
         egress: egress_plan,
+        seccomp_listener,
     };
     tracing::debug!(
         landlock_abi = abi,
@@ -190,8 +221,11 @@ fn wrap_inner(
     unsafe {
         cmd.pre_exec(move |ctx| confine::confine(&plan, ctx));
     }
-    let holds_something =
-        layers.sandbox_limits || tree.is_some() || egress_session.is_some() || ids.lease.is_some();
+    let holds_something = layers.sandbox_limits
+        || tree.is_some()
+        || egress_session.is_some()
+        || ids.lease.is_some()
+        || syscall_watch.is_some();
     Ok(holds_something.then(|| {
         Box::new(cgroup::LinuxResources::new(
             cgroup,
@@ -199,6 +233,7 @@ fn wrap_inner(
             tree,
             egress_session,
             ids.lease,
+            syscall_watch,
         )) as Box<dyn cordon_core::SandboxResources>
     }))
 }

@@ -72,6 +72,7 @@ pub(crate) fn deny_list_programs() -> Result<Vec<Program>, String> {
 mod tables;
 mod asm;
 mod codegen;
+pub(crate) mod emulate;
 pub(crate) mod landlock_tier;
 mod rules;
 
@@ -397,25 +398,33 @@ mod tests;
 /// before, runs none. Async-signal-safe.
 pub(crate) fn install(programs: &[Program]) -> std::io::Result<()> {
     for prog in programs {
-        let fprog = libc::sock_fprog {
-            len: prog.len() as libc::c_ushort,
-            filter: prog.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: the kernel reads the program the sock_fprog points to,
-        // which lives in `programs`.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
-                0 as libc::c_ulong,
-                &fprog as *const libc::sock_fprog,
-            )
-        };
-        // (Self-contained: the seccomp test harness includes this module
-        // on its own.)
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        install_one(prog, 0)?;
     }
     Ok(())
+}
+
+/// Installs one program with `SECCOMP_FILTER_FLAG_*` `flags`; returns
+/// what the kernel does (a listener's fd with `NEW_LISTENER`).
+/// Async-signal-safe.
+pub(crate) fn install_one(prog: &Program, flags: libc::c_ulong) -> std::io::Result<libc::c_long> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: the kernel reads the program the sock_fprog points to,
+    // which lives in `prog`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
+            flags,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    // (Self-contained: the seccomp test harness includes this module
+    // on its own.)
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r)
 }

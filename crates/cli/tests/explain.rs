@@ -1,0 +1,378 @@
+//! `cordon run --explain` / `--explain-json`: hostile programs try what
+//! the sandbox refuses, and the explanation names each refusal — from the
+//! layer that refused it — with its count and the flag that allows it;
+//! what the program saw is the same as without `--explain`; concurrent
+//! sandboxes see only their own; a flood stays bounded; a hostile request
+//! cannot forge a line; the sandbox never holds its filter's listener.
+//! Each as root and as uid 65534.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+use common::{cordon, run, spawn, text, unprivileged};
+
+const PY: &str = "/usr/bin/python3";
+
+/// Who runs cordon: root (this process) and uid 65534.
+fn callers() -> Vec<&'static str> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        vec!["root", "uid 65534"]
+    } else {
+        vec!["this user"]
+    }
+}
+
+/// A `cordon` command for `who`, with a private cache in `dir`.
+fn cordon_as(who: &str, dir: &Path) -> Command {
+    if who == "uid 65534" {
+        unprivileged(dir)
+    } else {
+        let mut c = cordon(dir);
+        c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        c
+    }
+}
+
+/// A program that tries refused calls and prints what each returned.
+const SYSCALLS: &str = "\
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+for _ in range(3):
+    r = libc.ptrace(0, 0, 0, 0)
+    print('ptrace', r, ctypes.get_errno())
+r = libc.syscall(999)
+print('999', r, ctypes.get_errno())
+for kind, name in ((socket.SOCK_DGRAM, 'udp'), (socket.SOCK_STREAM, 'tcp')):
+    try:
+        socket.socket(socket.AF_INET, kind)
+        print(name, 'made')
+    except OSError as e:
+        print(name, e.errno)
+";
+
+fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn find<'a>(lines: &'a [serde_json::Value], object: &str) -> &'a serde_json::Value {
+    lines
+        .iter()
+        .find(|l| l["object"] == object)
+        .unwrap_or_else(|| panic!("no {object} in {lines:?}"))
+}
+
+#[test]
+fn each_refused_call_is_named_with_its_count_and_hint() {
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let json = dir.path().join("home").join("explain.jsonl");
+        let plain = run(cordon_as(who, dir.path()).args(["run", "--", PY, "-c", SYSCALLS]));
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--explain",
+            "--explain-json",
+            json.to_str().unwrap(),
+            "--",
+            PY,
+            "-c",
+            SYSCALLS,
+        ]));
+        let (so, err) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{who}: {err}");
+        // The program saw exactly what it sees without --explain.
+        assert_eq!(so, text(&plain.stdout), "{who}: {err}");
+        assert!(
+            so.contains(&format!("ptrace -1 {}", libc::EPERM)),
+            "{who}: {so}"
+        );
+        assert!(
+            so.contains(&format!("999 -1 {}", libc::ENOSYS)),
+            "{who}: {so}"
+        );
+        assert!(so.contains(&format!("udp {}", libc::EPERM)), "{who}: {so}");
+        for line in [
+            "cordon: denied syscall ptrace (x3) — no flag allows it",
+            "cordon: denied syscall syscall 999 (x1) — no flag allows it",
+            "cordon: denied socket AF_INET SOCK_DGRAM (x1) — no flag allows it: only TCP to \
+             --allow-host hosts",
+            "cordon: denied socket AF_INET SOCK_STREAM (x1) — the network is off: allow the \
+             hosts it needs with --allow-host HOST",
+            "cordon: not observable: files: not recorded yet",
+        ] {
+            assert!(err.contains(line), "{who}: missing {line:?} in {err}");
+        }
+        let lines = json_lines(&json);
+        let ptrace = find(&lines, "ptrace");
+        assert_eq!(ptrace["kind"], "syscall", "{who}");
+        assert_eq!(ptrace["count"], 3, "{who}");
+        assert_eq!(ptrace["hint"], "no flag allows it", "{who}");
+        assert!(ptrace["first_seen"].is_u64(), "{who}");
+        assert_eq!(find(&lines, "AF_INET SOCK_STREAM")["kind"], "network");
+        assert!(
+            lines.iter().any(|l| l["kind"] == "unobservable"),
+            "{who}: {lines:?}"
+        );
+        // Without the flags nothing is said.
+        assert!(!text(&plain.stderr).contains("denied"), "{who}");
+    }
+}
+
+/// A one-line HTTP server on 127.0.0.1 answering `200` to every request,
+/// on its own thread, for as long as the test runs.
+fn http_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ =
+                c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    port
+}
+
+#[test]
+fn the_proxys_refusals_are_named_with_the_entry_that_allows_them() {
+    let port = http_server();
+    let fetch = format!(
+        "\
+import urllib.request, urllib.parse, socket, os
+for url in ['http://127.0.0.1:{port}/', 'http://127.0.0.1:{other}/', 'http://api.example.com/']:
+    try:
+        print(url, urllib.request.urlopen(url, timeout=10).status)
+    except Exception as e:
+        print(url, e)
+# A request line made to forge lines on the operator's terminal.
+proxy = urllib.parse.urlparse(os.environ['http_proxy'])
+s = socket.create_connection((proxy.hostname, proxy.port))
+s.sendall(b'CONNECT \\x1b]0;pwned\\x07\\ncordon: denied nothing:443 HTTP/1.1\\r\\n\\r\\n')
+print('forged', s.recv(100)[:12])
+",
+        other = port + 1
+    );
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--explain",
+            "--allow-host",
+            &format!("http://127.0.0.1:{port}"),
+            "--",
+            PY,
+            "-c",
+            &fetch,
+        ]));
+        let (so, err) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            so.contains(&format!("http://127.0.0.1:{port}/ 200")),
+            "{who}: {so} {err}"
+        );
+        for line in [
+            format!(
+                "cordon: denied connect 127.0.0.1:{} (not in the allowlist) (x1) — allow with \
+                 --allow-host http://127.0.0.1:{}",
+                port + 1,
+                port + 1
+            ),
+            "cordon: denied connect api.example.com:80 (not in the allowlist) (x1) — allow \
+             with --allow-host http://api.example.com:80"
+                .to_string(),
+        ] {
+            assert!(err.contains(&line), "{who}: missing {line:?} in {err}");
+        }
+        // The hostile request line reached the explanation escaped: no
+        // control byte, no line of its own.
+        assert!(so.contains("forged"), "{who}: {so}");
+        assert!(
+            !err.contains('\u{1b}') && !err.contains('\u{7}'),
+            "{who}: {err:?}"
+        );
+        assert!(
+            !err.lines().any(|l| l.starts_with("cordon: denied nothing")),
+            "{who}: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_limit_that_ended_the_program_is_named() {
+    let hog =
+        "import os\nfd = os.memfd_create('x')\nfor _ in range(512): os.write(fd, b'x' * (1 << 20))";
+    // Ten processes in turn, 0.4 s each: only the sandbox's sum passes 1 s.
+    let burn = "import os, time\nfor i in range(10):\n    pid = os.fork()\n    if pid == 0:\n        \
+                end = time.process_time() + 0.4\n        while time.process_time() < end: pass\n        \
+                os._exit(0)\n    os.waitpid(pid, 0)";
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let facts = run(cordon_as(who, dir.path()).args(["conformance", "--json"]));
+        let report: serde_json::Value = serde_json::from_slice(&facts.stdout).unwrap();
+        let scope = |k: &str| report["host_facts"][k].as_str().unwrap_or("").to_string();
+        if scope("limit_memory").starts_with("sandbox:") {
+            let out = run(cordon_as(who, dir.path()).args([
+                "run",
+                "--explain",
+                "--mem",
+                "64M",
+                "--",
+                PY,
+                "-c",
+                hog,
+            ]));
+            let err = text(&out.stderr);
+            assert!(
+                err.contains("cordon: limit memory 64 MiB: killed (x1) — raise it with --mem"),
+                "{who}: {err}"
+            );
+        }
+        let mut cpu = vec!["run", "--explain", "--cpu", "1"];
+        if !scope("limit_cpu").starts_with("sandbox:") {
+            cpu.extend(["--cpu-scope", "process"]);
+        }
+        cpu.extend(["--", PY, "-c", burn]);
+        let out = run(cordon_as(who, dir.path()).args(&cpu));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("cordon: limit cpu 1000 ms: killed (x1) — raise it with --cpu"),
+            "{who}: {err}"
+        );
+    }
+}
+
+#[test]
+fn concurrent_sandboxes_each_see_only_their_own_denials() {
+    // Each makes its own refused call many times, while the other runs.
+    let prog = |nr: u32| {
+        format!(
+            "import ctypes, time\nlibc = ctypes.CDLL(None)\nfor _ in range(200):\n    \
+             libc.syscall({nr})\n    time.sleep(0.002)"
+        )
+    };
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        // Warm the report cache, so both start at once.
+        run(cordon_as(who, dir.path()).args(["run", "--", "/bin/true"]));
+        let (a, b) = (prog(990), prog(991));
+        let mut first = cordon_as(who, dir.path());
+        first
+            .args(["run", "--explain", "--", PY, "-c", &a])
+            .stderr(std::process::Stdio::piped());
+        let mut second = cordon_as(who, dir.path());
+        second
+            .args(["run", "--explain", "--", PY, "-c", &b])
+            .stderr(std::process::Stdio::piped());
+        let (one, two) = (spawn(&mut first), spawn(&mut second));
+        let one = text(&one.wait_with_output().unwrap().stderr);
+        let two = text(&two.wait_with_output().unwrap().stderr);
+        assert!(
+            one.contains("denied syscall syscall 990 (x200)"),
+            "{who}: {one}"
+        );
+        assert!(!one.contains("syscall 991"), "{who}: {one}");
+        assert!(
+            two.contains("denied syscall syscall 991 (x200)"),
+            "{who}: {two}"
+        );
+        assert!(!two.contains("syscall 990"), "{who}: {two}");
+    }
+}
+
+/// The highest RSS of `child` seen while it runs, in KiB (sampled every
+/// 20 ms: a report-cache miss would run the probes first, whose peak is
+/// not this test's).
+fn peak_rss_kib(child: &mut std::process::Child) -> u64 {
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            if let Some(v) = s.lines().find_map(|l| l.strip_prefix("VmRSS:")) {
+                peak = peak.max(v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    peak
+}
+
+#[test]
+fn a_flood_of_a_million_denials_stays_bounded() {
+    // 10^6 refused calls over 5000 distinct numbers.
+    let flood =
+        "import ctypes\nprint('started', flush=True)\nlibc = ctypes.CDLL(None)\nf = libc.syscall\n\
+                 for i in range(1000000): f(1000 + i % 5000)\nprint('flooded')";
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        run(cordon_as(who, dir.path()).args(["run", "--", "/bin/true"]));
+        let mut cmd = cordon_as(who, dir.path());
+        cmd.args(["run", "--explain", "--", PY, "-c", flood])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = spawn(&mut cmd);
+        // Once the program runs (the probes, if any, are over).
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+        assert_eq!(first, "started\n", "{who}");
+        let mut err = String::new();
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let _ = stderr.read_to_string(&mut err);
+            err
+        });
+        let peak = peak_rss_kib(&mut child);
+        let err = reader.join().unwrap();
+        let mut so = String::new();
+        stdout.read_to_string(&mut so).unwrap();
+        assert!(so.contains("flooded"), "{who}: {err}");
+        assert!(
+            peak > 0 && peak < 64 * 1024,
+            "{who}: cordon peaked at {peak} KiB"
+        );
+        let kept = err
+            .lines()
+            .filter(|l| l.starts_with("cordon: denied"))
+            .count();
+        assert_eq!(kept, cordon_core::explain::MAX_DISTINCT, "{who}: {err}");
+        let unkept = (5000 - cordon_core::explain::MAX_DISTINCT) * 200;
+        assert!(
+            err.contains(&format!("cordon: and {unkept} more refusals, not kept")),
+            "{who}: {err}"
+        );
+        // 10^6 / 5000 each.
+        assert!(
+            err.contains("denied syscall syscall 1000 (x200)"),
+            "{who}: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_sandbox_never_holds_its_filters_listener() {
+    // Whoever holds the listener decides the refused calls. The program
+    // lists the fds it has open; with --explain it must have exactly the
+    // ones it has without (a listener or its socket kept would show).
+    let prog = "import os\ndef ok(fd):\n    try:\n        os.fstat(fd)\n        return True\n    \
+                except OSError:\n        return False\nprint('open', [fd for fd in range(1024) if ok(fd)])";
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = run(cordon_as(who, dir.path()).args(["run", "--", PY, "-c", prog]));
+        let explained =
+            run(cordon_as(who, dir.path()).args(["run", "--explain", "--", PY, "-c", prog]));
+        let (p, e) = (text(&plain.stdout), text(&explained.stdout));
+        assert!(
+            p.starts_with("open ["),
+            "{who}: {p} {}",
+            text(&plain.stderr)
+        );
+        assert_eq!(p, e, "{who}: {}", text(&explained.stderr));
+    }
+}
