@@ -3,14 +3,17 @@
 
 use std::io::Write;
 
-use cordon_core::explain::{Denial, DenialKind, Explanation, Remedy};
+use cordon_core::explain::{escape, escape_bytes, Denial, DenialKind, Explanation, Remedy};
 
 /// The hint for one denial: the flag that allows it, or why none does.
 pub(crate) fn hint(d: &Denial) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    // What the sandbox named, escaped like the object.
+    let path = |p: &std::path::Path| escape_bytes(p.as_os_str().as_bytes());
     match &d.remedy {
-        Remedy::GrantReadOnly(p) => format!("grant with --ro {}", p.display()),
-        Remedy::GrantReadWrite(p) => format!("grant with --rw {}", p.display()),
-        Remedy::AllowHost(h) => format!("allow with --allow-host {h}"),
+        Remedy::GrantReadOnly(p) => format!("grant with --ro {}", path(p)),
+        Remedy::GrantReadWrite(p) => format!("grant with --rw {}", path(p)),
+        Remedy::AllowHost(h) => format!("allow with --allow-host {}", escape(h)),
         Remedy::AllowNetwork => {
             "the network is off: allow the hosts it needs with --allow-host HOST".to_string()
         }

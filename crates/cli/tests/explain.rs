@@ -13,6 +13,8 @@ use std::process::Command;
 
 mod common;
 use common::{cordon, run, spawn, text, unprivileged};
+#[path = "../../backend-linux/tests/common/container_filter.rs"]
+mod container_filter;
 
 const PY: &str = "/usr/bin/python3";
 
@@ -71,6 +73,24 @@ fn find<'a>(lines: &'a [serde_json::Value], object: &str) -> &'a serde_json::Val
 
 #[test]
 fn each_refused_call_is_named_with_its_count_and_hint() {
+    refused_calls_are_named(false);
+}
+
+/// The same where only tier landlock runs (a container runtime's filter,
+/// no user namespaces): its own filter, the same record.
+#[test]
+fn each_refused_call_is_named_in_tier_landlock_too() {
+    refused_calls_are_named(true);
+}
+
+fn refused_calls_are_named(container: bool) {
+    let cordon_as = |who: &str, dir: &Path| {
+        let mut c = cordon_as(who, dir);
+        if container {
+            container_filter::install_on(&mut c);
+        }
+        c
+    };
     for who in callers() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
@@ -88,6 +108,9 @@ fn each_refused_call_is_named_with_its_count_and_hint() {
         ]));
         let (so, err) = (text(&out.stdout), text(&out.stderr));
         assert_eq!(out.status.code(), Some(0), "{who}: {err}");
+        if container {
+            assert!(err.contains("sandbox tier landlock"), "{who}: {err}");
+        }
         // The program saw exactly what it sees without --explain.
         assert_eq!(so, text(&plain.stdout), "{who}: {err}");
         assert!(
@@ -106,7 +129,7 @@ fn each_refused_call_is_named_with_its_count_and_hint() {
              --allow-host hosts",
             "cordon: denied socket AF_INET SOCK_STREAM (x1) — the network is off: allow the \
              hosts it needs with --allow-host HOST",
-            "cordon: not observable: files: not recorded yet",
+            "cordon: not observable: files: ",
         ] {
             assert!(err.contains(line), "{who}: missing {line:?} in {err}");
         }
@@ -374,5 +397,133 @@ fn the_sandbox_never_holds_its_filters_listener() {
             text(&plain.stderr)
         );
         assert_eq!(p, e, "{who}: {}", text(&explained.stderr));
+    }
+}
+
+/// Turns the kernel's audit on for as long as it lives (as root), and
+/// back to how it was after: Landlock logs refusals only while it is on.
+struct AuditOn(u32);
+
+impl AuditOn {
+    fn new() -> AuditOn {
+        AuditOn(audit_set(1))
+    }
+}
+
+impl Drop for AuditOn {
+    fn drop(&mut self) {
+        audit_set(self.0);
+    }
+}
+
+/// `AUDIT_SET` of `enabled`; returns the value before (`AUDIT_GET`).
+fn audit_set(enabled: u32) -> u32 {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a netlink socket of our own, requests and replies in local
+    // buffers.
+    unsafe {
+        let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_AUDIT);
+        assert!(
+            fd >= 0,
+            "netlink audit: {}",
+            std::io::Error::last_os_error()
+        );
+        let _sock = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let request = |kind: u16, payload: &[u8]| {
+            let mut msg = Vec::new();
+            msg.extend_from_slice(&(16 + payload.len() as u32).to_ne_bytes());
+            msg.extend_from_slice(&kind.to_ne_bytes());
+            msg.extend_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
+            msg.extend_from_slice(&[0; 8]);
+            msg.extend_from_slice(payload);
+            assert!(libc::send(fd, msg.as_ptr().cast(), msg.len(), 0) > 0);
+        };
+        request(1000, &[]);
+        let mut buf = [0u8; 8192];
+        let before = loop {
+            let n = libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0);
+            assert!(n >= 16, "AUDIT_GET: {}", std::io::Error::last_os_error());
+            if u16::from_ne_bytes([buf[4], buf[5]]) == 1000 {
+                break u32::from_ne_bytes(buf[20..24].try_into().unwrap());
+            }
+        };
+        // struct audit_status: mask = AUDIT_STATUS_ENABLED, enabled.
+        let mut status = [0u8; 40];
+        status[0..4].copy_from_slice(&1u32.to_ne_bytes());
+        status[4..8].copy_from_slice(&enabled.to_ne_bytes());
+        request(1001, &status);
+        before
+    }
+}
+
+#[test]
+fn file_denials_come_from_landlocks_own_records() {
+    use std::os::unix::fs::PermissionsExt;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = outside.path().join("credentials");
+    std::fs::write(&secret, "key").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let tool = outside.path().join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = format!(
+        "import os\nfor _ in range(3):\n    try: open({s:?}).read()\n    except OSError as e: \
+         print('read', e.errno)\ntry: os.execv({t:?}, [{t:?}])\nexcept OSError as e: print('exec', e.errno)",
+        s = secret.to_str().unwrap(),
+        t = tool.to_str().unwrap()
+    );
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let _audit = root.then(AuditOn::new);
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let json = dir.path().join("home").join("files.jsonl");
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--explain",
+            "--explain-json",
+            json.to_str().unwrap(),
+            "--",
+            PY,
+            "-c",
+            &prog,
+        ]));
+        let (so, err) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            so.contains(&format!("read {}", libc::EACCES)),
+            "{who}: {so} {err}"
+        );
+        assert!(
+            so.contains(&format!("exec {}", libc::EACCES)),
+            "{who}: {so} {err}"
+        );
+        if who == "root" {
+            let s = secret.display();
+            let t = tool.display();
+            for line in [
+                format!("cordon: denied read {s} (x3) — grant with --ro {s}"),
+                format!("cordon: denied execute {t} (x1) — grant with --ro {t}"),
+            ] {
+                assert!(err.contains(&line), "{who}: missing {line:?} in {err}");
+            }
+            let lines = json_lines(&json);
+            let read = find(&lines, secret.to_str().unwrap());
+            assert_eq!(
+                (read["kind"].as_str(), read["count"].as_u64()),
+                (Some("file"), Some(3))
+            );
+        } else {
+            // The documented case: not observable for this caller.
+            assert!(
+                err.contains(
+                    "cordon: not observable: files: Landlock's audit records are \
+                              readable only by root"
+                ),
+                "{who}: {err}"
+            );
+            assert!(!err.contains("denied read"), "{who}: {err}");
+        }
     }
 }

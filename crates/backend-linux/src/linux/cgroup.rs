@@ -466,6 +466,9 @@ pub(crate) struct LinuxResources {
     egress: Option<super::net::EgressSession>,
     /// In explain mode: the refused system calls' record (`explain.rs`).
     syscalls: Option<super::explain::SyscallWatch>,
+    /// In explain mode: the file denials' record (`audit.rs`), or why
+    /// there is none.
+    files: Option<Result<super::audit::AuditWatch, String>>,
     /// The sandbox's own uid (a root host): released last, once every
     /// process of the sandbox is gone and its cgroup is empty.
     _uid: Option<super::uid::UidLease>,
@@ -479,6 +482,7 @@ impl LinuxResources {
         egress: Option<super::net::EgressSession>,
         uid: Option<super::uid::UidLease>,
         syscalls: Option<super::explain::SyscallWatch>,
+        files: Option<Result<super::audit::AuditWatch, String>>,
     ) -> Self {
         LinuxResources {
             cgroup,
@@ -487,6 +491,7 @@ impl LinuxResources {
             leader: AtomicU64::new(0),
             egress,
             syscalls,
+            files,
             _uid: uid,
         }
     }
@@ -520,10 +525,11 @@ impl SandboxResources for LinuxResources {
                 log.unobservable("system calls: not recorded (the seccomp allowlist layer is off)")
             }
         }
-        log.unobservable(
-            "files: not recorded yet (Landlock's audit records are not read): a file outside \
-             the grants fails with EACCES, one in a read-only grant with EROFS or EACCES",
-        );
+        match &self.files {
+            Some(Ok(watch)) => watch.finish(log),
+            Some(Err(why)) => log.unobservable(why.clone()),
+            None => {}
+        }
         true
     }
 

@@ -209,7 +209,8 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     rlimits::apply(&plan.rlimits).map_err(at(Step::Rlimits))?;
     caps::drop_all(plan.last_cap, plan.bounding).map_err(at(Step::Capabilities))?;
     caps::no_new_privs().map_err(at(Step::NoNewPrivs))?;
-    landlock_rules::restrict_self(&plan.ruleset).map_err(at(Step::Landlock))?;
+    landlock_rules::restrict_self(&plan.ruleset, plan.landlock_flags)
+        .map_err(at(Step::Landlock))?;
     // Last, so nothing above is itself filtered; the program can neither
     // trace nor signal the init (this filter, no capabilities, Landlock's
     // ptrace and signal scoping).

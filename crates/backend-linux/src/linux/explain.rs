@@ -34,15 +34,60 @@ pub(crate) enum NetMode {
     Allowlist,
 }
 
+/// A thread recording one sandbox's denials, stopped by writing its
+/// eventfd and joined by [`Worker::halt`] (or when dropped). Shared by the
+/// syscall and the audit records (`audit.rs`).
+#[derive(Debug)]
+pub(crate) struct Worker {
+    stop: Arc<OwnedFd>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Worker {
+    /// Runs `f` on a thread named `name`, given the stop eventfd (readable
+    /// once [`halt`](Self::halt) is called).
+    pub(crate) fn spawn(
+        name: &str,
+        f: impl FnOnce(&OwnedFd) + Send + 'static,
+    ) -> std::io::Result<Worker> {
+        // SAFETY: eventfd creates a new fd.
+        let stop = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+        // SAFETY: just created, owned here.
+        let stop = Arc::new(unsafe { OwnedFd::from_raw_fd(stop) });
+        let theirs = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || f(&theirs))?;
+        Ok(Worker {
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn halt(&self) {
+        let one = 1u64;
+        // SAFETY: an 8-byte write to our eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
 /// One sandbox's refused system calls, recorded by a thread that answers
 /// its filter's notifications; stopped and joined when finished or
 /// dropped.
 #[derive(Debug)]
 pub(crate) struct SyscallWatch {
     log: Arc<DenialLog>,
-    /// An eventfd, written to stop the thread.
-    stop: Arc<OwnedFd>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    worker: Worker,
 }
 
 impl SyscallWatch {
@@ -69,45 +114,19 @@ impl SyscallWatch {
         // SAFETY: both fds were just created and are owned here.
         let (receive, send) =
             unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
-        // SAFETY: eventfd creates a new fd.
-        let stop = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
-        // SAFETY: just created, owned here.
-        let stop = Arc::new(unsafe { OwnedFd::from_raw_fd(stop) });
         let log = Arc::new(DenialLog::new());
-        let thread = {
-            let (log, stop) = (Arc::clone(&log), Arc::clone(&stop));
-            std::thread::Builder::new()
-                .name("cordon-explain".into())
-                .spawn(move || watch(&receive, &stop, &filter, net, &log))?
-        };
-        let watch = SyscallWatch {
-            log,
-            stop,
-            thread: Mutex::new(Some(thread)),
-        };
-        Ok((watch, send))
+        let theirs = Arc::clone(&log);
+        let worker = Worker::spawn("cordon-explain", move |stop| {
+            watch(&receive, stop, &filter, net, &theirs)
+        })?;
+        Ok((SyscallWatch { log, worker }, send))
     }
 
     /// Stops the thread (every process of the sandbox is gone) and moves
     /// what it recorded into `log`.
     pub(crate) fn finish(&self, log: &DenialLog) {
-        self.halt();
+        self.worker.halt();
         log.absorb(&self.log);
-    }
-
-    fn halt(&self) {
-        let one = 1u64;
-        // SAFETY: an 8-byte write to our eventfd.
-        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for SyscallWatch {
-    fn drop(&mut self) {
-        self.halt();
     }
 }
 

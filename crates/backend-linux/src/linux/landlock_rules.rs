@@ -452,13 +452,17 @@ pub(crate) fn add_scratch_rule(ruleset: &std::os::fd::OwnedFd, rights: u64) -> s
 /// `landlock_restrict_self(ruleset, 0)`: the calling thread (the whole
 /// program, single-threaded here) is confined by the ruleset from now on,
 /// and so is everything it starts. Async-signal-safe.
-pub(crate) fn restrict_self(ruleset: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+pub(crate) fn restrict_self(ruleset: &std::os::fd::OwnedFd, flags: u32) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a raw syscall on an fd we own.
     super::sys::check_long(unsafe {
-        libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
+        libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), flags)
     })
 }
+
+/// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): log the domain's
+/// refusals after the program's exec too (explain mode, `audit.rs`).
+pub(crate) const LOG_NEW_EXEC_ON: u32 = 1 << 1;
 
 #[cfg(test)]
 mod tests {

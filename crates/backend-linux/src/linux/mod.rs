@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use cordon_core::{Limits, WrapError};
 
+mod audit;
 mod caps;
 mod cgroup;
 mod confine;

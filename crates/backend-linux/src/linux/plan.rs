@@ -42,6 +42,8 @@ pub(crate) struct ChildPlan {
     /// When the capability bounding set is emptied (`caps.rs`).
     pub bounding: super::caps::Bounding,
     pub ruleset: OwnedFd,
+    /// `landlock_restrict_self`'s flags (explain mode: log after exec).
+    pub landlock_flags: u32,
     /// seccomp filters, installed in this order (compiled once per
     /// process and shared).
     pub seccomp: std::sync::Arc<Vec<seccomp::Program>>,

@@ -20,8 +20,8 @@ use super::plan::ChildPlan;
 use super::tier::Choice;
 use super::uid::{self, SandboxIds};
 use super::{
-    caps, cgroup, check_memory_floor, compiled_filters, confine, explain, net, probe, quotas,
-    rlimits, seccomp, tree, unshare_flags, wrap_err,
+    audit, caps, cgroup, check_memory_floor, compiled_filters, confine, explain, net, probe,
+    quotas, rlimits, seccomp, tree, unshare_flags, wrap_err,
 };
 use crate::{Layers, Tier};
 
@@ -160,6 +160,25 @@ fn wrap_inner(
     } else {
         (seccomp, None, None)
     };
+    // File denials: Landlock's audit records, where this caller may read
+    // them (audit.rs), else the reason for the explanation.
+    let files = policy
+        .explain
+        .then(|| match audit::unavailable(ids.root_host, abi) {
+            Some(why) => Err(why),
+            None => audit::AuditWatch::start(ids.host.0),
+        });
+    if let (Some(Ok(watch)), false) = (&files, landlock_tier) {
+        watch.note(
+            "files: a write or a creation outside the read-write grants fails with EROFS (the \
+             host's files are mounted read-only in the sandbox) before Landlock sees it: not \
+             recorded",
+        );
+    }
+    let landlock_flags = match &files {
+        Some(Ok(_)) => landlock_rules::LOG_NEW_EXEC_ON,
+        _ => 0,
+    };
     let uid_tasks = if landlock_tier && !ids.root_host {
         rlimits::tasks_of_uid(ids.host.0)
     } else {
@@ -193,6 +212,7 @@ fn wrap_inner(
             (true, false) => caps::Bounding::CannotDrop,
         },
         ruleset,
+        landlock_flags,
         seccomp,
         tree: tree
             .as_ref()
@@ -225,7 +245,8 @@ fn wrap_inner(
         || tree.is_some()
         || egress_session.is_some()
         || ids.lease.is_some()
-        || syscall_watch.is_some();
+        || syscall_watch.is_some()
+        || files.is_some();
     Ok(holds_something.then(|| {
         Box::new(cgroup::LinuxResources::new(
             cgroup,
@@ -234,6 +255,7 @@ fn wrap_inner(
             egress_session,
             ids.lease,
             syscall_watch,
+            files,
         )) as Box<dyn cordon_core::SandboxResources>
     }))
 }
