@@ -66,6 +66,44 @@ pub(crate) fn lines(e: &Explanation) -> Vec<String> {
     out
 }
 
+/// `Remedy` as JSON, its path or host escaped like the object.
+fn remedy(r: &Remedy) -> serde_json::Value {
+    use std::os::unix::ffi::OsStrExt;
+    let path = |p: &std::path::Path| Some(escape_bytes(p.as_os_str().as_bytes()));
+    let (kind, value) = match r {
+        Remedy::GrantReadOnly(p) => ("grant_read_only", path(p)),
+        Remedy::GrantReadWrite(p) => ("grant_read_write", path(p)),
+        Remedy::AllowHost(h) => ("allow_host", Some(escape(h))),
+        Remedy::AllowNetwork => ("allow_network", None),
+        Remedy::RaiseLimit(f) => ("raise_limit", Some(escape(f))),
+        Remedy::None => ("none", None),
+    };
+    serde_json::json!({"remedy": kind, "value": value})
+}
+
+/// Opens (creates, empties) the `--explain-json` file, never through a
+/// symlink, before the program runs.
+pub(crate) fn open_json(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Writes the explanation into the file [`open_json`] opened, from its
+/// start (whatever was written to it meanwhile is dropped).
+pub(crate) fn write_json_file(e: &Explanation, file: std::fs::File) -> std::io::Result<()> {
+    use std::io::Seek;
+    let mut file = file;
+    file.set_len(0)?;
+    file.rewind()?;
+    write_json(e, std::io::BufWriter::new(file))
+}
+
 /// The same as JSON lines: one object per denial (`kind`, `object`,
 /// `access`, `count`, `first_seen` in ms after the spawn, `hint`,
 /// `remedy`), then `{"kind":"more","count":N}` when some were not kept
@@ -79,7 +117,7 @@ pub(crate) fn write_json(e: &Explanation, mut to: impl Write) -> std::io::Result
             "count": d.count,
             "first_seen": d.first_seen_ms,
             "hint": hint(d),
-            "remedy": d.remedy,
+            "remedy": remedy(&d.remedy),
         });
         writeln!(to, "{line}")?;
     }

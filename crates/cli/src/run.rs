@@ -372,6 +372,16 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         });
     spec.label = Some("cordon run".into());
     spec.explain = args.explain || args.explain_json.is_some();
+    // Opened now, before the program runs, and never through a symlink:
+    // the path may be in a dir the sandbox can write (--rw), where the
+    // program could put a link to a file of the caller's in its place.
+    let explain_json = match &args.explain_json {
+        Some(path) => Some(
+            crate::explain::open_json(path)
+                .map_err(|e| format!("cannot open --explain-json {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
     for (k, v) in args.env {
         match v {
             Some(v) => spec.env.push((k, v)),
@@ -495,10 +505,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
                 eprintln!("{line}");
             }
         }
-        if let Some(path) = &args.explain_json {
-            let written = std::fs::File::create(path)
-                .and_then(|f| crate::explain::write_json(e, std::io::BufWriter::new(f)));
-            if let Err(err) = written {
+        if let (Some(path), Some(file)) = (&args.explain_json, explain_json) {
+            if let Err(err) = crate::explain::write_json_file(e, file) {
                 eprintln!(
                     "cordon: cannot write --explain-json {}: {err}",
                     path.display()

@@ -527,3 +527,80 @@ fn file_denials_come_from_landlocks_own_records() {
         }
     }
 }
+
+#[test]
+fn explain_mode_refuses_a_seccomp_listener_of_the_sandboxs_own() {
+    // With a listener of its own, a newer filter of the program's could
+    // answer the refused calls itself (FLAG_CONTINUE) once the host's
+    // listener is gone: explain mode refuses making one. Without
+    // --explain the same call works (the control: this test can fail).
+    let prog = "\
+import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+insn = struct.pack('HBBI', 0x06, 0, 0, 0x7fff0000)  # ret ALLOW
+buf = ctypes.create_string_buffer(insn)
+class Fprog(ctypes.Structure):
+    _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+f = Fprog(1, ctypes.cast(buf, ctypes.c_void_p))
+r = libc.syscall(317, 1, 8, ctypes.byref(f))
+print('listener', r, ctypes.get_errno())
+";
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = run(cordon_as(who, dir.path()).args(["run", "--", PY, "-c", prog]));
+        let so = text(&plain.stdout);
+        assert!(
+            !so.contains("listener -1"),
+            "{who}: control: {so} {}",
+            text(&plain.stderr)
+        );
+        let out = run(cordon_as(who, dir.path()).args(["run", "--explain", "--", PY, "-c", prog]));
+        let so = text(&out.stdout);
+        assert!(
+            so.contains(&format!("listener -1 {}", libc::EPERM)),
+            "{who}: {so} {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_json_file_is_never_written_through_the_sandboxs_link() {
+    use std::os::unix::fs::PermissionsExt;
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("home").join("shared");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let json = shared.join("explain.jsonl");
+        // The program swaps the output file for a link to the victim.
+        let swap = format!(
+            "import os\nos.unlink({j:?})\nos.symlink({v:?}, {j:?})\nprint('swapped')",
+            j = json.to_str().unwrap(),
+            v = victim.to_str().unwrap()
+        );
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--explain-json",
+            json.to_str().unwrap(),
+            "--rw",
+            shared.to_str().unwrap(),
+            "--",
+            PY,
+            "-c",
+            &swap,
+        ]));
+        assert!(
+            text(&out.stdout).contains("swapped"),
+            "{who}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious",
+            "{who}"
+        );
+    }
+}

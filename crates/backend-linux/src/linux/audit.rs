@@ -37,7 +37,7 @@ const MARKER_WAIT: Duration = Duration::from_secs(2);
 
 /// Why file denials cannot be read here, for the explanation; `None`
 /// when they can ([`AuditWatch::start`]).
-pub(crate) fn unavailable(root: bool, abi: i32) -> Option<String> {
+pub(crate) fn unavailable(root: bool, own_uid: bool, abi: i32) -> Option<String> {
     if abi < 7 {
         return Some(format!(
             "files: Landlock logs refusals from ABI 7 (Linux 6.15) on; this kernel has ABI {abi}"
@@ -47,6 +47,13 @@ pub(crate) fn unavailable(root: bool, abi: i32) -> Option<String> {
         return Some(
             "files: Landlock's audit records are readable only by root (CAP_AUDIT_READ); as \
              this user they are not observable (a file outside the grants fails with EACCES)"
+                .into(),
+        );
+    }
+    if !own_uid {
+        return Some(
+            "files: this sandbox has no uid of its own (a layer is off), so Landlock's records \
+             of it cannot be told from another's: not observable"
                 .into(),
         );
     }
@@ -85,7 +92,7 @@ impl AuditWatch {
         let sock = Arc::new(sock);
         let since_ms = now_ms();
         let log = Arc::new(DenialLog::new());
-        let marker = format!("cordon-explain-end-{uid}-{since_ms}-{}", std::process::id());
+        let marker = format!("cordon-explain-end-{uid}-{since_ms}-{:016x}", nonce());
         let seen_marker = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let worker = {
             let (sock, log) = (Arc::clone(&sock), Arc::clone(&log));
@@ -133,6 +140,14 @@ impl AuditWatch {
         self.worker.halt();
         log.absorb(&self.log);
     }
+}
+
+/// 64 random bits (the kernel's), so that no two markers are alike.
+fn nonce() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom into a local buffer.
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    u64::from_ne_bytes(b)
 }
 
 fn now_ms() -> u64 {
@@ -276,7 +291,7 @@ fn read(
             let end = (at + len.max(16)).min(n);
             let text = String::from_utf8_lossy(&buf[at + 16..end]);
             let text = text.trim_end_matches('\0');
-            if kind == AUDIT_TRUSTED_APP && text.contains(marker) {
+            if kind == AUDIT_TRUSTED_APP && text.contains(&format!("msg='{marker}'")) {
                 seen.store(true, std::sync::atomic::Ordering::Release);
             } else {
                 reader.record(kind, text);
@@ -291,14 +306,19 @@ struct Reader<'a> {
     uid: u32,
     since_ms: u64,
     log: &'a DenialLog,
+    /// This sandbox's domains (live ones: removed when deallocated).
     ours: HashSet<String>,
-    /// First access records of domains not yet known (their domain record
-    /// follows in the same event), bounded.
-    pending: HashMap<String, Vec<(String, String)>>,
+    /// The current event's access records of domains not yet known: a
+    /// domain's record follows its first access record in the same event
+    /// (same serial), so nothing older is kept.
+    pending: (String, Vec<(String, String, String)>),
 }
 
-/// Pending domains kept at most (others' records are dropped).
+/// Access records of one event kept at most, and domains of this sandbox
+/// followed at most (a program making domain after domain is only not
+/// followed further).
 const MAX_PENDING: usize = 64;
+const MAX_DOMAINS: usize = 4096;
 
 impl<'a> Reader<'a> {
     fn new(uid: u32, since_ms: u64, log: &'a DenialLog) -> Self {
@@ -307,7 +327,7 @@ impl<'a> Reader<'a> {
             since_ms,
             log,
             ours: HashSet::new(),
-            pending: HashMap::new(),
+            pending: (String::new(), Vec::new()),
         }
     }
 
@@ -316,34 +336,50 @@ impl<'a> Reader<'a> {
         let Some(domain) = fields.get("domain").cloned() else {
             return;
         };
+        let serial = serial(text).unwrap_or_default();
+        if self.pending.0 != serial {
+            self.pending = (serial, Vec::new());
+        }
         match kind {
             LANDLOCK_ACCESS => {
                 let blockers = fields.get("blockers").cloned().unwrap_or_default();
                 let path = fields.get("path").cloned().unwrap_or_default();
                 if self.ours.contains(&domain) {
                     denial(self.log, &blockers, &path);
-                } else if self.pending.len() < MAX_PENDING || self.pending.contains_key(&domain) {
-                    let p = self.pending.entry(domain).or_default();
-                    if p.len() < 16 {
-                        p.push((blockers, path));
-                    }
+                } else if self.pending.1.len() < MAX_PENDING {
+                    self.pending.1.push((domain, blockers, path));
                 }
             }
-            LANDLOCK_DOMAIN => {
-                let pending = self.pending.remove(&domain).unwrap_or_default();
-                let mine = fields.get("status").map(String::as_str) == Some("allocated")
-                    && fields.get("uid").and_then(|u| u.parse().ok()) == Some(self.uid)
-                    && stamp_ms(text).is_some_and(|t| t >= self.since_ms);
-                if mine {
-                    for (blockers, path) in pending {
-                        denial(self.log, &blockers, &path);
+            LANDLOCK_DOMAIN => match fields.get("status").map(String::as_str) {
+                Some("allocated") => {
+                    let mine = fields.get("uid").and_then(|u| u.parse().ok()) == Some(self.uid)
+                        && stamp_ms(text).is_some_and(|t| t >= self.since_ms);
+                    let pending = std::mem::take(&mut self.pending.1);
+                    for (d, blockers, path) in pending {
+                        if d == domain && mine {
+                            denial(self.log, &blockers, &path);
+                        } else {
+                            self.pending.1.push((d, blockers, path));
+                        }
                     }
-                    self.ours.insert(domain);
+                    if mine && self.ours.len() < MAX_DOMAINS {
+                        self.ours.insert(domain);
+                    }
                 }
-            }
+                Some("deallocated") => {
+                    self.ours.remove(&domain);
+                }
+                _ => {}
+            },
             _ => {}
         }
     }
+}
+
+/// The record's event serial, `audit(SECONDS.MILLIS:SERIAL)`.
+fn serial(text: &str) -> Option<String> {
+    let inner = text.strip_prefix("audit(")?;
+    Some(inner.split_once(':')?.1.split_once(')')?.0.to_string())
 }
 
 /// The record's time, `audit(SECONDS.MILLIS:SERIAL)`, in ms.

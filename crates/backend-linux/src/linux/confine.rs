@@ -215,7 +215,7 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     // trace nor signal the init (this filter, no capabilities, Landlock's
     // ptrace and signal scoping).
     match &plan.seccomp_listener {
-        Some(send) => explain::install_notifying(&plan.seccomp, send.as_raw_fd()),
+        Some((send, guard)) => explain::install_notifying(&plan.seccomp, guard, send.as_raw_fd()),
         None => seccomp::install(&plan.seccomp),
     }
     .map_err(at(Step::Seccomp))

@@ -209,8 +209,14 @@ fn readable(fd: libc::c_int, stop: libc::c_int) -> bool {
 /// `seccomp::install`): installs `programs`, the last one with a
 /// listener, sends the listener to the host on `send` and closes it, so
 /// that nothing of the sandbox holds it (whoever holds it decides the
-/// refused calls). Async-signal-safe: raw syscalls on prepared data.
-pub(crate) fn install_notifying(programs: &[Program], send: libc::c_int) -> std::io::Result<()> {
+/// refused calls); then `guard` (`seccomp/emulate.rs`), which refuses
+/// the sandbox a listener of its own. Async-signal-safe: raw syscalls on
+/// prepared data.
+pub(crate) fn install_notifying(
+    programs: &[Program],
+    guard: &Program,
+    send: libc::c_int,
+) -> std::io::Result<()> {
     let Some((last, first)) = programs.split_last() else {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     };
@@ -224,7 +230,8 @@ pub(crate) fn install_notifying(programs: &[Program], send: libc::c_int) -> std:
         libc::close(listener);
         libc::close(send);
     }
-    sent
+    sent?;
+    seccomp::install_one(guard, 0).map(drop)
 }
 
 /// One refused call, described.

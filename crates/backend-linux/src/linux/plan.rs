@@ -60,6 +60,7 @@ pub(crate) struct ChildPlan {
     /// (`net.rs`; `unshare_flags` then has `CLONE_NEWNET`).
     pub egress: Option<super::net::EgressPlan>,
     /// In explain mode: the socket the program sends its seccomp filter's
-    /// listener on (`explain.rs`; `seccomp` is then the notifying variant).
-    pub seccomp_listener: Option<OwnedFd>,
+    /// listener on, and the guard installed after it (`explain.rs`;
+    /// `seccomp` is then the notifying variant).
+    pub seccomp_listener: Option<(OwnedFd, seccomp::Program)>,
 }

@@ -152,22 +152,26 @@ fn wrap_inner(
                 ))
                 .with_source(e)
             })?;
+        // The filter with its last program notifying; the guard is
+        // installed after it (its EPERM outranks the notifications).
+        let guard = seccomp::emulate::no_listener_guard().map_err(wrap_err)?;
         let mut notifying: Vec<_> = seccomp.iter().cloned().collect();
         if let Some(last) = notifying.last_mut() {
             *last = seccomp::emulate::notify_variant(last);
         }
-        (Arc::new(notifying), Some(watch), Some(send))
+        (Arc::new(notifying), Some(watch), Some((send, guard)))
     } else {
         (seccomp, None, None)
     };
     // File denials: Landlock's audit records, where this caller may read
     // them (audit.rs), else the reason for the explanation.
-    let files = policy
-        .explain
-        .then(|| match audit::unavailable(ids.root_host, abi) {
-            Some(why) => Err(why),
-            None => audit::AuditWatch::start(ids.host.0),
-        });
+    let files =
+        policy.explain.then(
+            || match audit::unavailable(ids.root_host, ids.lease.is_some(), abi) {
+                Some(why) => Err(why),
+                None => audit::AuditWatch::start(ids.host.0),
+            },
+        );
     if let (Some(Ok(watch)), false) = (&files, landlock_tier) {
         watch.note(
             "files: a write or a creation outside the read-write grants fails with EROFS (the \

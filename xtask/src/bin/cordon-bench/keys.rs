@@ -35,6 +35,14 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "`cordon run -- /bin/true`, the whole command, cached report",
     ),
     (
+        &["spawn.sandbox_explain_us", "spawn.sandbox_explain_ratio", "spawn.explain_to_sandbox"],
+        "`SandboxRunner` with `ChildSpec::explain` (the notifying filter and its thread, the audit reader where root may read), against plain and against the sandbox row",
+    ),
+    (
+        &["spawn.cli_explain_us", "spawn.cli_explain_ratio", "spawn.cli_explain_to_cli"],
+        "`cordon run --explain -- /bin/true`, the whole command, against plain and against the same without `--explain`",
+    ),
+    (
         &["layers.plain_us", "layers.fork_hook_us", "layers.fork_hook_ratio"],
         "section 1b's baseline, and std's fork alone",
     ),

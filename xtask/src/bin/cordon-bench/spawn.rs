@@ -24,11 +24,12 @@ fn bwrap() -> Option<std::path::PathBuf> {
 }
 
 async fn time_runner(runner: &dyn Runner, trust: TrustTier) -> Duration {
+    time_spec(runner, ChildSpec::new("/bin/true").trust(trust)).await
+}
+
+async fn time_spec(runner: &dyn Runner, spec: ChildSpec) -> Duration {
     let t = Instant::now();
-    let mut child = runner
-        .start(ChildSpec::new("/bin/true").trust(trust))
-        .await
-        .expect("spawn");
+    let mut child = runner.start(spec).await.expect("spawn");
     let out = child.wait().await.expect("wait");
     assert!(out.success(), "/bin/true failed: {out:?}");
     t.elapsed()
@@ -45,10 +46,17 @@ fn cordon_cli() -> Option<std::path::PathBuf> {
 /// One `cordon run -- /bin/true`, the whole command, with the report
 /// cached in `cache`.
 fn time_cli(cli: &std::path::Path, cache: &std::path::Path) -> Duration {
+    time_cli_with(cli, cache, &[])
+}
+
+/// [`time_cli`] with `flags` before the `--`.
+fn time_cli_with(cli: &std::path::Path, cache: &std::path::Path, flags: &[&str]) -> Duration {
     let t = Instant::now();
     let s = Command::new(cli)
         .env("XDG_CACHE_HOME", cache)
-        .args(["run", "--", "/bin/true"])
+        .arg("run")
+        .args(flags)
+        .args(["--", "/bin/true"])
         .status()
         .expect("cordon");
     assert!(s.success(), "cordon run -- /bin/true failed: {s}");
@@ -98,7 +106,7 @@ pub async fn bench(
         time_cli(cli, cache.path());
     }
     let (mut plain, mut tr, mut sb, mut bw, mut cl) = (vec![], vec![], vec![], vec![], vec![]);
-    let mut eg = vec![];
+    let (mut eg, mut sx, mut cx) = (vec![], vec![], vec![]);
     // Interleaved, so that drift on a shared machine hits every row alike.
     for i in 0..plan.spawn_iters + 10 {
         let t = Instant::now();
@@ -132,7 +140,22 @@ pub async fn bench(
             t.elapsed()
         });
         let c = cli.as_ref().map(|cli| time_cli(cli, cache.path()));
+        // The same with explain mode on (what `--explain` adds).
+        let sx2 = match sandbox {
+            Some(r) => {
+                let spec = ChildSpec::new("/bin/true")
+                    .trust(TrustTier::Untrusted)
+                    .explain(true);
+                Some(time_spec(r, spec).await)
+            }
+            None => None,
+        };
+        let cx2 = cli
+            .as_ref()
+            .map(|cli| time_cli_with(cli, cache.path(), &["--explain"]));
         if i >= 10 {
+            sx.extend(sx2);
+            cx.extend(cx2);
             if let Some(c) = c {
                 cl.push(c);
             }
@@ -167,7 +190,17 @@ pub async fn bench(
         r.extra
             .push(("spawn.sandbox_to_trusted", r.median / trusted_row.median));
         let deny = r.median;
+        let mut x = row(
+            SECTION,
+            "SandboxRunner, explain mode",
+            std::mem::take(&mut sx),
+        )
+        .keyed("spawn.sandbox_explain");
+        x.ratio = Some(x.median / base.median);
+        x.note = format!("{:.2}x the sandbox without", x.median / deny);
+        x.extra.push(("spawn.explain_to_sandbox", x.median / deny));
         rows.push(r);
+        rows.push(x);
         if eg.is_empty() {
             rows.push(not_built(
                 SECTION,
@@ -212,7 +245,18 @@ pub async fn bench(
             c.ratio = Some(c.median / base.median);
             c.note = format!("{:.2}x bwrap", c.median / r.median);
             c.extra.push(("spawn.cli_to_bwrap", c.median / r.median));
+            let mut x = row(
+                SECTION,
+                "cordon run --explain -- /bin/true (whole command)",
+                std::mem::take(&mut cx),
+            )
+            .keyed("spawn.cli_explain");
+            x.ratio = Some(x.median / base.median);
+            x.note = format!("{:.2}x without --explain", x.median / c.median);
+            x.extra
+                .push(("spawn.cli_explain_to_cli", x.median / c.median));
             rows.push(c);
+            rows.push(x);
         }
         if let Some(sb) = rows
             .iter_mut()

@@ -11,8 +11,56 @@
 //! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`). If the host stops answering (its
 //! listener closed), the kernel fails every such call with `ENOSYS`.
 
-use super::asm::{ALU_AND_K, JA, JEQ_K, JGE_K, LD_W_ABS, RET_K};
+use super::asm::{self, ALU_AND_K, JA, JEQ_K, JGE_K, LD_W_ABS, RET_K};
+use super::codegen::{audit_arch, SECCOMP_DATA_ARCH, SECCOMP_DATA_ARGS, SECCOMP_DATA_NR};
 use super::Program;
+
+/// The filter explain mode installs *after* the notifying one: it
+/// refuses (`EPERM`, which outranks `USER_NOTIF`) a `seccomp()` that asks
+/// for a listener of its own. Otherwise a process of the sandbox that
+/// outlived the host's listener (the kernel then lets a new one be made)
+/// could add a newer filter answering `USER_NOTIF` with a listener it
+/// holds — the newest filter wins a tie — and let its refused calls run
+/// with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`. Without explain mode the
+/// filter's `ERRNO` outranks any such filter, so nothing is needed.
+pub(crate) fn no_listener_guard() -> Result<Program, String> {
+    let mut a = asm::Asm::new();
+    let (allow, native, refuse) = (a.label(), a.label(), a.label());
+    a.load(SECCOMP_DATA_ARCH);
+    a.jump(
+        asm::Cmp::Eq,
+        audit_arch()?,
+        asm::Dest::To(native),
+        asm::Dest::Next,
+    );
+    // A foreign architecture: the main filter kills it.
+    a.ret(libc::SECCOMP_RET_ALLOW);
+    a.bind(native);
+    a.load(SECCOMP_DATA_NR);
+    a.jump(
+        asm::Cmp::Eq,
+        libc::SYS_seccomp as u32,
+        asm::Dest::Next,
+        asm::Dest::To(allow),
+    );
+    // seccomp(SECCOMP_SET_MODE_FILTER, flags, …) with NEW_LISTENER in
+    // flags (both are 32-bit in the kernel: the low words).
+    a.load(SECCOMP_DATA_ARGS);
+    a.jump(
+        asm::Cmp::Eq,
+        libc::SECCOMP_SET_MODE_FILTER,
+        asm::Dest::Next,
+        asm::Dest::To(allow),
+    );
+    a.load(SECCOMP_DATA_ARGS + 8);
+    a.and(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32);
+    a.jump(asm::Cmp::Eq, 0, asm::Dest::To(allow), asm::Dest::To(refuse));
+    a.bind(refuse);
+    a.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    a.bind(allow);
+    a.ret(libc::SECCOMP_RET_ALLOW);
+    a.finish()
+}
 
 /// `prog` with every `ret ERRNO(e)` replaced by `ret USER_NOTIF`.
 pub(crate) fn notify_variant(prog: &Program) -> Program {
@@ -113,6 +161,22 @@ mod tests {
                 assert_eq!(errno_of(want), (want & 0xffff) as i32);
             }
         }
+        // The guard refuses a listener of the sandbox's own, nothing else.
+        let guard = no_listener_guard().unwrap();
+        let listen = |flags: u64| {
+            let op = libc::SECCOMP_SET_MODE_FILTER as u64;
+            data(libc::SYS_seccomp, [op, flags, 0, 0, 0, 0])
+        };
+        let new_listener = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
+        assert_eq!(run(&guard, &listen(new_listener)), Some(eperm));
+        assert_eq!(run(&guard, &listen(new_listener | 1)), Some(eperm));
+        assert_eq!(run(&guard, &listen(0)), Some(libc::SECCOMP_RET_ALLOW));
+        let get_sizes = data(libc::SYS_seccomp, [3, new_listener, 0, 0, 0, 0]);
+        assert_eq!(run(&guard, &get_sizes), Some(libc::SECCOMP_RET_ALLOW));
+        assert_eq!(
+            run(&guard, &data(libc::SYS_ptrace, [0; 6])),
+            Some(libc::SECCOMP_RET_ALLOW)
+        );
         // A foreign architecture is still killed, not notified.
         let mut foreign = data(libc::SYS_getpid, [0; 6]);
         foreign.arch ^= 1;
