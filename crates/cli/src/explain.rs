@@ -22,6 +22,7 @@ pub(crate) fn hint(d: &Denial) -> String {
             "file_size_bytes" => "no flag raises it (the per-file limit)".to_string(),
             f => format!("raise it with {}", crate::run::flag_of(f)),
         },
+        Remedy::GrantPermission(p) => format!("grant the package {}", escape(p)),
         Remedy::None if d.kind == DenialKind::Network => {
             "no flag allows it: only TCP to --allow-host hosts, through cordon's proxy".to_string()
         }
@@ -76,6 +77,7 @@ fn remedy(r: &Remedy) -> serde_json::Value {
         Remedy::AllowHost(h) => ("allow_host", Some(escape(h))),
         Remedy::AllowNetwork => ("allow_network", None),
         Remedy::RaiseLimit(f) => ("raise_limit", Some(escape(f))),
+        Remedy::GrantPermission(p) => ("grant_permission", Some(escape(p))),
         Remedy::None => ("none", None),
     };
     serde_json::json!({"remedy": kind, "value": value})

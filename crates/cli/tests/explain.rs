@@ -458,6 +458,20 @@ fn audit_set(enabled: u32) -> u32 {
 
 #[test]
 fn file_denials_come_from_landlocks_own_records() {
+    file_denials_are_named(false);
+}
+
+#[test]
+fn file_denials_are_named_in_tier_landlock_too() {
+    file_denials_are_named(true);
+}
+
+/// Reads and an exec outside the grants, writes to a read-only grant and
+/// a creation in it. The read-only grant is writable by anyone on the
+/// host (its mode), so that only the sandbox refuses the writes: Landlock
+/// in tier landlock, the read-only mount (EROFS) before Landlock in tier
+/// namespaces, which the explanation says.
+fn file_denials_are_named(container: bool) {
     use std::os::unix::fs::PermissionsExt;
     let outside = tempfile::tempdir().unwrap();
     std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -467,10 +481,21 @@ fn file_denials_come_from_landlocks_own_records() {
     let tool = outside.path().join("tool");
     std::fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ro = outside.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let data = ro.join("data");
+    std::fs::write(&data, "kept").unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o666)).unwrap();
     let prog = format!(
         "import os\nfor _ in range(3):\n    try: open({s:?}).read()\n    except OSError as e: \
-         print('read', e.errno)\ntry: os.execv({t:?}, [{t:?}])\nexcept OSError as e: print('exec', e.errno)",
+         print('read', e.errno)\nfor _ in range(2):\n    try: open({d:?}, 'w').write('x')\n    \
+         except OSError as e: print('write', e.errno)\ntry: open({n:?}, 'x')\nexcept OSError as \
+         e: print('create', e.errno)\ntry: os.execv({t:?}, [{t:?}])\nexcept OSError as e: \
+         print('exec', e.errno)",
         s = secret.to_str().unwrap(),
+        d = data.to_str().unwrap(),
+        n = ro.join("new").to_str().unwrap(),
         t = tool.to_str().unwrap()
     );
     // SAFETY: geteuid cannot fail.
@@ -480,32 +505,60 @@ fn file_denials_come_from_landlocks_own_records() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
         let json = dir.path().join("home").join("files.jsonl");
-        let out = run(cordon_as(who, dir.path()).args([
+        let mut cmd = cordon_as(who, dir.path());
+        if container {
+            container_filter::install_on(&mut cmd);
+        }
+        let out = run(cmd.args([
             "run",
             "--explain",
             "--explain-json",
             json.to_str().unwrap(),
+            "--ro",
+            ro.to_str().unwrap(),
             "--",
             PY,
             "-c",
             &prog,
         ]));
         let (so, err) = (text(&out.stdout), text(&out.stderr));
-        assert!(
-            so.contains(&format!("read {}", libc::EACCES)),
-            "{who}: {so} {err}"
-        );
-        assert!(
-            so.contains(&format!("exec {}", libc::EACCES)),
-            "{who}: {so} {err}"
-        );
+        assert_eq!(std::fs::read_to_string(&data).unwrap(), "kept", "{who}");
+        assert!(!ro.join("new").exists(), "{who}");
+        let write_errno = if container { libc::EACCES } else { libc::EROFS };
+        for seen in [
+            format!("read {}", libc::EACCES),
+            format!("exec {}", libc::EACCES),
+            format!("write {write_errno}"),
+            format!("create {write_errno}"),
+        ] {
+            assert!(so.contains(&seen), "{who}: {seen:?} in {so} {err}");
+        }
         if who == "root" {
-            let s = secret.display();
-            let t = tool.display();
-            for line in [
+            let (s, t, d, r) = (
+                secret.display(),
+                tool.display(),
+                data.display(),
+                ro.display(),
+            );
+            let mut want = vec![
                 format!("cordon: denied read {s} (x3) — grant with --ro {s}"),
                 format!("cordon: denied execute {t} (x1) — grant with --ro {t}"),
-            ] {
+            ];
+            if container {
+                want.push(format!(
+                    "cordon: denied write {d} (x2) — grant with --rw {d}"
+                ));
+                want.push(format!(
+                    "cordon: denied create in {r} (x1) — grant with --rw {r}"
+                ));
+            } else {
+                want.push(
+                    "cordon: not observable: files: a write or a creation outside the \
+                     read-write grants fails with EROFS"
+                        .to_string(),
+                );
+            }
+            for line in want {
                 assert!(err.contains(&line), "{who}: missing {line:?} in {err}");
             }
             let lines = json_lines(&json);
@@ -514,6 +567,13 @@ fn file_denials_come_from_landlocks_own_records() {
                 (read["kind"].as_str(), read["count"].as_u64()),
                 (Some("file"), Some(3))
             );
+            if container {
+                let write = find(&lines, data.to_str().unwrap());
+                assert_eq!(
+                    (write["access"].as_str(), write["count"].as_u64()),
+                    (Some("write"), Some(2))
+                );
+            }
         } else {
             // The documented case: not observable for this caller.
             assert!(
@@ -524,6 +584,48 @@ fn file_denials_come_from_landlocks_own_records() {
                 "{who}: {err}"
             );
             assert!(!err.contains("denied read"), "{who}: {err}");
+        }
+    }
+}
+
+#[test]
+fn forks_refused_at_the_process_limit_are_counted() {
+    // 20 forks under --pids 8: the program and 7 children fit, 13 fail.
+    let prog = "import os, time\nkids, failed = [], 0\nfor _ in range(20):\n    try: pid = \
+                os.fork()\n    except OSError: failed += 1; continue\n    if pid == 0:\n        \
+                time.sleep(30); os._exit(0)\n    kids.append(pid)\nprint(len(kids), failed, \
+                flush=True)\nfor k in kids: os.kill(k, 9); os.waitpid(k, 0)";
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let json = dir.path().join("home").join("pids.jsonl");
+        let args = |explain: bool| {
+            let mut a = vec!["run", "--pids", "8"];
+            if explain {
+                a.extend(["--explain", "--explain-json", json.to_str().unwrap()]);
+            }
+            a.extend(["--", PY, "-c", prog]);
+            a
+        };
+        let plain = run(cordon_as(who, dir.path()).args(args(false)));
+        let out = run(cordon_as(who, dir.path()).args(args(true)));
+        let (so, err) = (text(&out.stdout), text(&out.stderr));
+        // Exactly the limit, with and without --explain.
+        assert_eq!(so.trim(), "7 13", "{who}: {err}");
+        assert_eq!(text(&plain.stdout), so, "{who}");
+        if who == "root" {
+            let line = "cordon: limit processes 8: fork refused (x13) — raise it with --pids";
+            assert!(err.contains(line), "{who}: missing {line:?} in {err}");
+            let lines = json_lines(&json);
+            let forks = find(&lines, "processes 8");
+            assert_eq!(
+                (forks["kind"].as_str(), forks["count"].as_u64()),
+                (Some("limit"), Some(13))
+            );
+        } else {
+            let line = "cordon: not observable: processes: a fork refused at the process limit \
+                        is not observable for uid 65534 on this host";
+            assert!(err.contains(line), "{who}: missing {line:?} in {err}");
         }
     }
 }

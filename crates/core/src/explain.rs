@@ -59,6 +59,9 @@ pub enum DenialKind {
     Syscall,
     /// A resource limit that was reached or that ended the sandbox.
     Limit,
+    /// A Starlark module call the package's grants do not allow
+    /// (`cordon-starlark-host`).
+    Module,
 }
 
 impl DenialKind {
@@ -69,6 +72,7 @@ impl DenialKind {
             DenialKind::Network => "network",
             DenialKind::Syscall => "syscall",
             DenialKind::Limit => "limit",
+            DenialKind::Module => "module",
         }
     }
 }
@@ -82,14 +86,19 @@ pub enum Remedy {
     GrantReadOnly(PathBuf),
     /// Granting this path read-write ([`SandboxPolicy::read_write`](crate::SandboxPolicy::read_write)).
     GrantReadWrite(PathBuf),
-    /// Listing this `host[:port]` in [`Network::Allow`](crate::Network::Allow).
+    /// Listing this `host[:port]` in [`Network::Allow`](crate::Network::Allow)
+    /// (for a Starlark package: in its `network_access`, granted again).
     AllowHost(String),
     /// Listing the hosts the program connects to in
     /// [`Network::Allow`](crate::Network::Allow) (a refused socket names
     /// no host).
     AllowNetwork,
-    /// Raising this field of [`Limits`] (e.g. `memory_bytes`).
+    /// Raising this field of [`Limits`] (e.g. `memory_bytes`), or for a
+    /// Starlark package this setting (e.g. `EvalLimits::max_ticks`).
     RaiseLimit(String),
+    /// Granting a Starlark package this permission (e.g. `api.http`):
+    /// requested in its `package.toml` and granted by the host.
+    GrantPermission(String),
     /// No grant allows it: the sandbox refuses it whatever the policy.
     None,
 }

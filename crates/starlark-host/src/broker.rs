@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use cordon_core::explain::{DenialKind, DenialLog, Remedy};
 use cordon_egress::{Advice, Allowlist, IpRange};
 
 use cordon_starlark_protocol::{
@@ -221,6 +222,9 @@ pub struct ModuleBroker {
     deadline: Instant,
     cancel: CancelToken,
     runtime: tokio::runtime::Handle,
+    /// What this invocation's calls were refused, for the outcome
+    /// (`CallOutcome::denials`).
+    refusals: DenialLog,
 }
 
 impl std::fmt::Debug for ModuleBroker {
@@ -274,6 +278,7 @@ impl ModuleBroker {
             deadline,
             cancel,
             runtime,
+            refusals: DenialLog::new(),
         })
     }
 
@@ -283,8 +288,86 @@ impl ModuleBroker {
     }
 
     /// Perform one call (async). Checks the module set again, so a
-    /// forwarder cannot call a module the package was not given.
+    /// forwarder cannot call a module the package was not given. A call
+    /// refused by a grant, the allowlist or a limit is recorded for
+    /// [`ModuleBroker::refusals`].
     pub async fn handle(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
+        let name = call.name();
+        let target = match &call {
+            ModuleCall::Http(req) => Some(req.url.clone()),
+            _ => None,
+        };
+        let r = self.serve(call).await;
+        if let Err(e) = &r {
+            self.record(name, target.as_deref(), e);
+        }
+        r
+    }
+
+    /// What this invocation's module calls were refused so far, bounded
+    /// and escaped like a sandbox's (`cordon_core::explain`).
+    pub fn refusals(&self) -> &DenialLog {
+        &self.refusals
+    }
+
+    /// Records a refusal: a module the package was not given, a host its
+    /// `network_access` does not list (or an address the guard refuses),
+    /// a per-invocation limit. Other failures (bad arguments, a service
+    /// down) are the script's or the service's, not a denial.
+    fn record(&self, call: &str, url: Option<&str>, e: &ModuleError) {
+        let module = call.split('.').next().unwrap_or(call);
+        match e {
+            ModuleError::PermissionDenied(_) => {
+                let remedy = self
+                    .modules
+                    .with_permissions()
+                    .into_iter()
+                    .find(|(name, present, _)| *name == module && !present)
+                    .map_or(Remedy::None, |(_, _, p)| {
+                        Remedy::GrantPermission(p.to_string())
+                    });
+                self.refusals
+                    .record(DenialKind::Module, call, "call", remedy);
+            }
+            ModuleError::NetworkDenied(why) => {
+                let (object, remedy) = match url.and_then(|u| self.unlisted(u)) {
+                    Some((target, entry)) => (
+                        format!("{target} (not in the package's network_access)"),
+                        Remedy::AllowHost(entry),
+                    ),
+                    None => (why.clone(), Remedy::None),
+                };
+                self.refusals
+                    .record(DenialKind::Network, &object, "connect", remedy);
+            }
+            ModuleError::LimitExceeded(why) => {
+                let remedy = why
+                    .rsplit_once("(EvalLimits::")
+                    .and_then(|(_, rest)| rest.split_once(')'))
+                    .map_or(Remedy::None, |(field, _)| {
+                        Remedy::RaiseLimit(format!("EvalLimits::{field}"))
+                    });
+                self.refusals
+                    .record(DenialKind::Limit, why, "refused", remedy);
+            }
+            _ => {}
+        }
+    }
+
+    /// For a URL whose host and port no entry of the allowlist matches:
+    /// `host:port` and the entry that would allow the request.
+    fn unlisted(&self, url: &str) -> Option<(String, String)> {
+        let url = url::Url::parse(url).ok()?;
+        let (host, port, access) = crate::http::target_of(&url).ok()?;
+        self.allowlist.match_target(&host, port, access).err()?;
+        let entry = match access {
+            cordon_egress::Access::Http => format!("http://{host}:{port}"),
+            _ => format!("{host}:{port}"),
+        };
+        Some((format!("{host}:{port}"), entry))
+    }
+
+    async fn serve(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {
         let pkg = &self.package.id;
         let denied = |m: &str, p: Permission| {
             Err(ModuleError::PermissionDenied(format!(

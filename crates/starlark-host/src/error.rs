@@ -225,12 +225,20 @@ pub struct EvalError {
     /// the top level's first when it failed loading or runs per call.
     /// Empty when nothing ran (the package was refused before evaluation).
     pub output: String,
+    /// What the call was refused before it failed, and the limit that
+    /// ended it if one did ([`CallOutcome::denials`](crate::CallOutcome::denials));
+    /// empty for a load.
+    pub denials: cordon_core::explain::Explanation,
 }
 
 impl EvalError {
     /// An error with the output printed before it.
     pub fn with_output(error: StarlarkHostError, output: String) -> Self {
-        EvalError { error, output }
+        EvalError {
+            error,
+            output,
+            denials: Default::default(),
+        }
     }
 }
 
@@ -239,6 +247,7 @@ impl From<StarlarkHostError> for EvalError {
         EvalError {
             error,
             output: String::new(),
+            denials: Default::default(),
         }
     }
 }

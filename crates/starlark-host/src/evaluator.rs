@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_starlark_protocol::{EvalLimits, ModuleSet, Package};
+use cordon_core::explain::{DenialKind, DenialLog, Explanation, Remedy};
+use cordon_starlark_protocol::{EvalLimits, LimitKind, ModuleSet, Package};
 use cordon_starlark_worker::CancelToken;
 
 use crate::broker::{Admitted, Capabilities, ModuleBroker};
@@ -134,6 +135,74 @@ pub struct CallOutcome {
     pub output: String,
     /// Whether the compiled package came from the cache.
     pub cached: bool,
+    /// What the call was refused: module calls its grants, allowlist or
+    /// limits refused (recorded by the host's broker, never by the
+    /// script or the worker), bounded and escaped like a sandbox's.
+    #[serde(default)]
+    pub denials: Explanation,
+}
+
+/// Sets the call's [`CallOutcome::denials`] (or [`EvalError::denials`]):
+/// what its broker refused (`log`; a fresh one where the call failed
+/// before it had a broker), a module absent from `modules` that the
+/// script named, and the evaluation limit that ended it.
+pub(crate) fn with_denials(
+    r: &mut Result<CallOutcome, EvalError>,
+    log: &DenialLog,
+    modules: ModuleSet,
+    limits: &EvalLimits,
+) {
+    let e = match r {
+        Ok(outcome) => {
+            outcome.denials = log.finish();
+            return;
+        }
+        Err(e) => e,
+    };
+    if let StarlarkHostError::Script { message, .. } = &e.error {
+        // A module the package was not given is not in its globals: the
+        // script fails to resolve the name.
+        for (name, present, permission) in modules.with_permissions() {
+            let unbound = format!("Variable `{name}` not found");
+            if !present && message.contains(&unbound) {
+                log.record(
+                    DenialKind::Module,
+                    name,
+                    "use",
+                    Remedy::GrantPermission(permission.to_string()),
+                );
+            }
+        }
+    }
+    if let StarlarkHostError::Limit { kind, .. } = &e.error {
+        let object = match limit_value(*kind, limits) {
+            Some(v) => format!("{} {v}", kind.as_str()),
+            None => kind.as_str().to_string(),
+        };
+        log.record(
+            DenialKind::Limit,
+            &object,
+            "reached",
+            Remedy::RaiseLimit(kind.setting().into()),
+        );
+    }
+    e.denials = log.finish();
+}
+
+/// The configured value of the evaluation limit `kind` (the worker's own
+/// limits are not in [`EvalLimits`]).
+fn limit_value(kind: LimitKind, l: &EvalLimits) -> Option<String> {
+    Some(match kind {
+        LimitKind::Ticks => l.max_ticks.to_string(),
+        LimitKind::Time => format!("{} ms", l.timeout.as_millis()),
+        LimitKind::Heap => l.max_heap_bytes.to_string(),
+        LimitKind::CallStack => l.max_call_depth.to_string(),
+        LimitKind::Output => l.max_output_bytes.to_string(),
+        LimitKind::SourceSize => l.max_source_bytes.to_string(),
+        LimitKind::Nesting => l.max_nesting_depth.to_string(),
+        LimitKind::ValueSize => l.max_value_bytes.to_string(),
+        LimitKind::Memory | LimitKind::Cpu => return None,
+    })
 }
 
 /// How a package is evaluated: load it (compile, run its top level once,

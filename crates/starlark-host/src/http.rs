@@ -123,7 +123,7 @@ impl HttpClient {
             .is_some_and(|b| b.len() > limits.max_request_bytes)
         {
             return Err(ModuleError::LimitExceeded(format!(
-                "request body is larger than {} bytes",
+                "request body is larger than {} bytes (EvalLimits::http.max_request_bytes)",
                 limits.max_request_bytes
             )));
         }
@@ -163,7 +163,7 @@ impl HttpClient {
                     hops += 1;
                     if hops > limits.max_redirects {
                         return Err(ModuleError::LimitExceeded(format!(
-                            "more than {} redirects",
+                            "more than {} redirects (EvalLimits::http.max_redirects)",
                             limits.max_redirects
                         )));
                     }
@@ -205,7 +205,8 @@ fn take_budget(
         .map(|_| ())
         .map_err(|_| {
             ModuleError::LimitExceeded(format!(
-                "more than {} HTTP requests in one invocation",
+                "more than {} HTTP requests in one invocation \
+                 (EvalLimits::http.max_requests_per_invocation)",
                 limits.max_requests_per_invocation
             ))
         })
@@ -215,6 +216,19 @@ fn take_budget(
 /// match an entry, and an IP literal (which never reaches the resolver)
 /// is an allowed address.
 fn check_target(allow: &Allowlist, url: &Url) -> Result<(), ModuleError> {
+    let (host, port, access) = target_of(url)?;
+    let denied = |r: cordon_egress::Refusal| ModuleError::NetworkDenied(r.0);
+    let entry = allow.match_target(&host, port, access).map_err(denied)?;
+    if let TargetHost::Ip(ip) = host {
+        allow
+            .check_addresses(Some(entry), &host, &[SocketAddr::new(ip, port)])
+            .map_err(denied)?;
+    }
+    Ok(())
+}
+
+/// The host, port and access of `url`, as the allowlist sees them.
+pub(crate) fn target_of(url: &Url) -> Result<(TargetHost, u16, Access), ModuleError> {
     let access = match url.scheme() {
         "https" => Access::Https,
         "http" => Access::Http,
@@ -232,14 +246,7 @@ fn check_target(allow: &Allowlist, url: &Url) -> Result<(), ModuleError> {
     }
     .ok_or_else(|| ModuleError::InvalidArgument(format!("URL {url} has no usable host")))?;
     let port = url.port_or_known_default().unwrap_or(443);
-    let denied = |r: cordon_egress::Refusal| ModuleError::NetworkDenied(r.0);
-    let entry = allow.match_target(&host, port, access).map_err(denied)?;
-    if let TargetHost::Ip(ip) = host {
-        allow
-            .check_addresses(Some(entry), &host, &[SocketAddr::new(ip, port)])
-            .map_err(denied)?;
-    }
-    Ok(())
+    Ok((host, port, access))
 }
 
 fn map_send_error(e: &reqwest::Error, url: &Url) -> ModuleError {
@@ -270,7 +277,7 @@ async fn read_response(
 ) -> Result<HttpResponse, ModuleError> {
     if resp.content_length().is_some_and(|l| l > max as u64) {
         return Err(ModuleError::LimitExceeded(format!(
-            "response from {url} is larger than {max} bytes"
+            "response from {url} is larger than {max} bytes (EvalLimits::http.max_response_bytes)"
         )));
     }
     let status = resp.status().as_u16();
@@ -292,7 +299,7 @@ async fn read_response(
     {
         if buf.len() + chunk.len() > max {
             return Err(ModuleError::LimitExceeded(format!(
-                "response from {url} is larger than {max} bytes"
+                "response from {url} is larger than {max} bytes (EvalLimits::http.max_response_bytes)"
             )));
         }
         buf.extend_from_slice(&chunk);

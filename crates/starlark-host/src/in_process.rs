@@ -13,7 +13,9 @@ use cordon_starlark_worker::{compile_package, CancelToken, CompiledPackage};
 use crate::broker::{Admitted, Capabilities};
 use crate::error::{EvalError, StarlarkHostError};
 use crate::eval_threads::{name_panicked, run_on_eval_thread};
-use crate::evaluator::{Call, CallOutcome, Evaluator, ExecOutcome};
+use cordon_core::explain::DenialLog;
+
+use crate::evaluator::{with_denials, Call, CallOutcome, Evaluator, ExecOutcome};
 
 /// Cache counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -178,9 +180,18 @@ impl Evaluator for InProcess {
         call: Call,
     ) -> Result<CallOutcome, EvalError> {
         let start = Instant::now();
-        let (compiled, cached) = self.compiled(pkg, admitted.modules, &call.cancel).await?;
+        let modules = admitted.modules;
+        let (compiled, cached) = match self.compiled(pkg, modules, &call.cancel).await {
+            Ok(c) => c,
+            Err(e) => {
+                let mut failed = Err(e);
+                with_denials(&mut failed, &DenialLog::new(), modules, &self.limits);
+                return failed;
+            }
+        };
         let (broker, deadline) = call.broker(&self.caps, pkg, admitted, &self.limits)?;
         let broker = Arc::new(broker);
+        let refusals = Arc::clone(&broker);
         let Call {
             entry: name,
             args,
@@ -199,13 +210,14 @@ impl Evaluator for InProcess {
         guard.disarm();
         let result = result.map_err(|e| name_panicked(e, &pkg.id))?;
         let elapsed_us = start.elapsed().as_micros() as u64;
-        match result {
+        let mut outcome = match result {
             Ok((value, output)) => {
                 tracing::debug!(package = %pkg.id, entry = name, cached, elapsed_us, "entry point returned");
                 Ok(CallOutcome {
                     value,
                     output,
                     cached,
+                    denials: Default::default(),
                 })
             }
             Err((e, output)) => {
@@ -213,6 +225,8 @@ impl Evaluator for InProcess {
                 tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, output_bytes = output.len(), error = %e, "entry point failed");
                 Err(EvalError::with_output(e, output))
             }
-        }
+        };
+        with_denials(&mut outcome, refusals.refusals(), modules, &self.limits);
+        outcome
     }
 }

@@ -27,6 +27,13 @@
 //!   loaded in a warm worker); each entry-point [`Call`] runs on a fresh
 //!   heap under [`EvalLimits`] (ticks, deadline, cancellation, heap, call
 //!   depth, output, source size, bracket nesting, JSON value depth/size).
+//! * Each call says what it was refused, in the form of a sandbox's
+//!   explanation (`cordon_core::explain`): [`CallOutcome::denials`] or
+//!   [`EvalError::denials`] name a module the package was not given and
+//!   the permission that unlocks it, a host its `network_access` does not
+//!   list, a budget or limit reached and the [`EvalLimits`] setting that
+//!   raises it. The host's broker records them, never the script or its
+//!   worker.
 //!
 //! The frozen, cached state must not depend on which user invoked it first,
 //! so module calls are refused while a package's top level runs once. A

@@ -275,6 +275,18 @@ impl ModuleSet {
         provider: false,
     };
 
+    /// Each module: its name, whether it is present, and the permission
+    /// that unlocks it.
+    pub fn with_permissions(self) -> [(&'static str, bool, crate::Permission); 4] {
+        use crate::Permission as P;
+        [
+            ("secrets", self.secrets, P::SecretsRead),
+            ("notifications", self.notifications, P::NotificationsSend),
+            ("http", self.http, P::ApiHttp),
+            ("provider", self.provider, P::ProviderComplete),
+        ]
+    }
+
     /// Names of the present modules.
     pub fn names(self) -> Vec<&'static str> {
         let mut v = Vec::new();

@@ -190,6 +190,22 @@ impl LimitKind {
         }
     }
 
+    /// The setting that raises it (`EvalLimits::max_ticks`, …).
+    pub fn setting(self) -> &'static str {
+        match self {
+            LimitKind::Ticks => "EvalLimits::max_ticks",
+            LimitKind::Time => "EvalLimits::timeout",
+            LimitKind::Heap => "EvalLimits::max_heap_bytes",
+            LimitKind::CallStack => "EvalLimits::max_call_depth",
+            LimitKind::Output => "EvalLimits::max_output_bytes",
+            LimitKind::SourceSize => "EvalLimits::max_source_bytes",
+            LimitKind::Nesting => "EvalLimits::max_nesting_depth",
+            LimitKind::ValueSize => "EvalLimits::max_value_bytes",
+            LimitKind::Memory => "WorkerLimits::memory_bytes",
+            LimitKind::Cpu => "WorkerLimits::cpu_seconds",
+        }
+    }
+
     /// Parses a wire name.
     pub fn parse(s: &str) -> Option<LimitKind> {
         LimitKind::ALL.into_iter().find(|k| k.as_str() == s)

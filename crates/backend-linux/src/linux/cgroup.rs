@@ -56,6 +56,7 @@ use std::time::Duration;
 use cordon_core::{Limits, SandboxResources};
 
 mod keeper;
+pub(crate) mod pids;
 
 /// Where this process can make child cgroups.
 #[derive(Debug)]
@@ -80,54 +81,55 @@ pub(crate) fn hierarchy() -> Option<&'static Hierarchy> {
     .as_ref()
 }
 
-/// `/proc/self/cgroup` → (controllers, path) per line; mountinfo → the
-/// mount point of each controller (or of cgroup2).
+/// This process's own cgroup directories, by controller (v1) or the v2
+/// one, where it may make children.
 fn detect() -> Option<Hierarchy> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount_of = |controller: Option<&str>| -> Option<PathBuf> {
-        mountinfo.lines().find_map(|line| {
-            let (pre, post) = line.split_once(" - ")?;
-            let mut post = post.split_whitespace();
-            let fstype = post.next()?;
-            let _source = post.next()?;
-            let super_opts = post.next().unwrap_or("");
-            let mount_point = pre.split_whitespace().nth(4)?;
-            let hit = match controller {
-                None => fstype == "cgroup2",
-                Some(c) => fstype == "cgroup" && super_opts.split(',').any(|o| o == c),
-            };
-            hit.then(|| PathBuf::from(mount_point))
-        })
-    };
-    let path_of = |controller: Option<&str>| -> Option<String> {
-        cgroups.lines().find_map(|line| {
-            let mut f = line.splitn(3, ':');
-            let _id = f.next()?;
-            let list = f.next()?;
-            let path = f.next()?;
-            let hit = match controller {
-                None => list.is_empty(),
-                Some(c) => list.split(',').any(|x| x == c),
-            };
-            hit.then(|| path.to_string())
-        })
-    };
-    let dir = |controller: Option<&str>| -> Option<PathBuf> {
-        let mount = mount_of(controller)?;
-        let path = path_of(controller)?;
-        let dir = mount.join(path.trim_start_matches('/'));
-        writable(&dir).then_some(dir)
-    };
+    let dir = |controller| own_dir(&cgroups, &mountinfo, controller);
     if let (Some(memory), Some(cpuacct)) = (dir(Some("memory")), dir(Some("cpuacct"))) {
         return Some(Hierarchy::V1 { memory, cpuacct });
     }
     let v2 = dir(None)?;
-    let delegated = std::fs::read_to_string(v2.join("cgroup.subtree_control")).ok()?;
-    delegated
-        .split_whitespace()
-        .any(|c| c == "memory")
-        .then_some(Hierarchy::V2 { dir: v2 })
+    delegates(&v2, "memory").then_some(Hierarchy::V2 { dir: v2 })
+}
+
+/// This process's own cgroup of `controller` (v1; `None`: the v2 one), if
+/// this process may make children there: `/proc/self/cgroup` gives the
+/// path (controllers, path per line), mountinfo the mount point.
+fn own_dir(cgroups: &str, mountinfo: &str, controller: Option<&str>) -> Option<PathBuf> {
+    let mount = mountinfo.lines().find_map(|line| {
+        let (pre, post) = line.split_once(" - ")?;
+        let mut post = post.split_whitespace();
+        let fstype = post.next()?;
+        let _source = post.next()?;
+        let super_opts = post.next().unwrap_or("");
+        let mount_point = pre.split_whitespace().nth(4)?;
+        let hit = match controller {
+            None => fstype == "cgroup2",
+            Some(c) => fstype == "cgroup" && super_opts.split(',').any(|o| o == c),
+        };
+        hit.then(|| PathBuf::from(mount_point))
+    })?;
+    let path = cgroups.lines().find_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let _id = f.next()?;
+        let list = f.next()?;
+        let path = f.next()?;
+        let hit = match controller {
+            None => list.is_empty(),
+            Some(c) => list.split(',').any(|x| x == c),
+        };
+        hit.then(|| path.to_string())
+    })?;
+    let dir = mount.join(path.trim_start_matches('/'));
+    writable(&dir).then_some(dir)
+}
+
+/// Whether the v2 cgroup `dir` gives `controller` to its children.
+fn delegates(dir: &Path, controller: &str) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+        .is_ok_and(|d| d.split_whitespace().any(|c| c == controller))
 }
 
 fn writable(dir: &Path) -> bool {
@@ -147,23 +149,28 @@ const PREFIX: &str = "cordon-";
 /// creator, and empty (rmdir fails on a cgroup that still has tasks).
 fn sweep(h: &Hierarchy) {
     for dir in h.dirs() {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        sweep_dir(dir);
+    }
+}
+
+/// [`sweep`] in one parent directory.
+fn sweep_dir(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
             continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
-                continue;
-            };
-            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-                continue;
-            };
-            // SAFETY: signal 0 only checks existence.
-            let alive = unsafe { libc::kill(pid, 0) } == 0
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-            if !alive && std::fs::remove_dir(e.path()).is_ok() {
-                tracing::info!(cgroup = %e.path().display(), "removed a cgroup a killed host left behind");
-            }
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive && std::fs::remove_dir(e.path()).is_ok() {
+            tracing::info!(cgroup = %e.path().display(), "removed a cgroup a killed host left behind");
         }
     }
 }
@@ -464,11 +471,8 @@ pub(crate) struct LinuxResources {
     /// With an egress allowlist: the proxy, started once the program runs
     /// and stopped when the sandbox is gone (these resources are dropped).
     egress: Option<super::net::EgressSession>,
-    /// In explain mode: the refused system calls' record (`explain.rs`).
-    syscalls: Option<super::explain::SyscallWatch>,
-    /// In explain mode: the file denials' record (`audit.rs`), or why
-    /// there is none.
-    files: Option<Result<super::audit::AuditWatch, String>>,
+    /// In explain mode: what the sandbox's layers refused (`explain.rs`).
+    recorders: Option<super::explain::Recorders>,
     /// The sandbox's own uid (a root host): released last, once every
     /// process of the sandbox is gone and its cgroup is empty.
     _uid: Option<super::uid::UidLease>,
@@ -481,8 +485,7 @@ impl LinuxResources {
         tree: Option<super::tree::TreeSlot>,
         egress: Option<super::net::EgressSession>,
         uid: Option<super::uid::UidLease>,
-        syscalls: Option<super::explain::SyscallWatch>,
-        files: Option<Result<super::audit::AuditWatch, String>>,
+        recorders: Option<super::explain::Recorders>,
     ) -> Self {
         LinuxResources {
             cgroup,
@@ -490,8 +493,7 @@ impl LinuxResources {
             tree,
             leader: AtomicU64::new(0),
             egress,
-            syscalls,
-            files,
+            recorders,
             _uid: uid,
         }
     }
@@ -519,16 +521,8 @@ impl SandboxResources for LinuxResources {
         if let Some(refusals) = self.egress.as_ref().and_then(|e| e.refusals.as_ref()) {
             log.absorb(refusals);
         }
-        match &self.syscalls {
-            Some(watch) => watch.finish(log),
-            None => {
-                log.unobservable("system calls: not recorded (the seccomp allowlist layer is off)")
-            }
-        }
-        match &self.files {
-            Some(Ok(watch)) => watch.finish(log),
-            Some(Err(why)) => log.unobservable(why.clone()),
-            None => {}
+        if let Some(r) = &self.recorders {
+            r.finish(log);
         }
         true
     }

@@ -8,10 +8,13 @@
 //!   belongs to this sandbox's filter alone, so every record is this
 //!   sandbox's, whatever runs beside it, for every caller;
 //! - **network**: the egress proxy's refusals (`net.rs`);
-//! - **limits**: the cgroup's OOM count (`cgroup.rs`) and the runner's
-//!   outcome (core).
+//! - **files**: Landlock's audit records, where this caller may read them
+//!   (`audit.rs`);
+//! - **limits**: the cgroup's OOM count (`cgroup.rs`), the forks refused
+//!   at the process limit (`cgroup/pids.rs`) and the runner's outcome
+//!   (core).
 //!
-//! File denials (Landlock) are not recorded yet: the explanation says so.
+//! A source this caller cannot use gives one line saying so, with why.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -78,6 +81,39 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+/// What explain mode records of one sandbox beside the egress proxy's
+/// refusals (`net.rs`).
+#[derive(Debug)]
+pub(crate) struct Recorders {
+    pub(crate) syscalls: SyscallWatch,
+    /// File denials, or why there is no record of them.
+    pub(crate) files: Result<super::audit::AuditWatch, String>,
+    /// With a process limit: the forks refused at it, or why they are not
+    /// observable.
+    pub(crate) forks: Option<Result<super::cgroup::pids::ForkCount, String>>,
+}
+
+impl Recorders {
+    /// The pids cgroup the program joins, if there is one.
+    pub(crate) fn fork_count(&self) -> Option<&super::cgroup::pids::ForkCount> {
+        self.forks.as_ref()?.as_ref().ok()
+    }
+
+    /// Every process of the sandbox is gone: moves each record into `log`.
+    pub(crate) fn finish(&self, log: &DenialLog) {
+        self.syscalls.finish(log);
+        match &self.files {
+            Ok(watch) => watch.finish(log),
+            Err(why) => log.unobservable(why.clone()),
+        }
+        match &self.forks {
+            Some(Ok(count)) => count.finish(log),
+            Some(Err(why)) => log.unobservable(why.clone()),
+            None => {}
+        }
     }
 }
 

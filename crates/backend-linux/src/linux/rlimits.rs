@@ -38,6 +38,10 @@ pub(crate) const COUNT: usize = 10;
 /// caller's uid that ends after the count leaves the sandbox one more:
 /// the README says so.)
 ///
+/// `forks_counted`: in explain mode, a pids cgroup holds the limit and
+/// counts what it refuses (`cgroup/pids.rs`); `RLIMIT_NPROC` is then one
+/// higher, a backstop the cgroup reaches first.
+///
 /// `scratch_on_tmpfs`: the scratch is a private tmpfs of `disk_bytes`,
 /// which holds that limit for the scratch as a whole. Otherwise (tier
 /// landlock; a kept or caller's scratch) the scratch is on the host's
@@ -49,6 +53,7 @@ pub(crate) fn plan(
     cgroup_memory: bool,
     scratch_on_tmpfs: bool,
     others: u64,
+    forks_counted: bool,
 ) -> [(libc::__rlimit_resource_t, Option<u64>); COUNT] {
     let memory = l.memory_bytes.filter(|_| !cgroup_memory);
     let quota = |i: usize| {
@@ -58,7 +63,8 @@ pub(crate) fn plan(
     [
         (
             libc::RLIMIT_NPROC,
-            l.max_processes.map(|n| n.saturating_add(others)),
+            l.max_processes
+                .map(|n| n.saturating_add(others + u64::from(forks_counted))),
         ),
         // Private writable memory (heap, anonymous private maps, thread
         // stacks), counted when mapped writable.

@@ -164,25 +164,25 @@ fn wrap_inner(
         (seccomp, None, None)
     };
     // File denials: Landlock's audit records, where this caller may read
-    // them (audit.rs), else the reason for the explanation.
-    let files =
-        policy.explain.then(
-            || match audit::unavailable(ids.root_host, ids.lease.is_some(), abi) {
-                Some(why) => Err(why),
-                None => audit::AuditWatch::start(ids.host.0),
-            },
-        );
-    if let (Some(Ok(watch)), false) = (&files, landlock_tier) {
-        watch.note(
-            "files: a write or a creation outside the read-write grants fails with EROFS (the \
-             host's files are mounted read-only in the sandbox) before Landlock sees it: not \
-             recorded",
-        );
-    }
-    let landlock_flags = match &files {
+    // them (audit.rs); forks refused at the process limit: a pids cgroup,
+    // where this process may make one (cgroup/pids.rs); else the reason,
+    // for the explanation.
+    let recorders = match syscall_watch {
+        Some(syscalls) => Some(explain_recorders(
+            syscalls,
+            policy,
+            &ids,
+            abi,
+            euid,
+            landlock_tier,
+        )?),
+        None => None,
+    };
+    let landlock_flags = match recorders.as_ref().map(|r| &r.files) {
         Some(Ok(_)) => landlock_rules::LOG_NEW_EXEC_ON,
         _ => 0,
     };
+    let fork_count = recorders.as_ref().and_then(explain::Recorders::fork_count);
     let uid_tasks = if landlock_tier && !ids.root_host {
         rlimits::tasks_of_uid(ids.host.0)
     } else {
@@ -192,7 +192,10 @@ fn wrap_inner(
         cgroup_join: cgroup
             .as_ref()
             .map(cgroup::SandboxCgroup::join_fds)
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into_iter()
+            .chain(fork_count.and_then(cgroup::pids::ForkCount::join_fd))
+            .collect(),
         drop_to: ids.root_host.then_some(ids.host),
         parent_pid,
         unshare_flags: unshare,
@@ -208,6 +211,7 @@ fn wrap_inner(
             cgroup.is_some(),
             layers.mount_namespace && !landlock_tier && !policy.scratch_persists,
             helpers + uid_tasks,
+            fork_count.is_some(),
         ),
         last_cap: probe::last_cap(),
         bounding: match (landlock_tier, ids.root_host) {
@@ -249,8 +253,7 @@ fn wrap_inner(
         || tree.is_some()
         || egress_session.is_some()
         || ids.lease.is_some()
-        || syscall_watch.is_some()
-        || files.is_some();
+        || recorders.is_some();
     Ok(holds_something.then(|| {
         Box::new(cgroup::LinuxResources::new(
             cgroup,
@@ -258,8 +261,7 @@ fn wrap_inner(
             tree,
             egress_session,
             ids.lease,
-            syscall_watch,
-            files,
+            recorders,
         )) as Box<dyn cordon_core::SandboxResources>
     }))
 }
@@ -478,6 +480,47 @@ fn has_file_caps(path: &Path) -> bool {
         )
     };
     n >= 0
+}
+
+/// Explain mode's records beside the refused calls' (`explain.rs`).
+fn explain_recorders(
+    syscalls: explain::SyscallWatch,
+    policy: &SandboxPolicy,
+    ids: &SandboxIds,
+    abi: i32,
+    euid: u32,
+    landlock_tier: bool,
+) -> Result<explain::Recorders, WrapError> {
+    let files = match audit::unavailable(ids.root_host, ids.lease.is_some(), abi) {
+        Some(why) => Err(why),
+        None => audit::AuditWatch::start(ids.host.0),
+    };
+    if let (Ok(watch), false) = (&files, landlock_tier) {
+        watch.note(
+            "files: a write or a creation outside the read-write grants fails with EROFS (the \
+             host's files are mounted read-only in the sandbox) before Landlock sees it: not \
+             recorded",
+        );
+    }
+    let forks = match policy.limits.max_processes {
+        None => None,
+        Some(limit) => match cgroup::pids::ForkCount::create(limit) {
+            Ok(Some(count)) => Some(Ok(count)),
+            Ok(None) => Some(Err(cgroup::pids::unavailable(euid))),
+            Err(e) => {
+                return Err(wrap_err(format!(
+                    "cannot make the pids cgroup that counts the forks --pids refuses: {e}; \
+                     nothing was run"
+                ))
+                .with_source(e))
+            }
+        },
+    };
+    Ok(explain::Recorders {
+        syscalls,
+        files,
+        forks,
+    })
 }
 
 /// Sandbox-wide limits: a cgroup where this process can make one.

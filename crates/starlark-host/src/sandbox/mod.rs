@@ -41,7 +41,7 @@ use cordon_starlark_protocol::{wire, EvalLimits, LimitKind, ModuleSet, Package};
 
 use crate::broker::{Admitted, Capabilities};
 use crate::error::{EvalError, StarlarkHostError};
-use crate::evaluator::{Call, CallOutcome, Evaluator, ExecOutcome};
+use crate::evaluator::{with_denials, Call, CallOutcome, Evaluator, ExecOutcome};
 
 /// What starts a pool's workers.
 enum WorkerRunner {
@@ -412,7 +412,15 @@ impl Evaluator for WorkerPool {
             .acquire()
             .await
             .map_err(|_| StarlarkHostError::Internal("the worker pool is closed".into()))?;
-        let (mut worker, cached) = inner.checkout(pkg, modules).await?;
+        let (mut worker, cached) = match inner.checkout(pkg, modules).await {
+            Ok(w) => w,
+            Err(e) => {
+                let none = cordon_core::explain::DenialLog::new();
+                let mut failed = Err(e);
+                with_denials(&mut failed, &none, modules, &inner.limits);
+                return failed;
+            }
+        };
         let (broker, deadline) = match call.broker(&inner.caps, pkg, admitted, &inner.limits) {
             Ok(b) => b,
             Err(e) => {
@@ -445,7 +453,7 @@ impl Evaluator for WorkerPool {
         worker.busy += began.elapsed();
         worker.calls += 1;
         let elapsed_us = start.elapsed().as_micros() as u64;
-        match r {
+        let mut outcome = match r {
             Ok(res) => {
                 inner.check_in(worker).await;
                 tracing::debug!(package = %pkg.id, entry = name, cached, elapsed_us, "entry point returned in a worker");
@@ -453,6 +461,7 @@ impl Evaluator for WorkerPool {
                     value: res.value,
                     output: res.output,
                     cached,
+                    denials: Default::default(),
                 })
             }
             Err(SessionError::Reported {
@@ -497,6 +506,8 @@ impl Evaluator for WorkerPool {
                 tracing::warn!(package = %pkg.id, entry = name, cached, elapsed_us, error = %err, "worker failed");
                 Err(err.into())
             }
-        }
+        };
+        with_denials(&mut outcome, broker.refusals(), modules, &inner.limits);
+        outcome
     }
 }

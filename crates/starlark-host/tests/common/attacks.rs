@@ -78,6 +78,27 @@ pub async fn a_notification_flood_stops_at_the_budget(p: Parts<'_>) {
     assert_eq!(new.len(), 52 + 100, "{}", new.len());
     assert!(bytes_of(&new[..52]) <= limits.max_bytes_per_invocation);
     assert!(new.iter().all(|n| n.package_id == "flood"));
+    // The host's record of the call names the budget and its setting
+    // (recorded by the host's broker: a worker cannot write it).
+    let e = p
+        .host
+        .call_keeping_output(&flood, "main", vec![10.into()])
+        .await
+        .unwrap_err();
+    let [d] = e.denials.denials.as_slice() else {
+        panic!("{:?}", e.denials)
+    };
+    assert_eq!(
+        (d.kind, d.count, &d.remedy),
+        (
+            cordon_core::explain::DenialKind::Limit,
+            1,
+            &cordon_core::explain::Remedy::RaiseLimit(
+                "EvalLimits::notifications.max_per_invocation".into()
+            )
+        ),
+        "{d:?}"
+    );
 }
 
 /// v1 asks for `https://api.example.com`, the operator grants `api.http`

@@ -3,6 +3,7 @@
 
 #[path = "../common/attacks.rs"]
 mod attacks;
+mod denials;
 mod examples;
 mod gating;
 mod hostile;

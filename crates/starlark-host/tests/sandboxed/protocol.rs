@@ -544,6 +544,30 @@ async fn a_worker_forging_an_ungranted_module_call_is_refused_by_the_host() {
         }
     }
     assert_eq!(srv.hits(), 0, "the host never made the forged request");
+    // The host's own record names each forged call and the grant it
+    // lacked.
+    let record = broker.refusals().finish();
+    let named: Vec<_> = record
+        .denials
+        .iter()
+        .map(|d| (d.kind, d.object.as_str(), d.remedy.clone()))
+        .collect();
+    use cordon_core::explain::{DenialKind, Remedy};
+    assert_eq!(
+        named,
+        [
+            (
+                DenialKind::Module,
+                "http.request",
+                Remedy::GrantPermission("api.http".into())
+            ),
+            (
+                DenialKind::Module,
+                "secrets.get",
+                Remedy::GrantPermission("secrets.read".into())
+            ),
+        ]
+    );
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(
         logs.contains("WARN")

@@ -168,10 +168,7 @@ pub(super) fn retire(mut set: CgroupSet) {
     if USED.load(Ordering::Relaxed) <= 1 {
         let CgroupSet { dirs, join, .. } = set;
         drop(join);
-        let busy = remove_once(dirs);
-        if let Err(Job::Remove(busy)) = submit(Job::Remove(busy)) {
-            remove(busy);
-        }
+        remove_soon(dirs);
         return;
     }
     if let Err(Job::Retire(set)) = submit(Job::Retire(Box::new(set))) {
@@ -281,6 +278,18 @@ pub(super) fn remove_now(set: CgroupSet) {
     let CgroupSet { dirs, join, .. } = set;
     drop(join);
     remove(dirs);
+}
+
+/// Removes `dirs` (children first) now, and what is still busy later,
+/// off the caller's path (inline if the keeper cannot start).
+pub(super) fn remove_soon(dirs: Vec<PathBuf>) {
+    let busy = remove_once(dirs);
+    if busy.is_empty() {
+        return;
+    }
+    if let Err(Job::Remove(busy)) = submit(Job::Remove(busy)) {
+        remove(busy);
+    }
 }
 
 /// One `rmdir` of each of `dirs` (children first); returns those still
