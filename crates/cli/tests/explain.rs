@@ -181,6 +181,10 @@ proxy = urllib.parse.urlparse(os.environ['http_proxy'])
 s = socket.create_connection((proxy.hostname, proxy.port))
 s.sendall(b'CONNECT \\x1b]0;pwned\\x07\\ncordon: denied nothing:443 HTTP/1.1\\r\\n\\r\\n')
 print('forged', s.recv(100)[:12])
+# A target that reaches the proxy's reason, with a right-to-left override.
+s = socket.create_connection((proxy.hostname, proxy.port))
+s.sendall(b'GET http://\\xe2\\x80\\xaeevil.example/ HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')
+print('bidi', s.recv(100)[:12])
 ",
         other = port + 1
     );
@@ -225,6 +229,12 @@ print('forged', s.recv(100)[:12])
             !err.lines().any(|l| l.starts_with("cordon: denied nothing")),
             "{who}: {err}"
         );
+        // The override reached the explanation, escaped.
+        assert!(so.contains("bidi"), "{who}: {so}");
+        assert!(
+            err.contains("`\\u{202e}evil.example` is not HOST:PORT") && !err.contains('\u{202e}'),
+            "{who}: {err:?}"
+        );
     }
 }
 
@@ -240,7 +250,13 @@ fn the_limit_that_ended_the_program_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let facts = run(cordon_as(who, dir.path()).args(["conformance", "--json"]));
         let report: serde_json::Value = serde_json::from_slice(&facts.stdout).unwrap();
-        let scope = |k: &str| report["host_facts"][k].as_str().unwrap_or("").to_string();
+        // A fact missing fails the test (it would skip a branch silently).
+        let scope = |k: &str| {
+            report["host"]["backend_facts"][k]
+                .as_str()
+                .unwrap_or_else(|| panic!("{who}: no {k} in the host facts: {report}"))
+                .to_string()
+        };
         if scope("limit_memory").starts_with("sandbox:") {
             let out = run(cordon_as(who, dir.path()).args([
                 "run",
@@ -255,6 +271,27 @@ fn the_limit_that_ended_the_program_is_named() {
             let err = text(&out.stderr);
             assert!(
                 err.contains("cordon: limit memory 64 MiB: killed (x1) — raise it with --mem"),
+                "{who}: {err}"
+            );
+        } else {
+            // Per process (rlimits): the allocation fails in the program,
+            // and the explanation says that leaves no record.
+            let out = run(cordon_as(who, dir.path()).args([
+                "run",
+                "--explain",
+                "--mem",
+                "64M",
+                "--mem-scope",
+                "process",
+                "--",
+                PY,
+                "-c",
+                "try: b = bytearray(512 << 20)\nexcept MemoryError: print('refused')",
+            ]));
+            let (so, err) = (text(&out.stdout), text(&out.stderr));
+            assert_eq!(so.trim(), "refused", "{who}: {err}");
+            assert!(
+                err.contains("cordon: not observable: memory: the limit holds per process here"),
                 "{who}: {err}"
             );
         }

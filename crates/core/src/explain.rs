@@ -103,6 +103,28 @@ pub enum Remedy {
     None,
 }
 
+impl Remedy {
+    /// The remedy, or [`Remedy::None`] where its text is longer than any
+    /// real one (a path past `PATH_MAX`, a host or setting past
+    /// [`MAX_OBJECT`]): a record holds at most that much per denial, and a
+    /// cut name would name something else.
+    fn bounded(self) -> Remedy {
+        const PATH_MAX: usize = 4096;
+        let fits = match &self {
+            Remedy::GrantReadOnly(p) | Remedy::GrantReadWrite(p) => p.as_os_str().len() <= PATH_MAX,
+            Remedy::AllowHost(s) | Remedy::RaiseLimit(s) | Remedy::GrantPermission(s) => {
+                s.len() <= MAX_OBJECT
+            }
+            Remedy::AllowNetwork | Remedy::None => true,
+        };
+        if fits {
+            self
+        } else {
+            Remedy::None
+        }
+    }
+}
+
 /// One distinct refusal, counted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Denial {
@@ -175,6 +197,7 @@ impl DenialLog {
     pub fn record_n(&self, kind: DenialKind, object: &str, access: &str, remedy: Remedy, n: u64) {
         let object = escape(object);
         let access = escape(access);
+        let remedy = remedy.bounded();
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let LogInner { index, explanation } = &mut *inner;
@@ -431,6 +454,11 @@ mod tests {
         }
         log.record_n(DenialKind::File, "/f0", "read", Remedy::None, u64::MAX);
         log.record_n(DenialKind::File, "/f1000", "read", Remedy::None, 5);
+        // A remedy longer than any real one is not kept.
+        let host = "h".repeat(MAX_OBJECT + 1);
+        let one = DenialLog::new();
+        one.record(DenialKind::Network, "x", "connect", Remedy::AllowHost(host));
+        assert_eq!(one.finish().denials[0].remedy, Remedy::None);
         let e = log.finish();
         assert_eq!(e.denials.len(), MAX_DISTINCT);
         assert_eq!(e.more, 15);

@@ -331,8 +331,16 @@ impl ModuleBroker {
             }
             ModuleError::NetworkDenied(why) => {
                 let (object, remedy) = match url.and_then(|u| self.unlisted(u)) {
-                    Some((target, entry)) => (
-                        format!("{target} (not in the package's network_access)"),
+                    Some((target, entry, private)) => (
+                        format!(
+                            "{target} (not in the package's network_access{})",
+                            if private {
+                                "; a private address also needs its range approved by the \
+                                 operator"
+                            } else {
+                                ""
+                            }
+                        ),
                         Remedy::AllowHost(entry),
                     ),
                     None => (why.clone(), Remedy::None),
@@ -355,8 +363,11 @@ impl ModuleBroker {
     }
 
     /// For a URL whose host and port no entry of the allowlist matches:
-    /// `host:port` and the entry that would allow the request.
-    fn unlisted(&self, url: &str) -> Option<(String, String)> {
+    /// `host:port`, the entry that would allow the request, and whether
+    /// the host is a private address or `localhost` (which a package's
+    /// entry reaches only in a range the operator approved).
+    fn unlisted(&self, url: &str) -> Option<(String, String, bool)> {
+        use cordon_egress::TargetHost;
         let url = url::Url::parse(url).ok()?;
         let (host, port, access) = crate::http::target_of(&url).ok()?;
         self.allowlist.match_target(&host, port, access).err()?;
@@ -364,7 +375,11 @@ impl ModuleBroker {
             cordon_egress::Access::Http => format!("http://{host}:{port}"),
             _ => format!("{host}:{port}"),
         };
-        Some((format!("{host}:{port}"), entry))
+        let private = match &host {
+            TargetHost::Ip(ip) => cordon_egress::address_class(*ip).is_some(),
+            TargetHost::Name(n) => n == "localhost",
+        };
+        Some((format!("{host}:{port}"), entry, private))
     }
 
     async fn serve(&self, call: ModuleCall) -> Result<ModuleReply, ModuleError> {

@@ -161,10 +161,12 @@ pub(crate) fn with_denials(
     };
     if let StarlarkHostError::Script { message, .. } = &e.error {
         // A module the package was not given is not in its globals: the
-        // script fails to resolve the name.
+        // script fails to resolve the name (the interpreter's diagnostic
+        // is the message's first line; a script's own `fail()` text comes
+        // after "error: fail: ", so it cannot pose as one).
+        let first = message.lines().next().unwrap_or("");
         for (name, present, permission) in modules.with_permissions() {
-            let unbound = format!("Variable `{name}` not found");
-            if !present && message.contains(&unbound) {
+            if !present && first == format!("error: Variable `{name}` not found") {
                 log.record(
                     DenialKind::Module,
                     name,

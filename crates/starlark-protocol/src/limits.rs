@@ -199,8 +199,8 @@ impl LimitKind {
             LimitKind::CallStack => "EvalLimits::max_call_depth",
             LimitKind::Output => "EvalLimits::max_output_bytes",
             LimitKind::SourceSize => "EvalLimits::max_source_bytes",
-            LimitKind::Nesting => "EvalLimits::max_nesting_depth",
-            LimitKind::ValueSize => "EvalLimits::max_value_bytes",
+            LimitKind::Nesting => "EvalLimits::max_nesting_depth or max_expression_depth",
+            LimitKind::ValueSize => "EvalLimits::max_value_depth or max_value_bytes",
             LimitKind::Memory => "WorkerLimits::memory_bytes",
             LimitKind::Cpu => "WorkerLimits::cpu_seconds",
         }

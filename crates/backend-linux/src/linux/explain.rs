@@ -94,6 +94,8 @@ pub(crate) struct Recorders {
     /// With a process limit: the forks refused at it, or why they are not
     /// observable.
     pub(crate) forks: Option<Result<super::cgroup::pids::ForkCount, String>>,
+    /// Why a limit's refusals leave no record here (for the explanation).
+    pub(crate) unobservable: Vec<String>,
 }
 
 impl Recorders {
@@ -113,6 +115,9 @@ impl Recorders {
             Some(Ok(count)) => count.finish(log),
             Some(Err(why)) => log.unobservable(why.clone()),
             None => {}
+        }
+        for why in &self.unobservable {
+            log.unobservable(why.clone());
         }
     }
 }

@@ -175,6 +175,7 @@ fn wrap_inner(
             abi,
             euid,
             landlock_tier,
+            cgroup.is_some(),
         )?),
         None => None,
     };
@@ -490,6 +491,7 @@ fn explain_recorders(
     abi: i32,
     euid: u32,
     landlock_tier: bool,
+    cgroup_memory: bool,
 ) -> Result<explain::Recorders, WrapError> {
     let files = match audit::unavailable(ids.root_host, ids.lease.is_some(), abi) {
         Some(why) => Err(why),
@@ -504,9 +506,8 @@ fn explain_recorders(
     }
     let forks = match policy.limits.max_processes {
         None => None,
-        Some(limit) => match cgroup::pids::ForkCount::create(limit) {
-            Ok(Some(count)) => Some(Ok(count)),
-            Ok(None) => Some(Err(cgroup::pids::unavailable(euid))),
+        Some(limit) => match cgroup::pids::ForkCount::create(limit, euid, cgroup_memory) {
+            Ok(made) => Some(made),
             Err(e) => {
                 return Err(wrap_err(format!(
                     "cannot make the pids cgroup that counts the forks --pids refuses: {e}; \
@@ -516,10 +517,22 @@ fn explain_recorders(
             }
         },
     };
+    // Without a cgroup the memory limit holds per process, as rlimits: an
+    // allocation they refuse fails in the program and leaves no record.
+    let unobservable = (policy.limits.memory_bytes.is_some() && !cgroup_memory)
+        .then(|| {
+            "memory: the limit holds per process here (RLIMIT_DATA and RLIMIT_AS: no cgroup \
+             this process may make); an allocation it refuses fails in the program (ENOMEM) \
+             and leaves no record"
+                .to_string()
+        })
+        .into_iter()
+        .collect();
     Ok(explain::Recorders {
         syscalls,
         files,
         forks,
+        unobservable,
     })
 }
 

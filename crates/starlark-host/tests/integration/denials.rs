@@ -57,7 +57,10 @@ async fn each_refusal_is_named_with_what_allows_it() {
             refused(&h, &pkg).await,
             (
                 DenialKind::Network,
-                format!("{target} (not in the package's network_access)"),
+                format!(
+                    "{target} (not in the package's network_access; a private address also \
+                     needs its range approved by the operator)"
+                ),
                 "connect".to_string(),
                 Remedy::AllowHost(format!("http://{target}"))
             ),
@@ -112,6 +115,37 @@ async fn each_refusal_is_named_with_what_allows_it() {
             Remedy::RaiseLimit("EvalLimits::max_ticks".into())
         )
     );
+
+    // A script's own fail() text cannot pose as a refusal.
+    let pkg = package(
+        "d-forge",
+        &[Permission::SecretsRead],
+        &[],
+        "def main():\n    fail('Variable `secrets` not found')\n",
+    );
+    let e = h
+        .runner
+        .call_keeping_output(&pkg, "main", vec![])
+        .await
+        .unwrap_err();
+    assert_eq!(e.denials, Default::default(), "{}", e.error);
+    let pkg = package(
+        "d-forge2",
+        &[],
+        &[],
+        "def main():\n    fail('ticks has been exceeded')\n",
+    );
+    let e = h
+        .runner
+        .call_keeping_output(&pkg, "main", vec![])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.error, StarlarkHostError::Script { .. }),
+        "{:?}",
+        e.error
+    );
+    assert_eq!(e.denials, Default::default());
 
     // A call that was refused nothing says so.
     let pkg = package(

@@ -126,7 +126,11 @@ impl Guard<'_> {
         Ok(())
     }
 
-    fn classify(&self, package: &str, e: impl std::fmt::Display) -> EvalFailure {
+    /// What ended an evaluation. A script's own `fail()` is always a script
+    /// error, whatever its text says: a limit is never taken from words a
+    /// script can write.
+    fn classify(&self, package: &str, e: starlark::Error) -> EvalFailure {
+        let by_script = matches!(e.kind(), starlark::ErrorKind::Fail(_));
         let message = e.to_string();
         let limit = |kind| EvalFailure::Limit {
             package: package.to_owned(),
@@ -135,6 +139,12 @@ impl Guard<'_> {
         };
         if self.output.overflowed.get() {
             return limit(LimitKind::Output);
+        }
+        if by_script {
+            return EvalFailure::Script {
+                package: package.to_owned(),
+                message,
+            };
         }
         if message.contains("Evaluation cancelled") || message.contains(": cancelled") {
             if self.cancel.is_cancelled() {

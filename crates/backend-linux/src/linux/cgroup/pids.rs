@@ -41,7 +41,7 @@ fn parent() -> Option<&'static PathBuf> {
 }
 
 /// The line for the explanation where no `pids` cgroup can be made.
-pub(crate) fn unavailable(euid: u32) -> String {
+fn unavailable(euid: u32) -> String {
     let who = if euid == 0 {
         "this host".to_string()
     } else {
@@ -53,6 +53,10 @@ pub(crate) fn unavailable(euid: u32) -> String {
          (root with cgroup v1's pids controller, or a cgroup v2 that delegates pids)"
     )
 }
+
+/// The most pids the kernel can ever have (`PID_MAX_LIMIT`, 64-bit);
+/// `pids.max` takes no more, and `max` holds anything above.
+const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;
 
 /// One sandbox's `pids` cgroup.
 #[derive(Debug)]
@@ -66,12 +70,31 @@ pub(crate) struct ForkCount {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl ForkCount {
-    /// A `pids` cgroup holding `limit` processes, or `None` where this
-    /// process can make none. An error after the mkdir removes it.
-    pub(crate) fn create(limit: u64) -> std::io::Result<Option<ForkCount>> {
+    /// A `pids` cgroup holding `limit` processes, or (`Ok(Err)`) why this
+    /// process can make none, for the explanation. `sandbox_cgroup`: the
+    /// sandbox joins its own cgroups (`SandboxCgroup`); a `pids` cgroup in
+    /// the same hierarchy as one of them (cgroup v2, or v1 with `pids`
+    /// mounted with `memory` or `cpuacct`) would take the program out of
+    /// it (a process is in one cgroup per hierarchy), so there is none
+    /// then. An error after the mkdir removes it.
+    pub(crate) fn create(
+        limit: u64,
+        euid: u32,
+        sandbox_cgroup: bool,
+    ) -> std::io::Result<Result<ForkCount, String>> {
         let Some(parent) = parent() else {
-            return Ok(None);
+            return Ok(Err(unavailable(euid)));
         };
+        let shared = sandbox_cgroup
+            && super::hierarchy().is_some_and(|h| h.dirs().contains(&parent.as_path()));
+        if shared {
+            return Ok(Err(
+                "processes: a fork refused at the process limit is not observable here: the \
+                 pids controller shares a hierarchy with the sandbox's memory cgroup, so no \
+                 pids cgroup of its own can be joined"
+                    .into(),
+            ));
+        }
         let dir = parent.join(format!(
             "{}{}-pids-{}",
             super::PREFIX,
@@ -84,13 +107,18 @@ impl ForkCount {
             join: None,
             limit,
         };
-        std::fs::write(made.dir.join("pids.max"), limit.to_string())?;
+        let max = if limit >= PID_MAX_LIMIT {
+            "max".to_string()
+        } else {
+            limit.to_string()
+        };
+        std::fs::write(made.dir.join("pids.max"), max)?;
         let v1 = made.dir.join("tasks").exists();
         let join = std::fs::OpenOptions::new()
             .write(true)
             .open(made.dir.join(if v1 { "tasks" } else { "cgroup.procs" }))?;
         made.join = Some(OwnedFd::from(join));
-        Ok(Some(made))
+        Ok(Ok(made))
     }
 
     /// The fd the program writes `0` to, with the sandbox's other cgroups.
