@@ -129,6 +129,10 @@ impl Recorders {
 pub(crate) struct SyscallWatch {
     log: Arc<DenialLog>,
     worker: Worker,
+    /// The filter has more programs than its last (the deny-list layer
+    /// set, for tests and benchmarks: the gate refuses it), whose
+    /// refusals are not recorded.
+    partial: bool,
 }
 
 impl SyscallWatch {
@@ -157,10 +161,18 @@ impl SyscallWatch {
             unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
         let log = Arc::new(DenialLog::new());
         let theirs = Arc::clone(&log);
+        let partial = filter.len() > 1;
         let worker = Worker::spawn("cordon-explain", move |stop| {
             watch(&receive, stop, &filter, net, &theirs)
         })?;
-        Ok((SyscallWatch { log, worker }, send))
+        Ok((
+            SyscallWatch {
+                log,
+                worker,
+                partial,
+            },
+            send,
+        ))
     }
 
     /// Stops the thread (every process of the sandbox is gone) and moves
@@ -168,6 +180,12 @@ impl SyscallWatch {
     pub(crate) fn finish(&self, log: &DenialLog) {
         self.worker.halt();
         log.absorb(&self.log);
+        if self.partial {
+            log.unobservable(
+                "system calls: only the seccomp filter's last program notifies; the refusals of \
+                 the programs before it (this layer set's deny-list) are not recorded",
+            );
+        }
     }
 }
 
