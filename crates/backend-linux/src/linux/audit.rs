@@ -66,7 +66,7 @@ pub(crate) struct AuditWatch {
     sock: Arc<OwnedFd>,
     log: Arc<DenialLog>,
     marker: String,
-    seen_marker: Arc<std::sync::atomic::AtomicBool>,
+    seen_marker: Arc<Seen>,
     worker: super::explain::Worker,
 }
 
@@ -93,7 +93,7 @@ impl AuditWatch {
         let since_ms = now_ms();
         let log = Arc::new(DenialLog::new());
         let marker = format!("cordon-explain-end-{uid}-{since_ms}-{:016x}", nonce());
-        let seen_marker = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen_marker = Arc::new(Seen::default());
         let worker = {
             let (sock, log) = (Arc::clone(&sock), Arc::clone(&log));
             let (marker, seen) = (marker.clone(), Arc::clone(&seen_marker));
@@ -125,20 +125,38 @@ impl AuditWatch {
         let mut text = self.marker.clone().into_bytes();
         text.push(0);
         let sent = send(&self.sock, AUDIT_TRUSTED_APP, &text).is_ok();
-        let until = std::time::Instant::now() + MARKER_WAIT;
-        while sent
-            && !self.seen_marker.load(std::sync::atomic::Ordering::Acquire)
-            && std::time::Instant::now() < until
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        if !self.seen_marker.load(std::sync::atomic::Ordering::Acquire) {
+        if !(sent && self.seen_marker.wait(MARKER_WAIT)) {
             self.log.unobservable(
                 "files: the audit records may be incomplete (the end marker did not come back)",
             );
         }
         self.worker.halt();
         log.absorb(&self.log);
+    }
+}
+
+/// Whether the end marker came back: set by the reader, waited for by
+/// [`AuditWatch::finish`] (woken at once, not polled).
+#[derive(Debug, Default)]
+struct Seen {
+    seen: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Seen {
+    fn set(&self) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits at most `limit` for [`set`](Self::set); whether it was.
+    fn wait(&self, limit: Duration) -> bool {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (seen, _) = self
+            .changed
+            .wait_timeout_while(seen, limit, |seen| !*seen)
+            .unwrap_or_else(|e| e.into_inner());
+        *seen
     }
 }
 
@@ -241,13 +259,7 @@ fn audit_enabled(sock: &OwnedFd) -> std::io::Result<bool> {
     ))
 }
 
-fn read(
-    sock: &OwnedFd,
-    stop: &OwnedFd,
-    reader: &mut Reader<'_>,
-    marker: &str,
-    seen: &std::sync::atomic::AtomicBool,
-) {
+fn read(sock: &OwnedFd, stop: &OwnedFd, reader: &mut Reader<'_>, marker: &str, seen: &Seen) {
     let mut buf = vec![0u8; 65536];
     loop {
         let mut fds = [
@@ -292,7 +304,7 @@ fn read(
             let text = String::from_utf8_lossy(&buf[at + 16..end]);
             let text = text.trim_end_matches('\0');
             if kind == AUDIT_TRUSTED_APP && text.contains(&format!("msg='{marker}'")) {
-                seen.store(true, std::sync::atomic::Ordering::Release);
+                seen.set();
             } else {
                 reader.record(kind, text);
             }
