@@ -129,23 +129,38 @@ async fn each_refusal_is_named_with_what_allows_it() {
         .await
         .unwrap_err();
     assert_eq!(e.denials, Default::default(), "{}", e.error);
-    let pkg = package(
-        "d-forge2",
-        &[],
-        &[],
-        "def main():\n    fail('ticks has been exceeded')\n",
-    );
-    let e = h
-        .runner
-        .call_keeping_output(&pkg, "main", vec![])
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(e.error, StarlarkHostError::Script { .. }),
-        "{:?}",
-        e.error
-    );
-    assert_eq!(e.denials, Default::default());
+    // Nor can any error that echoes the script's words: each is the
+    // script's own error, never a limit.
+    for (i, body) in [
+        "fail('ticks has been exceeded')",
+        "return {}['Execution duration limit of 100000 ticks has been exceeded']",
+        "return int('Heap memory limit of 1 bytes exceeded.')",
+        "return getattr(struct(), 'nesting limit: x')",
+        "return {}['x: cancelled']",
+        "return {}['Evaluation cancelled']",
+        "return {}['call stack overflow']",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let pkg = package(
+            &format!("d-forge-{i}"),
+            &[],
+            &[],
+            &format!("def main():\n    {body}\n"),
+        );
+        let e = h
+            .runner
+            .call_keeping_output(&pkg, "main", vec![])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.error, StarlarkHostError::Script { .. }),
+            "{body}: {:?}",
+            e.error
+        );
+        assert_eq!(e.denials, Default::default(), "{body}");
+    }
 
     // A call that was refused nothing says so.
     let pkg = package(

@@ -8,6 +8,7 @@
 //! within it they do exactly what the interpreter's own do. The calls
 //! (constructors, `sorted`, `print`, …) are in `guards_calls.rs`.
 
+use cordon_starlark_protocol::LimitKind;
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
@@ -17,7 +18,7 @@ use starlark::values::structs::StructRef;
 use starlark::values::tuple::TupleRef;
 use starlark::values::{UnpackValue, Value};
 
-use super::{ctx, err};
+use super::ctx;
 
 /// Bytes one element of a list or tuple takes (a pointer).
 pub(super) const ELEMENT_BYTES: u64 = 8;
@@ -42,11 +43,14 @@ pub(super) fn check(eval: &Evaluator, what: &str, bytes: u64) -> starlark::Resul
     let limit = limit(eval)?;
     let used = eval.heap().allocated_bytes() as u64;
     if bytes.saturating_add(used) > limit {
-        return Err(err(format!(
-            "Heap memory limit: {what} would build about {bytes} bytes, which the heap \
+        return Err(crate::eval::own_limit(
+            LimitKind::Heap,
+            format!(
+                "Heap memory limit: {what} would build about {bytes} bytes, which the heap \
              ({used} bytes in use) cannot take within its {limit}-byte limit \
              (EvalLimits::max_heap_bytes)"
-        )));
+            ),
+        ));
     }
     Ok(())
 }
@@ -56,11 +60,14 @@ fn check_int(eval: &Evaluator, what: &str, bits: u64) -> starlark::Result<()> {
     let bytes = bits / 8 + 1;
     check(eval, what, bytes)?;
     if bytes > MAX_INT_BYTES {
-        return Err(err(format!(
-            "Heap memory limit: {what} would make an int of about {bytes} bytes, more than \
+        return Err(crate::eval::own_limit(
+            LimitKind::Heap,
+            format!(
+                "Heap memory limit: {what} would make an int of about {bytes} bytes, more than \
              the {MAX_INT_BYTES}-byte cap on ints (one operation on it would run long past \
              the deadline)"
-        )));
+            ),
+        ));
     }
     Ok(())
 }

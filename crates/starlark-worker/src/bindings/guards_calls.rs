@@ -7,6 +7,7 @@
 //! of unknown length is collected here, one element at a time within the
 //! limit, and handed to the interpreter's own as a list.
 
+use cordon_starlark_protocol::LimitKind;
 use std::sync::OnceLock;
 
 use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension};
@@ -90,10 +91,13 @@ fn sized<'v>(
         if items.len() % 1024 == 0 {
             let bytes = (items.len() as u64).saturating_mul(per.max(ELEMENT_BYTES));
             if bytes.saturating_add(heap.allocated_bytes() as u64) > limit {
-                return Err(err(format!(
-                    "Heap memory limit: {what} would build more than the {limit}-byte heap \
+                return Err(crate::eval::own_limit(
+                    LimitKind::Heap,
+                    format!(
+                        "Heap memory limit: {what} would build more than the {limit}-byte heap \
                      limit allows (EvalLimits::max_heap_bytes)"
-                )));
+                    ),
+                ));
             }
         }
     }
@@ -111,10 +115,13 @@ fn check_text(eval: &Evaluator, what: &str, items: &[Value]) -> starlark::Result
         })
         .fold(0u64, u64::saturating_add);
     if bytes == u64::MAX {
-        return Err(err(format!(
-            "nesting limit: {what} would print a value nested too deeply to print (the \
+        return Err(crate::eval::own_limit(
+            LimitKind::Nesting,
+            format!(
+                "nesting limit: {what} would print a value nested too deeply to print (the \
              interpreter's own printing would overflow its native stack)"
-        )));
+            ),
+        ));
     }
     check(eval, what, bytes)
 }
@@ -150,11 +157,14 @@ pub(super) fn guard_calls(builder: &mut GlobalsBuilder) {
                 if let Some(s) = x.unpack_str() {
                     // Decimal digits a MAX_INT_BYTES int has, and a sign.
                     if s.len() as u64 > MAX_INT_BYTES * 5 / 2 + 2 {
-                        return Err(err(format!(
-                            "Heap memory limit: int() of a {}-character string would make an \
+                        return Err(crate::eval::own_limit(
+                            LimitKind::Heap,
+                            format!(
+                                "Heap memory limit: int() of a {}-character string would make an \
                              int past the {MAX_INT_BYTES}-byte cap on ints",
-                            s.len()
-                        )));
+                                s.len()
+                            ),
+                        ));
                     }
                 }
             }

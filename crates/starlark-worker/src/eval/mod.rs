@@ -126,11 +126,15 @@ impl Guard<'_> {
         Ok(())
     }
 
-    /// What ended an evaluation. A script's own `fail()` is always a script
-    /// error, whatever its text says: a limit is never taken from words a
-    /// script can write.
+    /// What ended an evaluation: a limit only from what a script cannot
+    /// write — the error's kind, the interpreter's own limit errors (their
+    /// whole text, with the configured value), Cordon's typed source
+    /// limits ([`OwnLimit`]), the output's overflow flag, the cancel
+    /// token and the clock. Any other error is the script's, whatever its
+    /// text says (a key, an attribute or a file name echoes the script's
+    /// words).
     fn classify(&self, package: &str, e: starlark::Error) -> EvalFailure {
-        let by_script = matches!(e.kind(), starlark::ErrorKind::Fail(_));
+        use starlark::ErrorKind;
         let message = e.to_string();
         let limit = |kind| EvalFailure::Limit {
             package: package.to_owned(),
@@ -140,18 +144,18 @@ impl Guard<'_> {
         if self.output.overflowed.get() {
             return limit(LimitKind::Output);
         }
-        if by_script {
-            return EvalFailure::Script {
+        let script = || EvalFailure::Script {
+            package: package.to_owned(),
+            message: message.clone(),
+        };
+        if self.cancel.is_cancelled() && !matches!(e.kind(), ErrorKind::Fail(_)) {
+            // The caller's token (set_check_cancelled stops on it).
+            return EvalFailure::Cancelled {
                 package: package.to_owned(),
-                message,
             };
         }
-        if message.contains("Evaluation cancelled") || message.contains(": cancelled") {
-            if self.cancel.is_cancelled() {
-                return EvalFailure::Cancelled {
-                    package: package.to_owned(),
-                };
-            }
+        let by_script = matches!(e.kind(), ErrorKind::Fail(_));
+        if !by_script && Instant::now() >= self.deadline {
             return EvalFailure::Limit {
                 package: package.to_owned(),
                 kind: LimitKind::Time,
@@ -161,29 +165,47 @@ impl Guard<'_> {
                 ),
             };
         }
-        if message.contains("deadline") && Instant::now() >= self.deadline {
-            return limit(LimitKind::Time);
+        let inner = match e.kind() {
+            ErrorKind::StackOverflow(_) => return limit(LimitKind::CallStack),
+            ErrorKind::Other(inner) => inner,
+            _ => return script(),
+        };
+        if let Some(l) = inner.downcast_ref::<OwnLimit>() {
+            return limit(l.kind);
         }
-        if message.contains("nesting limit:") {
-            return limit(LimitKind::Nesting);
-        }
-        if message.contains("source size limit:") {
-            return limit(LimitKind::SourceSize);
-        }
-        if message.contains("ticks has been exceeded") {
+        let text = inner.to_string();
+        let l = self.limits;
+        let ticks = format!(
+            "Execution duration limit of {} ticks has been exceeded",
+            l.max_ticks.max(1)
+        );
+        if text == ticks {
             return limit(LimitKind::Ticks);
         }
-        if message.contains("Heap memory limit") {
+        let heap = format!(
+            "Heap memory limit of {} bytes exceeded.",
+            l.max_heap_bytes.max(1)
+        );
+        if text.starts_with(&heap) {
             return limit(LimitKind::Heap);
         }
-        if message.contains("call stack overflow") {
-            return limit(LimitKind::CallStack);
-        }
-        EvalFailure::Script {
-            package: package.to_owned(),
-            message,
-        }
+        script()
     }
+}
+
+/// A limit of Cordon's own checks (source size and nesting, the heap
+/// guards of the bindings): typed, so that no text of a script's can pose
+/// as one.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct OwnLimit {
+    kind: LimitKind,
+    message: String,
+}
+
+/// The error of one of Cordon's own limits ([`OwnLimit`]).
+pub(crate) fn own_limit(kind: LimitKind, message: String) -> starlark::Error {
+    starlark::Error::new_other(OwnLimit { kind, message })
 }
 
 struct PackageLoader<'p> {
@@ -206,23 +228,27 @@ impl PackageLoader<'_> {
             ))
         })?;
         let limits = self.guard.limits;
+        let over = own_limit;
         if src.len() > limits.max_source_bytes {
-            return Err(err(format!(
-                "source size limit: {path} is {} bytes, more than the {} byte limit",
-                src.len(),
-                limits.max_source_bytes
-            )));
+            return Err(over(
+                LimitKind::SourceSize,
+                format!(
+                    "source size limit: {path} is {} bytes, more than the {} byte limit",
+                    src.len(),
+                    limits.max_source_bytes
+                ),
+            ));
         }
         match check_source_shape(src, limits.max_nesting_depth, limits.max_expression_depth) {
             Ok(_) => {}
             Err(ShapeError::Nesting(depth, line)) => {
-                return Err(err(format!(
+                return Err(over(LimitKind::Nesting, format!(
                     "nesting limit: {path}:{line} nests brackets {depth} deep, more than the limit of {}",
                     limits.max_nesting_depth
                 )))
             }
             Err(ShapeError::ExpressionDepth(depth, line)) => {
-                return Err(err(format!(
+                return Err(over(LimitKind::Nesting, format!(
                     "nesting limit: {path}:{line} has an operator chain about {depth} deep, more than the limit of {}; split the expression",
                     limits.max_expression_depth
                 )))

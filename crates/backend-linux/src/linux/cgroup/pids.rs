@@ -90,7 +90,7 @@ impl ForkCount {
         if shared {
             return Ok(Err(
                 "processes: a fork refused at the process limit is not observable here: the \
-                 pids controller shares a hierarchy with the sandbox's memory cgroup, so no \
+                 pids controller shares a hierarchy with the sandbox's memory or CPU cgroup, so no \
                  pids cgroup of its own can be joined"
                     .into(),
             ));
