@@ -54,7 +54,13 @@ impl SandboxBackend for FakeLauncherBackend {
     }
 }
 
+/// A launcher is written while another test's spawn may fork: the child
+/// holds the writer's fd until its exec, and an exec of the launcher then
+/// fails with ETXTBSY. Writes and spawns take turns.
+static FORKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn write_launcher(dir: &Path) -> PathBuf {
+    let _no_fork = FORKS.write().unwrap_or_else(|e| e.into_inner());
     let path = dir.join("fake-sandbox-exec");
     std::fs::write(&path, FAKE_LAUNCHER).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -66,6 +72,12 @@ fn spawner(launcher: PathBuf) -> Spawner {
         Arc::new(FakeLauncherBackend { launcher }),
         RunnerConfig::default(),
     )
+}
+
+/// `spawner.spawn(spec)`, never while a launcher is being written.
+fn spawn(spawner: &Spawner, spec: &ChildSpec) -> Result<cordon_core::RunningChild, SpawnError> {
+    let _no_write = FORKS.read().unwrap_or_else(|e| e.into_inner());
+    spawner.spawn(spec)
 }
 
 #[tokio::test]
@@ -82,7 +94,7 @@ async fn launcher_replaces_the_program_keeping_stdio_cwd_env_and_hygiene() {
             open_files: Some(40),
             ..Limits::default()
         });
-    let mut child = spawner(launcher).spawn(&spec).expect("spawn");
+    let mut child = spawn(&spawner(launcher), &spec).expect("spawn");
     let scratch = child.scratch_dir().to_path_buf();
     let pid = child.pid();
     let mut out = String::new();
@@ -140,8 +152,7 @@ async fn missing_launcher_fails_the_spawn_and_runs_nothing() {
         .args(["-c", "touch \"$0\"", marker.to_str().unwrap()])
         .stdio(StdioMode::Piped)
         .scratch(Scratch::Existing(scratch.path().to_path_buf()));
-    let err = spawner(PathBuf::from("/nonexistent/sandbox-exec"))
-        .spawn(&spec)
+    let err = spawn(&spawner(PathBuf::from("/nonexistent/sandbox-exec")), &spec)
         .expect_err("must not spawn without the launcher");
     match err {
         SpawnError::Spawn { source, .. } => {
@@ -164,7 +175,7 @@ async fn profile_error_fails_wrap_before_spawn() {
     let spec = ChildSpec::new("/bin/sh")
         .args(["-c", "touch \"$0\"", marker.to_str().unwrap()])
         .scratch(Scratch::Existing(scratch.path().to_path_buf()));
-    let err = spawner.spawn(&spec).expect_err("relative grant must fail");
+    let err = spawn(&spawner, &spec).expect_err("relative grant must fail");
     assert!(
         matches!(&err, SpawnError::Wrap(e) if e.message.contains("not an absolute path")),
         "{err}"
@@ -197,9 +208,7 @@ async fn nul_in_an_argument_fails_the_spawn_and_runs_nothing() {
         .arg(&marker)
         .arg(std::ffi::OsStr::from_bytes(b"a\0b"))
         .scratch(Scratch::Existing(scratch.path().to_path_buf()));
-    let err = spawner(launcher)
-        .spawn(&spec)
-        .expect_err("a NUL byte must stop the spawn");
+    let err = spawn(&spawner(launcher), &spec).expect_err("a NUL byte must stop the spawn");
     assert!(err.to_string().contains("NUL"), "{err}");
     assert!(!marker.exists());
 }
