@@ -316,6 +316,13 @@ fn confine(
     canon: &dyn Canonicalize,
     nproc_base: impl FnOnce() -> std::io::Result<u64>,
 ) -> Result<(), WrapError> {
+    if !policy.masked.is_empty() {
+        return Err(WrapError::new(
+            BACKEND_NAME,
+            "the macos backend does not hide paths inside a grant (masks): refused, nothing \
+             was started; drop the masks or grant only the subtrees the program needs",
+        ));
+    }
     let profile = build_profile(policy, canon)
         .map_err(|e| WrapError::new(BACKEND_NAME, e.to_string()).with_source(e))?;
     for path in &profile.skipped {

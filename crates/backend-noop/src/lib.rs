@@ -50,6 +50,12 @@ impl SandboxBackend for NoopBackend {
                 "the no-op backend holds no egress allowlist: Network::Allow is refused",
             ));
         }
+        if !policy.masked.is_empty() {
+            return Err(WrapError::new(
+                "noop",
+                "the no-op backend hides nothing: a policy with masks is refused",
+            ));
+        }
         Ok(None)
     }
 }

@@ -48,7 +48,7 @@ mod command;
 mod error;
 pub mod explain;
 mod launch;
-mod policy;
+pub mod policy;
 mod probe_id;
 mod program;
 mod relay;

@@ -58,6 +58,12 @@ pub struct RunnerConfig {
     pub read_only: Vec<PathBuf>,
     /// Extra read-write grants for every sandboxed child.
     pub read_write: Vec<PathBuf>,
+    /// Read + execute grants for every sandboxed child: a directory (as
+    /// a read-only grant, which includes execute) or a program file alone.
+    pub executable: Vec<PathBuf>,
+    /// Paths and patterns hidden inside the grants
+    /// ([`SandboxPolicy::masked`], resolved at each spawn).
+    pub masks: Vec<crate::policy::MaskPattern>,
     /// Network policy for sandboxed children.
     pub network: Network,
     /// How many bytes of stderr a child keeps (the newest ones); see
@@ -85,6 +91,8 @@ impl Default for RunnerConfig {
             scratch_base: std::env::temp_dir(),
             read_only: Vec::new(),
             read_write: Vec::new(),
+            executable: Vec::new(),
+            masks: Vec::new(),
             network: Network::Deny,
             stderr_ring_bytes: 64 * 1024,
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
@@ -226,6 +234,9 @@ impl Spawner {
                 relay = Some(r);
             }
         }
+        for (k, rel) in &spec.env_in_scratch {
+            cmd.env(k, scratch.path().join(rel));
+        }
         install_hygiene(&mut cmd, self.hygiene);
 
         let mut resources: crate::backend::WrapResources = None;
@@ -234,8 +245,18 @@ impl Spawner {
             // inside a sandbox the only writable place is scratch.
             cmd.env("HOME", scratch.path())
                 .env("TMPDIR", scratch.path());
+            // An `executable` grant is a read-only one for a directory (which
+            // includes execute) and a program file's grant for a file.
+            let (exec_grant_dirs, exec_grant_files): (Vec<PathBuf>, Vec<PathBuf>) = self
+                .config
+                .executable
+                .iter()
+                .cloned()
+                .partition(|p| p.is_dir());
+            let mut read_only = self.config.read_only.clone();
+            read_only.extend(exec_grant_dirs);
             let mut exec_dirs = backend.exec_dirs();
-            exec_dirs.extend(self.config.read_only.iter().cloned());
+            exec_dirs.extend(read_only.iter().cloned());
             exec_dirs.extend(package_dir.iter().cloned());
             let load = program::load_requirements(&program, &env, &exec_dirs);
             for note in &load.notes {
@@ -243,17 +264,33 @@ impl Spawner {
             }
             let mut program_files = vec![program.clone()];
             program_files.extend(load.files);
+            program_files.extend(exec_grant_files);
+            let masked = if self.config.masks.is_empty() {
+                Vec::new()
+            } else {
+                let mut trees: Vec<PathBuf> = read_only
+                    .iter()
+                    .chain(&self.config.read_write)
+                    .chain(&program_files)
+                    .chain(package_dir.iter())
+                    .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+                    .collect();
+                trees.extend(read_only.iter().chain(&self.config.read_write).cloned());
+                crate::policy::resolve_masks(&self.config.masks, &trees)
+                    .map_err(SpawnError::InvalidSpec)?
+            };
             let policy = SandboxPolicy {
                 scratch_dir: scratch.path().to_path_buf(),
                 scratch_is_fresh: scratch.is_fresh(),
                 scratch_persists: !matches!(spec.scratch, Scratch::Fresh),
                 program_files,
                 package_dir,
-                read_only: self.config.read_only.clone(),
+                read_only,
                 read_write: self.config.read_write.clone(),
                 network: self.config.network.clone(),
                 limits,
                 explain: spec.explain,
+                masked,
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }

@@ -108,6 +108,10 @@ pub struct ChildSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Names of host environment variables to pass through if set.
     pub pass_env: Vec<OsString>,
+    /// Variables set to a path inside the scratch dir (the dir joined
+    /// with the relative path), which is known only at spawn: a policy
+    /// file's `${CORDON_SCRATCH}/...` values.
+    pub env_in_scratch: Vec<(OsString, PathBuf)>,
     /// The scratch directory (the child's cwd).
     pub scratch: Scratch,
     /// The package or artifact directory, granted read + execute. `None`

@@ -17,6 +17,7 @@ pub(crate) mod facts;
 mod fd_pass;
 mod landlock_rules;
 mod maps;
+mod masks;
 mod mounts;
 mod namespaces;
 mod net;

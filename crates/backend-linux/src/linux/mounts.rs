@@ -51,9 +51,9 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
-const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
-const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
+pub(super) const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -71,6 +71,8 @@ pub(crate) struct MountPlan {
     /// How a scratch dir the host keeps is made writable (`None` with a
     /// private tmpfs).
     scratch_mount: Option<Writable>,
+    /// The masks (`masks.rs`), over the writable mounts.
+    masks: Option<super::masks::MaskPlan>,
 }
 
 /// A host directory the sandbox may write.
@@ -160,6 +162,7 @@ impl MountPlan {
                 .map(|p| Writable::new(p, idmap))
                 .collect::<Result<_, _>>()?,
             scratch_mount,
+            masks: super::masks::MaskPlan::prepare(scratch, &policy.masked)?,
         })
     }
 
@@ -197,6 +200,9 @@ impl MountPlan {
             }
             for w in &self.writable {
                 w.apply()?;
+            }
+            if let Some(masks) = &self.masks {
+                masks.apply()?;
             }
             if fresh_proc {
                 check(libc::mount(
@@ -243,7 +249,7 @@ pub(crate) fn make_host_read_only() -> std::io::Result<()> {
     }
 }
 
-fn check(r: libc::c_int) -> std::io::Result<()> {
+pub(super) fn check(r: libc::c_int) -> std::io::Result<()> {
     if r < 0 {
         Err(std::io::Error::last_os_error())
     } else {
@@ -255,7 +261,11 @@ fn check(r: libc::c_int) -> std::io::Result<()> {
 ///
 /// # Safety
 /// `path` must be a valid NUL-terminated string.
-unsafe fn set_attr(path: *const libc::c_char, set: u64, clr: u64) -> std::io::Result<()> {
+pub(super) unsafe fn set_attr(
+    path: *const libc::c_char,
+    set: u64,
+    clr: u64,
+) -> std::io::Result<()> {
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clr,

@@ -51,6 +51,14 @@ fn wrap_inner(
     if landlock_tier {
         landlock_tier_admits(policy, euid == 0)?;
     }
+    if !policy.masked.is_empty() && (landlock_tier || !layers.mount_namespace) {
+        return Err(wrap_err(
+            "tier landlock cannot hide a path inside a grant (a mask): with no mount namespace \
+             there is nothing to cover it with, and Landlock only adds access, it cannot take a \
+             subpath back out of a granted tree; allow user namespaces for tier namespaces, or \
+             drop the masks and grant only the subtrees the program needs",
+        ));
+    }
     let allow_hosts = net::allowlist(&policy.network, layers).map_err(wrap_err)?;
     let abi = probe::landlock_abi().map_err(wrap_err)?;
     if landlock_tier && abi < probe::SCOPING_ABI {

@@ -4,8 +4,49 @@
 //! backends read it, the conformance suite builds a probe policy of the same
 //! type. [`Limits`] are expressed once and narrowed with [`Limits::narrow`]:
 //! a runner's limits are ceilings, a spec may lower them but never raise them.
+//!
+//! Policy files ([`from_toml`], [`PolicyFile`]) are one way to write the
+//! parts of a policy a caller chooses: grants, masks ([`MaskPattern`]),
+//! environment, limits, network.
 
 use std::path::PathBuf;
+
+mod expand;
+mod file;
+mod load;
+mod mask;
+mod reference;
+
+pub use file::{
+    from_toml, Entry, EnvValue, Expansions, LimitSettings, Origin, PolicyError, PolicyFile,
+    ScratchSetting, MAX_EXTENDS_DEPTH, MAX_POLICY_BYTES,
+};
+pub use load::{Access, Answer};
+pub use mask::{resolve as resolve_masks, MaskPattern, MAX_MASK_WALK};
+pub use reference::{KeyDoc, REFERENCE};
+
+/// Parses a size: bytes, or a number with a `K`, `M` or `G` suffix (the
+/// CLI's `--mem`, a policy file's `limits.memory`).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown size suffix `{c}` (use K, M or G)")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (examples: 4096, 64K, 256M, 2G)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size `{s}` is too large"))
+}
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -498,6 +539,12 @@ pub struct SandboxPolicy {
     /// anything: what is refused stays refused.
     #[serde(default)]
     pub explain: bool,
+    /// Paths inside the grants the sandbox must not see, as they exist at
+    /// spawn ([`resolve_masks`] of the runner's [`MaskPattern`]s): each is
+    /// covered by an empty file or directory. A backend that cannot cover
+    /// them (Linux's tier landlock, macOS) refuses a policy that has any.
+    #[serde(default)]
+    pub masked: Vec<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -514,85 +561,10 @@ impl SandboxPolicy {
             network: Network::Deny,
             limits,
             explain: false,
+            masked: Vec::new(),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn narrow_takes_lower_and_fills_unset() {
-        let ceil = Limits::default_ceilings();
-        let req = Limits {
-            max_processes: Some(8),
-            ..Limits::default()
-        };
-        let got = ceil.narrow(&req).unwrap();
-        assert_eq!(got.max_processes, Some(8));
-        assert_eq!(got.memory_bytes, ceil.memory_bytes);
-    }
-
-    #[test]
-    fn narrow_rejects_raise_naming_the_limit() {
-        let ceil = Limits::default_ceilings();
-        let req = Limits {
-            open_files: Some(100_000),
-            ..Limits::default()
-        };
-        let err = ceil.narrow(&req).unwrap_err();
-        assert_eq!(err.limit, "open_files");
-        assert!(err.to_string().contains("exceeds the runner's ceiling"));
-    }
-
-    #[test]
-    fn scopes_narrow_to_the_wider_and_a_weaker_host_refuses() {
-        let mut ceil = Limits::default_ceilings();
-        ceil.scopes.memory = LimitScope::Sandbox;
-        let req = Limits {
-            memory_bytes: Some(64 << 20),
-            scopes: LimitScopes::PER_PROCESS,
-            ..Limits::default()
-        };
-        let got = ceil.narrow(&req).unwrap();
-        assert_eq!(got.memory_bytes, Some(64 << 20));
-        assert_eq!(got.scopes.memory, LimitScope::Sandbox);
-        // Unset in the request: the ceiling's (per process) stands.
-        assert_eq!(got.scopes.cpu, LimitScope::PerProcess);
-        let facts: std::collections::BTreeMap<String, String> = [
-            (
-                "limit_memory".to_string(),
-                "per-process: RLIMIT_DATA".to_string(),
-            ),
-            ("limit_cpu".to_string(), "sandbox: cgroup".to_string()),
-        ]
-        .into();
-        let held = LimitScopes::held(&facts, true);
-        assert_eq!(held.memory, LimitScope::PerProcess);
-        assert_eq!(held.cpu, LimitScope::Sandbox);
-        let err = got.check_scopes(held, "linux", &facts).unwrap_err();
-        assert_eq!(err.limit, "memory_bytes");
-        assert!(err.to_string().contains("RLIMIT_DATA"), "{err}");
-        let mut ok = got;
-        ok.scopes.memory = LimitScope::PerProcess;
-        assert_eq!(ok.check_scopes(held, "linux", &facts), Ok(()));
-        // A kept scratch is on the host's disk: per file only.
-        assert_eq!(
-            LimitScopes::held(&facts, false).disk,
-            LimitScope::PerProcess
-        );
-    }
-
-    #[test]
-    fn narrow_allows_anything_under_no_ceiling() {
-        let req = Limits {
-            cpu_ms: Some(1_000_000),
-            ..Limits::default()
-        };
-        assert_eq!(
-            Limits::default().narrow(&req).unwrap().cpu_ms,
-            Some(1_000_000)
-        );
-    }
-}
+mod tests;

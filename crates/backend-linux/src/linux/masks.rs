@@ -1,0 +1,107 @@
+//! Masks ([`SandboxPolicy::masked`](cordon_core::SandboxPolicy::masked)):
+//! each masked path is covered, in the sandbox's mount namespace, by an
+//! empty file or directory mounted read-only over it.
+//!
+//! The empty file and directory come from a tiny tmpfs the child mounts
+//! for a moment over the scratch dir (the one path it is sure to have)
+//! and detaches once every mask is bound: the masks keep its two inodes,
+//! nothing else can reach them. Each mask mount is `ro,nosuid,nodev,
+//! noexec`; the program can neither unmount it (no capability, and
+//! seccomp refuses `umount2`, `mount` and the new mount API) nor rename
+//! or remove it (a mount point: `EBUSY`), and behind it there is nothing
+//! to link or open (the name resolves to the empty inode). Only tier
+//! namespaces has a mount namespace: tier landlock refuses masks.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::mounts::{check, set_attr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+
+const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
+
+/// The masks of one sandbox, prepared in the parent.
+pub(crate) struct MaskPlan {
+    stage: CString,
+    stage_file: CString,
+    stage_dir: CString,
+    masks: Vec<(CString, bool)>,
+}
+
+impl MaskPlan {
+    /// `None` without masks. Each path must exist and not be a symlink
+    /// (core resolved them so; a change since is refused here, and a
+    /// change after this check fails the bind in the child).
+    pub(crate) fn prepare(
+        scratch: &Path,
+        masked: &[std::path::PathBuf],
+    ) -> Result<Option<MaskPlan>, String> {
+        if masked.is_empty() {
+            return Ok(None);
+        }
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| format!("path `{}` contains a NUL byte", p.display()))
+        };
+        let mut masks = Vec::new();
+        for p in masked {
+            let meta = std::fs::symlink_metadata(p)
+                .map_err(|e| format!("cannot mask `{}`: {e}", p.display()))?;
+            if meta.file_type().is_symlink() {
+                return Err(format!("cannot mask `{}`: it is a symlink", p.display()));
+            }
+            masks.push((c(p)?, meta.is_dir()));
+        }
+        Ok(Some(MaskPlan {
+            stage: c(scratch)?,
+            stage_file: c(&scratch.join("f"))?,
+            stage_dir: c(&scratch.join("d"))?,
+            masks,
+        }))
+    }
+
+    /// In the child, after the writable mounts (so a mask inside a
+    /// read-write grant lies on top of it) and while it holds its
+    /// namespace's capabilities. Async-signal-safe: raw syscalls on data
+    /// prepared in the parent.
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: raw syscalls on NUL-terminated strings that outlive them.
+        unsafe {
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                self.stage.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=0700,size=4k,nr_inodes=8".as_ptr().cast(),
+            ))?;
+            let fd = libc::open(
+                self.stage_file.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o444,
+            );
+            check(fd)?;
+            libc::close(fd);
+            check(libc::mkdir(self.stage_dir.as_ptr(), 0o555))?;
+            for (path, is_dir) in &self.masks {
+                let source = if *is_dir {
+                    &self.stage_dir
+                } else {
+                    &self.stage_file
+                };
+                check(libc::mount(
+                    source.as_ptr(),
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+                set_attr(
+                    path.as_ptr(),
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                    0,
+                )?;
+            }
+            check(libc::umount2(self.stage.as_ptr(), libc::MNT_DETACH))
+        }
+    }
+}
