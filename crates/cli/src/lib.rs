@@ -18,7 +18,9 @@ mod backends;
 mod conformance;
 mod diagnose;
 mod explain;
+mod policy;
 mod run;
+mod scope_notes;
 #[cfg(feature = "starlark")]
 mod star;
 
@@ -65,7 +67,7 @@ enum Command {
         (read, and execute for dirs) or --rw PATH (read-write), each repeatable.\n\n\
         Exit status: the program's own; 128+N if killed by signal N; 124 on --timeout;\n\
         125 if cordon itself failed (bad flags, no conforming sandbox, spawn error).")]
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Run the conformance probes (P1-P7, and P8 for a backend that claims the egress allowlist) against a backend and print the report.
     #[command(after_help = "Examples:\n  \
         cordon conformance\n  \
@@ -73,6 +75,15 @@ enum Command {
         cordon conformance --json --probe P4 --probe P5\n\n\
         Exit status: 0 if the backend conforms, 1 if not, 2 on a usage error.")]
     Conformance(conformance::ConformanceArgs),
+    /// Policy files: what one allows, before anything runs under it.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  \
+        cordon policy show examples/policies/python-tool.toml\n  \
+        cordon policy check tool.toml ~/.ssh/id_rsa\n  \
+        cordon policy check tool.toml out/report.txt --write"
+    )]
+    Policy(policy::PolicyCommand),
     /// Starlark packages.
     #[cfg(feature = "starlark")]
     #[command(subcommand)]
@@ -192,8 +203,9 @@ pub fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run::main(args).await,
+            Command::Run(args) => run::main(*args).await,
             Command::Conformance(args) => conformance::main(args).await,
+            Command::Policy(cmd) => policy::main(cmd),
             #[cfg(feature = "starlark")]
             Command::Star(cmd) => star::main(cmd).await,
         }
@@ -202,24 +214,7 @@ pub fn main() -> ExitCode {
 
 /// Parses sizes such as `512`, `64K`, `256M`, `2G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("unknown size suffix `{c}` (use K, M or G)")),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (examples: 4096, 64K, 256M, 2G)"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size `{s}` is too large"))
+    cordon_core::policy::parse_size(s)
 }
 
 /// Parses a positive number of seconds (fractions allowed).

@@ -12,10 +12,18 @@ use cordon_core::{
 };
 
 use crate::diagnose::SandboxUser;
+use crate::scope_notes::{per_process_bounds, scope_refusal};
 use crate::{backends, BackendArg, EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
 #[derive(Args)]
 pub struct RunArgs {
+    /// Read a policy file (repeatable): grants, masks, environment,
+    /// limits, network (the format: docs/policy-format.md). Files apply
+    /// in the order given, each after the files it extends; the flags
+    /// below then add to the lists and override the settings. No file is
+    /// ever read unless named here.
+    #[arg(long, value_name = "FILE")]
+    policy: Vec<PathBuf>,
     /// Use DIR as the scratch dir (cwd) and keep it; default: a fresh temp dir.
     #[arg(long, value_name = "DIR", value_parser = crate::existing_path)]
     scratch: Option<PathBuf>,
@@ -180,106 +188,6 @@ pub(crate) fn flag_of(limit: &str) -> &'static str {
     }
 }
 
-/// `ms` of CPU time as the CLI's `--cpu` says it: seconds.
-fn seconds(ms: u64) -> String {
-    if ms % 1000 == 0 {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{:.3} s", ms as f64 / 1000.0)
-    }
-}
-
-/// The refusal of a limit the host cannot hold for the sandbox as a whole,
-/// in the CLI's words.
-fn scope_refusal(e: &cordon_core::LimitScopeError) -> String {
-    let flag = flag_of(e.limit);
-    let how = match e.limit {
-        "memory_bytes" | "cpu_ms" => {
-            "run cordon as root, or in a cgroup v2 subtree delegated to you with the memory \
-             controller (`systemd-run --user --scope -p Delegate=yes cordon run ...`)"
-        }
-        "disk_bytes" => "use a fresh, discarded scratch (no --scratch, no --keep-scratch)",
-        _ => "use a backend that holds it for the sandbox",
-    };
-    let value = match e.limit {
-        "memory_bytes" | "disk_bytes" => e
-            .value
-            .parse::<u64>()
-            .map(|b| format!(" of {} MiB", b >> 20))
-            .unwrap_or_default(),
-        "cpu_ms" => e
-            .value
-            .parse::<u64>()
-            .map(|ms| format!(" of {}", seconds(ms)))
-            .unwrap_or_default(),
-        _ => format!(" of {}", e.value),
-    };
-    format!(
-        "{flag}{value} cannot hold for the sandbox as a whole on this host: backend `{}` holds \
-         it only per process here ({}). For a sandbox-wide limit, {how}; or accept the \
-         per-process limit with {flag}-scope process",
-        e.backend, e.held
-    )
-}
-
-/// What a limit asked for per process actually bounds on this host, one
-/// line per limit the user gave whose scope the backend holds per process.
-fn per_process_bounds(limits: &Limits, held: LimitScopes, asked: &[&str]) -> Vec<String> {
-    let mib = |b: u64| format!("{} MiB", b >> 20);
-    let mut out = Vec::new();
-    let procs = limits
-        .max_processes
-        .map(|n| n.to_string())
-        .unwrap_or_else(|| "unlimited".into());
-    let accepted = |scope: LimitScope, held: LimitScope| {
-        scope == LimitScope::PerProcess && held == LimitScope::PerProcess
-    };
-    // RLIMIT_FSIZE: `--disk` counts too where the scratch is on the host's
-    // disk (no sandbox-wide disk limit here), as the Linux backend sets it.
-    let per_file = limits
-        .file_size_rlimit(held.disk == LimitScope::PerProcess)
-        .map(mib)
-        .unwrap_or_else(|| "no limit".into());
-    if asked.contains(&"--mem") && accepted(limits.scopes.memory, held.memory) {
-        if let Some(m) = limits.memory_bytes {
-            let all = limits
-                .max_processes
-                .map(|n| format!(", {} in all", mib(m.saturating_mul(n))))
-                .unwrap_or_default();
-            out.push(format!(
-                "--mem holds per process here: each process may hold {} of private memory \
-                 (RLIMIT_DATA) and map 3 GiB more (RLIMIT_AS); a memfd is capped only per \
-                 file ({per_file}, RLIMIT_FSIZE); with --pids {procs} that is up to {procs} × {}{all}",
-                mib(m),
-                mib(m)
-            ));
-        }
-    }
-    if asked.contains(&"--cpu") && accepted(limits.scopes.cpu, held.cpu) {
-        if let Some(c) = limits.cpu_rlimit_seconds() {
-            out.push(format!(
-                "--cpu holds per process here: each process may use {c} s of CPU \
-                 (RLIMIT_CPU); the sum over the sandbox's tree is also watched, best effort"
-            ));
-        }
-    }
-    if asked.contains(&"--pids") && accepted(limits.scopes.processes, held.processes) {
-        if let Some(p) = limits.max_processes {
-            out.push(format!(
-                "--pids holds per uid here: at most {p} processes of the sandbox's uid \
-                 (RLIMIT_NPROC)"
-            ));
-        }
-    }
-    if asked.contains(&"--disk") && accepted(limits.scopes.disk, held.disk) {
-        out.push(format!(
-            "--disk does not bound the scratch dir here: only each file, to {per_file} \
-             (RLIMIT_FSIZE)"
-        ));
-    }
-    out
-}
-
 /// Runs the conformance gate (answered from the per-boot cache when it can)
 /// and builds the sandbox runner. The outer error is a usage problem (an
 /// unknown backend); the inner one is the gate refusing, with its report.
@@ -309,29 +217,97 @@ pub async fn main(args: RunArgs) -> ExitCode {
 }
 
 async fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let defaults = Limits::default_ceilings();
-    // The operator's flags are the ceilings for this run; a limit given
-    // must hold for the sandbox as a whole unless its --X-scope says not.
-    let ceilings = Limits {
-        max_processes: args.pids.or(defaults.max_processes),
-        memory_bytes: args.mem.or(defaults.memory_bytes),
-        open_files: args.fds.or(defaults.open_files),
-        cpu_ms: args.cpu.map(|s| s.saturating_mul(1000)).or(defaults.cpu_ms),
-        file_size_bytes: defaults.file_size_bytes,
-        disk_bytes: args.disk.or(defaults.disk_bytes),
-        deadline: args.timeout,
-        scopes: LimitScopes {
-            memory: scope_of(args.mem.is_some(), args.mem_scope),
-            cpu: scope_of(args.cpu.is_some(), args.cpu_scope),
-            processes: scope_of(args.pids.is_some(), args.pids_scope),
-            disk: scope_of(args.disk.is_some(), args.disk_scope),
+    let mut command = args.command.iter().cloned();
+    let program = command.next().ok_or("no PROGRAM given")?;
+    let mut spec = ChildSpec::new(PathBuf::from(program))
+        .args(command)
+        // Never the caller's own fds: the program could change what the
+        // caller shares (a log's O_APPEND, a terminal's modes).
+        .stdio(StdioMode::Relay);
+    spec.label = Some("cordon run".into());
+    // The defaults, then each --policy file in order, then the flags.
+    let mut config = RunnerConfig {
+        ceilings: Limits {
+            deadline: None,
+            ..Limits::default_ceilings()
         },
+        ..RunnerConfig::default()
     };
+    // Which limits the user set (a flag or a policy): said per process
+    // below where that is all the host holds.
+    let mut set_by_policy = [false; 4];
+    if !args.policy.is_empty() {
+        let policy = crate::policy::load_all(&args.policy)?;
+        let l = &policy.limits;
+        set_by_policy = [
+            l.memory_bytes.is_some(),
+            l.cpu_ms.is_some(),
+            l.max_processes.is_some(),
+            l.disk_bytes.is_some(),
+        ];
+        if args.trusted && (!policy.masks.is_empty() || !policy.network.is_empty()) {
+            return Err(
+                "--trusted runs without the sandbox, which the policy's masks and network \
+                 allowlist need; drop --trusted"
+                    .into(),
+            );
+        }
+        config.read_only.extend(args.read_only.iter().cloned());
+        config.read_write.extend(args.read_write.iter().cloned());
+        policy
+            .apply(&mut config, &mut spec)
+            .map_err(|e| e.to_string())?;
+    } else {
+        config.read_only.extend(args.read_only.iter().cloned());
+        config.read_write.extend(args.read_write.iter().cloned());
+    }
+    // A limit flag given must hold for the sandbox as a whole unless its
+    // --X-scope says not; a flag overrides the policy's value.
+    let c = &mut config.ceilings;
+    for (value, asked, to, scope) in [
+        (
+            args.pids,
+            args.pids_scope,
+            &mut c.max_processes,
+            &mut c.scopes.processes,
+        ),
+        (
+            args.mem,
+            args.mem_scope,
+            &mut c.memory_bytes,
+            &mut c.scopes.memory,
+        ),
+        (
+            args.cpu.map(|s| s.saturating_mul(1000)),
+            args.cpu_scope,
+            &mut c.cpu_ms,
+            &mut c.scopes.cpu,
+        ),
+        (
+            args.disk,
+            args.disk_scope,
+            &mut c.disk_bytes,
+            &mut c.scopes.disk,
+        ),
+    ] {
+        if value.is_some() {
+            *to = value;
+        }
+        if value.is_some() || asked.is_some() {
+            *scope = scope_of(value.is_some(), asked);
+        }
+    }
+    if args.fds.is_some() {
+        c.open_files = args.fds;
+    }
+    if args.timeout.is_some() {
+        c.deadline = args.timeout;
+    }
     let asked: Vec<&str> = [
-        (args.mem.is_some(), "--mem"),
-        (args.cpu.is_some(), "--cpu"),
-        (args.pids.is_some(), "--pids"),
-        (args.disk.is_some(), "--disk"),
+        (args.mem.is_some() || set_by_policy[0], "--mem"),
+        (args.cpu.is_some() || set_by_policy[1], "--cpu"),
+        (args.pids.is_some() || set_by_policy[2], "--pids"),
+        (args.disk.is_some() || set_by_policy[3], "--disk"),
     ]
     .into_iter()
     .filter_map(|(given, flag)| given.then_some(flag))
@@ -343,34 +319,23 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
                 .into(),
         );
     }
-    let network = if args.allow_host.is_empty() {
-        Network::Deny
-    } else {
+    if !args.allow_host.is_empty() {
+        let mut hosts = match &config.network {
+            Network::Allow(h) => h.clone(),
+            _ => Vec::new(),
+        };
         let ranges = args.allow_private.iter().copied();
         let ranges = ranges.map(cordon_egress::HostPattern::private_range);
-        Network::Allow(args.allow_host.iter().cloned().chain(ranges).collect())
-    };
-    let config = RunnerConfig {
-        ceilings,
-        read_only: args.read_only.clone(),
-        read_write: args.read_write.clone(),
-        network,
-        ..RunnerConfig::default()
-    };
-    let fresh_scratch = args.scratch.is_none() && !args.keep_scratch;
-    let mut command = args.command.into_iter();
-    let program = command.next().ok_or("no PROGRAM given")?;
-    let mut spec = ChildSpec::new(PathBuf::from(program))
-        .args(command)
-        // Never the caller's own fds: the program could change what the
-        // caller shares (a log's O_APPEND, a terminal's modes).
-        .stdio(StdioMode::Relay)
-        .scratch(match (&args.scratch, args.keep_scratch) {
-            (Some(dir), _) => Scratch::Existing(dir.clone()),
-            (None, true) => Scratch::FreshKept,
-            (None, false) => Scratch::Fresh,
-        });
-    spec.label = Some("cordon run".into());
+        hosts.extend(args.allow_host.iter().cloned().chain(ranges));
+        config.network = Network::Allow(hosts);
+    }
+    match (&args.scratch, args.keep_scratch) {
+        (Some(dir), _) => spec.scratch = Scratch::Existing(dir.clone()),
+        (None, true) => spec.scratch = Scratch::FreshKept,
+        (None, false) => {}
+    }
+    let fresh_scratch = matches!(spec.scratch, Scratch::Fresh);
+    let kept_scratch = matches!(spec.scratch, Scratch::FreshKept);
     spec.explain = args.explain || args.explain_json.is_some();
     // Opened now, before the program runs, and never through a symlink:
     // the path may be in a dir the sandbox can write (--rw), where the
@@ -391,7 +356,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
 
     let program_named = spec.program.clone();
     let mut sandbox_uid: Option<SandboxUser> = None;
-    let mut exec_dirs: Vec<PathBuf> = args.read_only.clone();
+    let mut exec_dirs: Vec<PathBuf> = config.read_only.clone();
+    exec_dirs.extend(config.executable.iter().filter(|p| p.is_dir()).cloned());
     let tier = if args.trusted {
         eprintln!("cordon: --trusted: running WITHOUT an OS sandbox (hygiene only)");
         TrustTier::Trusted
@@ -404,6 +370,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         TrustTier::Untrusted => Some(admit(&args.backend, args.recheck, config.clone()).await?),
         TrustTier::Trusted => None,
     };
+    let read_write = config.read_write.clone();
     let trusted_runner = TrustedProcessRunner::new(config);
     let runner = match cordon_core::select_runner(tier, &trusted_runner, admitted.as_ref()) {
         Ok(r) => r,
@@ -431,7 +398,11 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         }
         sandbox_uid = SandboxUser::from_facts(facts);
         exec_dirs.extend(r.backend().exec_dirs());
-        for dir in args.scratch.iter().chain(&args.read_write) {
+        let own_scratch = match &spec.scratch {
+            Scratch::Existing(dir) => Some(dir.clone()),
+            _ => None,
+        };
+        for dir in own_scratch.iter().chain(&read_write) {
             warn_if_sandbox_cannot_write(dir, sandbox_uid);
         }
         // Limits the user accepted per process: say what they bound.
@@ -475,7 +446,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             return Err(e.to_string());
         }
     };
-    if args.keep_scratch {
+    if kept_scratch {
         eprintln!(
             "cordon: scratch dir kept at {}",
             child.scratch_dir().display()

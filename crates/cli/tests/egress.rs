@@ -5,80 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use common::http::{git_repo, HostServer, GREETING};
 use common::{cordon, run, text, unprivileged};
-
-/// A small HTTP server on 127.0.0.1 that serves files under `root` (and
-/// `/` as a greeting) and records every request line.
-struct HostServer {
-    port: u16,
-    requests: Arc<Mutex<Vec<String>>>,
-}
-
-const GREETING: &str = "hello from the host\n";
-
-impl HostServer {
-    fn start(root: PathBuf) -> HostServer {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&requests);
-        std::thread::spawn(move || {
-            for c in l.incoming() {
-                let Ok(c) = c else { return };
-                let (root, seen) = (root.clone(), Arc::clone(&seen));
-                std::thread::spawn(move || serve(c, &root, &seen));
-            }
-        });
-        HostServer { port, requests }
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-fn serve(mut c: std::net::TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match c.read(&mut b) {
-            Ok(1) => head.push(b[0]),
-            _ => return,
-        }
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let line = head.lines().next().unwrap_or_default().to_owned();
-    seen.lock().unwrap().push(line.clone());
-    let path = line.split(' ').nth(1).unwrap_or("/");
-    let path = path.split('?').next().unwrap_or("/");
-    let body = if path == "/" {
-        Some(GREETING.as_bytes().to_vec())
-    } else if path.contains("..") {
-        None
-    } else {
-        std::fs::read(root.join(path.trim_start_matches('/'))).ok()
-    };
-    let _ = match body {
-        Some(b) => {
-            let _ = write!(
-                c,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                b.len()
-            );
-            c.write_all(&b)
-        }
-        None => write!(
-            c,
-            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        ),
-    };
-}
 
 /// A TCP listener on every address of the host and a UDP socket on
 /// 127.0.0.1, counting what reaches them: the victims of the bypasses.
@@ -335,30 +268,6 @@ fn the_listed_host_is_reachable_and_every_bypass_fails() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(by.tcp_accepted.load(Ordering::SeqCst), ips.len() + 1);
-}
-
-/// A bare repository served over git's dumb HTTP protocol from `root`.
-fn git_repo(root: &Path) {
-    let git = |args: &[&str], dir: &Path| {
-        let out = std::process::Command::new("/usr/bin/git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
-    };
-    let src = root.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    git(&["init", "-q"], &src);
-    std::fs::write(src.join("file.txt"), "cloned through the proxy\n").unwrap();
-    git(&["add", "file.txt"], &src);
-    git(&["commit", "-q", "-m", "one"], &src);
-    git(&["clone", "-q", "--bare", "src", "repo.git"], root);
-    git(&["update-server-info"], &root.join("repo.git"));
 }
 
 #[test]

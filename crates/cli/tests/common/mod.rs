@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
+pub mod http;
+
 pub const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
 
 /// A `cordon` command with a private cache dir, so tests do not share

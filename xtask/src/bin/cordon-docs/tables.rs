@@ -24,6 +24,11 @@ pub fn all() -> Vec<Table> {
             name: "bench-keys",
             text: bench_keys(),
         },
+        Table {
+            file: "docs/policy-format.md",
+            name: "policy-keys",
+            text: policy_keys(),
+        },
     ];
     #[cfg(target_os = "linux")]
     {
@@ -250,4 +255,19 @@ mod probes {
         s.push('\n');
         s
     }
+}
+
+/// The policy file format, key by key (`cordon_core::policy::REFERENCE`).
+fn policy_keys() -> String {
+    let mut out = String::from("| key | type | example | meaning |\n|---|---|---|---|\n");
+    for k in cordon_core::policy::REFERENCE {
+        out.push_str(&format!(
+            "| `{}` | {} | `{}` | {} |\n",
+            k.key,
+            k.kind,
+            k.example.replace('|', "\\|"),
+            k.doc.replace('|', "\\|")
+        ));
+    }
+    out
 }
