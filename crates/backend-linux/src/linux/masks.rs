@@ -16,9 +16,102 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::mounts::{check, set_attr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+use super::mounts::{check, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
 const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x0000_0040;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
+/// `struct open_how` from `<linux/openat2.h>`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `struct mount_attr` from `<linux/mount.h>`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Mounts a read-only copy of `source` over `target`. The target is
+/// opened with `openat2(RESOLVE_NO_SYMLINKS)` and the mount moved onto
+/// that fd: a symlink put anywhere in its path since the parent resolved
+/// it fails the spawn instead of moving the mask elsewhere (the paths
+/// are canonical, `cordon_core::policy::resolve_masks`).
+/// Async-signal-safe: raw syscalls only.
+///
+/// # Safety
+/// Both must be valid NUL-terminated strings.
+unsafe fn cover(source: &CString, target: &CString) -> std::io::Result<()> {
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: raw syscalls on NUL-terminated strings, structs that outlive
+    // them, and fds this function opens and closes.
+    unsafe {
+        let to = libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        ) as libc::c_int;
+        check(to)?;
+        let tree = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        ) as libc::c_int;
+        if tree < 0 {
+            let e = std::io::Error::last_os_error();
+            libc::close(to);
+            return Err(e);
+        }
+        let mut r = libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        );
+        if r == 0 {
+            r = libc::syscall(
+                libc::SYS_move_mount,
+                tree,
+                c"".as_ptr(),
+                to,
+                c"".as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            );
+        }
+        let e = std::io::Error::last_os_error();
+        libc::close(tree);
+        libc::close(to);
+        if r < 0 {
+            Err(e)
+        } else {
+            Ok(())
+        }
+    }
+}
 
 /// The masks of one sandbox, prepared in the parent.
 pub(crate) struct MaskPlan {
@@ -88,18 +181,7 @@ impl MaskPlan {
                 } else {
                     &self.stage_file
                 };
-                check(libc::mount(
-                    source.as_ptr(),
-                    path.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                ))?;
-                set_attr(
-                    path.as_ptr(),
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                    0,
-                )?;
+                cover(source, path)?;
             }
             check(libc::umount2(self.stage.as_ptr(), libc::MNT_DETACH))
         }

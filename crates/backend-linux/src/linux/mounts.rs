@@ -261,11 +261,7 @@ pub(super) fn check(r: libc::c_int) -> std::io::Result<()> {
 ///
 /// # Safety
 /// `path` must be a valid NUL-terminated string.
-pub(super) unsafe fn set_attr(
-    path: *const libc::c_char,
-    set: u64,
-    clr: u64,
-) -> std::io::Result<()> {
+unsafe fn set_attr(path: *const libc::c_char, set: u64, clr: u64) -> std::io::Result<()> {
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clr,

@@ -143,7 +143,8 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 /// sandbox would read: mask the target), and so is a file with more than
 /// one hard link (its other names would still show it: mask those, or
 /// remove the links). A match inside another match is dropped (covering
-/// the outer one hides it). A walk never follows a symlink and looks at
+/// the outer one hides it). The paths are canonical (a backend may refuse
+/// any symlink on the way). A walk never follows a symlink and looks at
 /// most at [`MAX_MASK_WALK`] entries in all.
 pub fn resolve(patterns: &[MaskPattern], grants: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut found = Vec::new();
@@ -170,7 +171,9 @@ pub fn resolve(patterns: &[MaskPattern], grants: &[PathBuf]) -> Result<Vec<PathB
             };
             if pattern.matches(&path) {
                 check_match(pattern, &path, &meta)?;
-                found.push(path);
+                found.push(canonical_parent(&path).map_err(|e| {
+                    format!("mask `{pattern}`: cannot resolve `{}`: {e}", path.display())
+                })?);
                 continue;
             }
             if !meta.is_dir() || !could_match_below(pattern, &path) {
@@ -222,6 +225,16 @@ fn check_match(pattern: &MaskPattern, path: &Path, meta: &std::fs::Metadata) -> 
         ));
     }
     Ok(())
+}
+
+/// `path` with its parent dir's symlinks resolved (the last component is
+/// no symlink, `check_match` made sure): a backend can then open it
+/// refusing every symlink, so none put there later moves the mask.
+fn canonical_parent(path: &Path) -> std::io::Result<PathBuf> {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
+        _ => Ok(path.to_path_buf()),
+    }
 }
 
 /// Whether some path below `dir` could match (prunes the walk).
