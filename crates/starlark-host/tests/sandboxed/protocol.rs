@@ -583,6 +583,8 @@ async fn a_worker_forging_an_ungranted_module_call_is_refused_by_the_host() {
 /// before its hello: it never serves a package with less.
 #[test]
 fn a_worker_that_cannot_set_its_limits_exits_before_serving() {
+    // Serial too: its child and pipes would count as another test's leak.
+    let _g = serial();
     let out = std::process::Command::new(WORKER)
         .args([WORKER_ARG, "--instance", "x"])
         .args(["--rlimit", "nofile=1099511627776"])
