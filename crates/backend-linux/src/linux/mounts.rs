@@ -6,9 +6,11 @@
 //! and mount namespaces, before Landlock and seccomp) and issues raw
 //! syscalls only.
 //!
-//! - Every mount is made private (`MS_REC | MS_PRIVATE`): nothing the
-//!   sandbox mounts propagates to the host, and nothing the host mounts
-//!   later appears inside without the flags below.
+//! - Every mount is made private (`MS_REC | MS_PRIVATE`), before and
+//!   again after the writable mounts (a root host's idmapped clones are
+//!   made private when cloned: a clone keeps its source's peer group):
+//!   nothing the sandbox mounts (its masks) propagates to the host, and
+//!   nothing the host mounts later appears inside without the flags below.
 //! - One recursive `mount_setattr(RDONLY | NOSUID)` on `/`: metadata writes
 //!   (`chmod`, `utimensat`, `setxattr`, `chown`) on host files, which
 //!   Landlock does not govern, fail with `EROFS`, and no setuid/setgid bit
@@ -201,6 +203,10 @@ impl MountPlan {
             for w in &self.writable {
                 w.apply()?;
             }
+            // Again, now that every writable mount is in: none of them may
+            // share a mount with the host (`Idmap::tree` made its clones
+            // private already; this holds whatever a mount brought in).
+            make_private()?;
             if let Some(masks) = &self.masks {
                 masks.apply()?;
             }
@@ -236,17 +242,23 @@ impl MountPlan {
 /// Makes every mount private and the whole tree read-only and `nosuid`.
 /// Async-signal-safe; also used by the availability probe.
 pub(crate) fn make_host_read_only() -> std::io::Result<()> {
-    // SAFETY: raw syscalls on static NUL-terminated strings.
-    unsafe {
-        check(libc::mount(
+    make_private()?;
+    // SAFETY: a raw syscall on a static NUL-terminated string.
+    unsafe { set_attr(c"/".as_ptr(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0) }
+}
+
+/// `mount(NULL, "/", NULL, MS_REC | MS_PRIVATE)`. Async-signal-safe.
+fn make_private() -> std::io::Result<()> {
+    // SAFETY: a raw syscall on a static NUL-terminated string.
+    check(unsafe {
+        libc::mount(
             std::ptr::null(),
             c"/".as_ptr(),
             std::ptr::null(),
             libc::MS_REC | libc::MS_PRIVATE,
             std::ptr::null(),
-        ))?;
-        set_attr(c"/".as_ptr(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0)
-    }
+        )
+    })
 }
 
 pub(super) fn check(r: libc::c_int) -> std::io::Result<()> {
@@ -352,10 +364,13 @@ impl Idmap {
                 ));
             }
             let tree = OwnedFd::from_raw_fd(fd as libc::c_int);
+            // Private: a clone keeps its source's peer group, so a mount
+            // the child made on it (a mask) would appear in the host's
+            // mount namespace, and the host's later mounts in the sandbox.
             let attr = MountAttr {
                 attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                 attr_clr: 0,
-                propagation: 0,
+                propagation: libc::MS_PRIVATE,
                 userns_fd: std::os::fd::AsRawFd::as_raw_fd(&self.userns) as u64,
             };
             let r = libc::syscall(
