@@ -74,6 +74,7 @@ pub fn main(cmd: PolicyCommand) -> ExitCode {
 fn show(a: ShowArgs) -> Result<ExitCode, String> {
     let p = load_all(&a.files)?;
     p.check_masks(&[]).map_err(|e| e.to_string())?;
+    p.check_out_of_reach(&[]).map_err(|e| e.to_string())?;
     if a.json {
         let text = serde_json::to_string_pretty(&p).map_err(|e| e.to_string())?;
         println!("{text}");
@@ -173,6 +174,7 @@ fn show(a: ShowArgs) -> Result<ExitCode, String> {
 fn check(a: CheckArgs) -> Result<ExitCode, String> {
     let p = load_all(std::slice::from_ref(&a.file))?;
     p.check_masks(&[]).map_err(|e| e.to_string())?;
+    p.check_out_of_reach(&[]).map_err(|e| e.to_string())?;
     let access = match (a.write, a.exec) {
         (true, _) => Access::Write,
         (_, true) => Access::Execute,

@@ -236,6 +236,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     // Which limits the user set (a flag or a policy): said per process
     // below where that is all the host holds.
     let mut set_by_policy = [false; 4];
+    let mut loaded = None;
     if !args.policy.is_empty() {
         let policy = crate::policy::load_all(&args.policy)?;
         let l = &policy.limits;
@@ -257,6 +258,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         policy
             .apply(&mut config, &mut spec)
             .map_err(|e| e.to_string())?;
+        loaded = Some(policy);
     } else {
         config.read_only.extend(args.read_only.iter().cloned());
         config.read_write.extend(args.read_write.iter().cloned());
@@ -333,6 +335,11 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         (Some(dir), _) => spec.scratch = Scratch::Existing(dir.clone()),
         (None, true) => spec.scratch = Scratch::FreshKept,
         (None, false) => {}
+    }
+    if let (Some(policy), Scratch::Existing(dir)) = (&loaded, &spec.scratch) {
+        policy
+            .check_out_of_reach(std::slice::from_ref(dir))
+            .map_err(|e| e.to_string())?;
     }
     let fresh_scratch = matches!(spec.scratch, Scratch::Fresh);
     let kept_scratch = matches!(spec.scratch, Scratch::FreshKept);

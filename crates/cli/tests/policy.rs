@@ -193,11 +193,12 @@ fn the_node_build_example_builds_without_its_masked_files() {
     let policies = examples(dir.path());
     as_each_uid(dir.path(), |who, home, cmd| {
         let proj = project(home, who, "dist");
+        plant(&home.join(".npmrc"), ENV_SECRET, who);
         plant(
             &proj.join("build.js"),
             "const fs = require('fs');\n\
              let out = fs.readFileSync('src/a.js', 'utf8');\n\
-             for (const f of ['.npmrc', '.env']) {\n\
+             for (const f of ['.npmrc', '.env', process.argv[2]]) {\n\
                try { out += fs.readFileSync(f, 'utf8'); } catch (e) { out += '// ' + e.code + '\\n'; }\n\
              }\n\
              out += '// NODE_ENV=' + process.env.NODE_ENV + '\\n';\n\
@@ -210,12 +211,21 @@ fn the_node_build_example_builds_without_its_masked_files() {
             .arg("--policy")
             .arg(policies.join("node-build.toml"))
             .args(["--", "/bin/sh", "-c"])
-            .arg(format!("cd {} && /usr/bin/node build.js", proj.display())));
+            .arg(format!(
+                "cd {} && /usr/bin/node build.js {}/.npmrc",
+                proj.display(),
+                home.display()
+            )));
         assert!(out.status.success(), "{who}: {}", text(&out.stderr));
         let bundle = std::fs::read_to_string(proj.join("dist/bundle.js")).unwrap();
         assert!(bundle.contains("from a.js"), "{who}: {bundle}");
         assert!(bundle.contains("NODE_ENV=production"), "{who}: {bundle}");
         assert!(!bundle.contains(ENV_SECRET), "{who}: {bundle}");
+        assert_eq!(
+            bundle.matches("// ").count(),
+            1,
+            "{who}: read empty masks: {bundle}"
+        );
     });
 }
 
@@ -349,6 +359,35 @@ fn bad_files_give_one_error_with_the_line_and_nothing_runs() {
         "{}",
         text(&out.stderr)
     );
+    // Where the sandbox could rewrite it: by the policy's own `rw`, a
+    // flag, or a scratch dir that holds it.
+    let own = file(
+        d,
+        "own.toml",
+        &format!("[fs]\nrw = [\"{}\"]\n", d.display()),
+    );
+    let p = file(d, "plain.toml", "[fs]\nro = [\"/usr\"]\n");
+    for (policy, flags) in [
+        (&own, vec![]),
+        (&p, vec!["--rw".to_string(), d.display().to_string()]),
+        (&p, vec!["--scratch".to_string(), d.display().to_string()]),
+    ] {
+        let marker = d.join("reach.ran");
+        let out = run(cordon(cache.path())
+            .arg("run")
+            .arg("--policy")
+            .arg(policy)
+            .args(&flags)
+            .args(["--", "/usr/bin/touch"])
+            .arg(&marker));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {stderr}");
+        assert!(
+            stderr.contains("could rewrite the policy of its next run"),
+            "{flags:?}: {stderr}"
+        );
+        assert!(!marker.exists(), "{flags:?}: the program ran");
+    }
 }
 
 #[test]
@@ -436,4 +475,153 @@ fn tier_landlock_refuses_a_policy_with_masks_and_runs_nothing() {
         "{stderr}"
     );
     assert!(!marker.exists());
+}
+
+/// `cordon run --policy policy -- /bin/sh -c script`, as the test's uid.
+fn sh_under(policy: &Path, script: String) -> std::process::Output {
+    let cache = tempfile::tempdir().unwrap();
+    run(cordon(cache.path())
+        .arg("run")
+        .arg("--policy")
+        .arg(policy)
+        .args(["--", "/bin/sh", "-c", &script]))
+}
+
+/// A tmpfs of the test's own at `at`, made shared (as systemd makes `/`
+/// on most hosts), unmounted when dropped.
+struct SharedMount(PathBuf);
+
+impl SharedMount {
+    fn new(at: &Path) -> SharedMount {
+        std::fs::create_dir_all(at).unwrap();
+        for args in [
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=4m",
+                "cordon-test",
+                at.to_str().unwrap(),
+            ][..],
+            &["--make-shared", at.to_str().unwrap()][..],
+        ] {
+            let out = run(Command::new("mount").args(args));
+            assert!(
+                out.status.success(),
+                "mount {args:?}: {}",
+                text(&out.stderr)
+            );
+        }
+        SharedMount(at.to_path_buf())
+    }
+
+    /// The host's mounts at or below this one.
+    fn mounts(&self) -> Vec<String> {
+        let prefix = self.0.to_str().unwrap();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| {
+                let at = l.split(' ').nth(4).unwrap_or("");
+                at == prefix || at.starts_with(&format!("{prefix}/"))
+            })
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-R")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A mask inside a read-write grant is mounted in the sandbox's mount
+/// namespace only, even where the host's mount of the tree is shared (its
+/// peers would receive any mount made on a copy that kept the peer
+/// group): afterwards the host sees no new mount and the masked file as
+/// it was, still writable.
+#[test]
+fn masks_under_a_writable_grant_never_reach_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let shared = SharedMount::new(&d.join("shared"));
+    let proj = d.join("shared/proj");
+    std::fs::create_dir_all(proj.join("sub")).unwrap();
+    std::fs::write(proj.join(".env"), ENV_SECRET).unwrap();
+    std::fs::write(proj.join("sub/.env"), ENV_SECRET).unwrap();
+    let before = shared.mounts();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let p = file(
+        &d,
+        "p.toml",
+        &format!(
+            "[fs]\nrw = [\"{0}\"]\nmask = [\"{0}/**/.env\"]\n",
+            proj.display()
+        ),
+    );
+    let out = sh_under(
+        &p,
+        format!(
+            "cat {0}/.env {0}/sub/.env; echo made > {0}/made; sleep 1",
+            proj.display()
+        ),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(!stdout.contains(ENV_SECRET), "{stdout}");
+    assert_eq!(shared.mounts(), before, "a mask reached the host");
+    assert_eq!(
+        std::fs::read_to_string(proj.join("made")).unwrap(),
+        "made\n"
+    );
+    for f in [".env", "sub/.env"] {
+        assert_eq!(std::fs::read_to_string(proj.join(f)).unwrap(), ENV_SECRET);
+        std::fs::write(proj.join(f), "host writes").unwrap();
+    }
+}
+
+/// Masks are resolved as the sandbox sees the tree: through a symlinked
+/// home (the grant follows it, so must the mask) and a symlinked directory
+/// inside it that leads to another granted tree.
+#[test]
+fn masks_hold_through_a_symlinked_home_and_linked_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(d.join("real/home/.ssh")).unwrap();
+    std::fs::write(d.join("real/home/.ssh/id_rsa"), SECRET).unwrap();
+    std::fs::create_dir_all(d.join("real/home/p")).unwrap();
+    std::fs::write(d.join("real/home/p/.env"), ENV_SECRET).unwrap();
+    std::fs::create_dir_all(d.join("lib/deep")).unwrap();
+    std::fs::write(d.join("lib/deep/.env"), ENV_SECRET).unwrap();
+    std::os::unix::fs::symlink(d.join("real/home"), d.join("home")).unwrap();
+    std::os::unix::fs::symlink(d.join("lib"), d.join("real/home/p/lib")).unwrap();
+    let h = d.join("home");
+    let p = file(
+        &d,
+        "p.toml",
+        &format!(
+            "[fs]\nro = [\"{0}\", \"{1}\"]\nmask = [\"{0}/.ssh\", \"{0}/**/.env\"]\n",
+            h.display(),
+            d.join("lib").display()
+        ),
+    );
+    let out = sh_under(
+        &p,
+        format!(
+            "cat {0}/.ssh/id_rsa; cat {0}/p/.env {0}/p/lib/deep/.env; ls -A {0}/.ssh; echo done",
+            h.display()
+        ),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        !stdout.contains(SECRET) && !stdout.contains(ENV_SECRET),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("done\n"), "{stdout}");
 }

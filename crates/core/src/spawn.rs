@@ -190,6 +190,13 @@ impl Spawner {
 
     /// Starts `spec`. On any error nothing was executed.
     pub fn spawn(&self, spec: &ChildSpec) -> Result<RunningChild, SpawnError> {
+        if self.backend.is_none() && !self.config.masks.is_empty() {
+            return Err(SpawnError::InvalidSpec(
+                "this runner has masks but no sandbox backend, and only a backend can hide a \
+                 path: run the program confined, or drop the masks"
+                    .into(),
+            ));
+        }
         let limits = self.config.ceilings.narrow(&spec.limits)?;
         let env = self.build_env(spec);
         let program = program::resolve(&spec.program, &env)?;
@@ -268,15 +275,14 @@ impl Spawner {
             let masked = if self.config.masks.is_empty() {
                 Vec::new()
             } else {
-                let mut trees: Vec<PathBuf> = read_only
+                let trees: Vec<PathBuf> = read_only
                     .iter()
                     .chain(&self.config.read_write)
                     .chain(&program_files)
                     .chain(package_dir.iter())
-                    .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+                    .cloned()
                     .collect();
-                trees.extend(read_only.iter().chain(&self.config.read_write).cloned());
-                crate::policy::resolve_masks(&self.config.masks, &trees)
+                crate::policy::resolve_masks(&self.config.masks, &trees, scratch.path())
                     .map_err(SpawnError::InvalidSpec)?
             };
             let policy = SandboxPolicy {

@@ -296,9 +296,9 @@ impl<'de> Deserialize<'de> for Size {
 
 // ---- parsing one file ----------------------------------------------------
 
-/// Parses one policy file's text; `file` names it in errors and is where
-/// `extends` paths are relative to. `extends` is recorded, not followed:
-/// [`PolicyFile::load`] follows it.
+/// Parses one policy file's text; `file` names it in errors. `extends`
+/// is checked but not followed: [`PolicyFile::load`] follows it, relative
+/// to the real directory of the file it reads.
 pub fn from_toml(text: &str, file: &Path, vars: &Expansions) -> Result<PolicyFile, PolicyError> {
     parse(text, file, vars).map(|(p, _)| p)
 }
@@ -463,7 +463,6 @@ pub(super) fn parse(
             origin: at(s.span()),
         });
     }
-    let base = file.parent().unwrap_or(Path::new("."));
     let mut extends = Vec::new();
     for e in &raw.extends {
         if e.get_ref().contains('$') || Path::new(e.get_ref()).is_absolute() {
@@ -474,7 +473,7 @@ pub(super) fn parse(
             ));
         }
         extends.push(Entry {
-            value: base.join(e.get_ref()),
+            value: PathBuf::from(e.get_ref()),
             origin: at(e.span()),
         });
     }

@@ -189,7 +189,69 @@ impl PolicyFile {
         let mut grants = config.read_only.clone();
         grants.extend(config.read_write.iter().cloned());
         grants.extend(config.executable.iter().cloned());
-        self.check_masks(&grants)
+        self.check_masks(&grants)?;
+        let mut writable = config.read_write.clone();
+        if let Scratch::Existing(d) = &spec.scratch {
+            writable.push(d.clone());
+        }
+        self.check_out_of_reach(&writable)
+    }
+
+    /// No file this policy was read from may lie in (or be) a place the
+    /// sandbox may write (its `rw` grants, its `scratch` dir, and `extra`,
+    /// the caller's other writable places): the program could rewrite its
+    /// own policy, and the next run would grant what it wrote. Compared
+    /// by device and inode along each file's real path, so a symlink or a
+    /// bind mount of the same directory is caught too.
+    /// [`PolicyFile::apply`] calls it; call it again when you add writable
+    /// places afterwards.
+    pub fn check_out_of_reach(&self, extra: &[PathBuf]) -> Result<(), PolicyError> {
+        use std::os::unix::fs::MetadataExt;
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let scratch = self.scratch.iter().filter_map(|s| match &s.value {
+            ScratchSetting::Dir(d) => Some(d.as_path()),
+            _ => None,
+        });
+        let places: Vec<((u64, u64), &Path)> = self
+            .read_write
+            .iter()
+            .map(|e| e.value.as_path())
+            .chain(scratch)
+            .chain(extra.iter().map(PathBuf::as_path))
+            .filter_map(|w| id(w).map(|i| (i, w)))
+            .collect();
+        for f in &self.files {
+            let real = f.canonicalize().unwrap_or_else(|_| f.clone());
+            for above in real.ancestors() {
+                let Some(i) = id(above) else { continue };
+                let Some((_, w)) = places.iter().find(|(p, _)| *p == i) else {
+                    continue;
+                };
+                let by = self.read_write.iter().find(|e| e.value == *w);
+                let (file, line, key, whence) = match by {
+                    Some(e) => (
+                        &e.origin.file,
+                        Some(e.origin.line),
+                        Some("fs.rw"),
+                        String::new(),
+                    ),
+                    None => (f, None, None, " (granted outside this policy)".to_string()),
+                };
+                return Err(error(
+                    file,
+                    line,
+                    key,
+                    format!(
+                        "the policy file `{}` lies inside `{}`, which the sandbox may \
+                         write{whence}: the program could rewrite the policy of its next run; \
+                         keep policy files outside every `rw` grant and the scratch dir",
+                        f.display(),
+                        w.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Would `path` be reachable with `access` under this policy, and by
@@ -201,12 +263,18 @@ impl PolicyFile {
         let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         let path = real(path);
         for m in &self.masks {
-            let hit = path.ancestors().find(|a| m.value.matches(a));
+            let pattern = m.value.resolved();
+            let hit = path.ancestors().find(|a| pattern.matches(a));
             if let Some(hit) = hit {
                 return Answer {
                     allowed: false,
                     by: Some(m.origin.clone()),
-                    why: format!("masked by `{}` (it covers `{}`)", m.value, hit.display()),
+                    why: format!(
+                        "masked by `{}` (it covers `{}` if that exists when the sandbox \
+                         starts)",
+                        m.value,
+                        hit.display()
+                    ),
                 };
             }
         }
@@ -336,11 +404,15 @@ fn load_one(
     }
     let text = read_trusted(&canonical).map_err(|m| error(path, None, None, m))?;
     let (own, extends) = parse(&text, path, vars)?;
+    // Relative to the file's real directory: a symlink to a policy file
+    // extends what sits beside the file, not beside the link.
+    let dir = canonical.parent().unwrap_or(Path::new("/")).to_path_buf();
     stack.push(canonical);
     let mut merged = PolicyFile::default();
     for e in extends {
-        let base = load_one(&e.value, vars, stack).map_err(|mut err| {
-            if err.line.is_none() && err.file == e.value {
+        let target = dir.join(&e.value);
+        let base = load_one(&target, vars, stack).map_err(|mut err| {
+            if err.line.is_none() && err.file == target {
                 err.message = format!("{} (extended from {})", err.message, e.origin);
             }
             err
@@ -435,6 +507,13 @@ fn read_trusted(path: &Path) -> Result<String, String> {
         return Err(format!(
             "refusing the policy file: it is writable by other users (mode {mode:04o}); \
              `chmod go-w` it"
+        ));
+    }
+    if st.st_nlink > 1 {
+        return Err(format!(
+            "refusing the policy file: it has {} names (hard links), and another name may lie \
+             where a sandbox can write; copy it to a file of its own",
+            st.st_nlink
         ));
     }
     if st.st_size as u64 > MAX_POLICY_BYTES {

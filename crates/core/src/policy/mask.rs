@@ -9,6 +9,8 @@
 //! a matching name is not masked: grant the tree read-only, so that
 //! nothing can be created there, or mask its directory.
 
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 /// How many directory entries [`resolve`] looks at, at most, for one
@@ -91,37 +93,89 @@ impl MaskPattern {
         p
     }
 
-    /// Whether `path` (absolute, plain) matches the pattern.
+    /// Whether `path` (absolute, plain) matches the pattern. Names are
+    /// compared as bytes: a name that is not UTF-8 matches `*` and `?`
+    /// like any other.
     pub fn matches(&self, path: &Path) -> bool {
-        let names: Vec<&str> = path
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(s) => s.to_str(),
-                _ => None,
-            })
-            .collect();
-        match_parts(&self.parts, &names)
+        let mut states = self.closure(vec![0]);
+        for c in path.components() {
+            if let Component::Normal(name) = c {
+                states = self.step(&states, name.as_bytes());
+            }
+        }
+        states.contains(&self.parts.len())
+    }
+
+    /// How many leading components are literal.
+    fn literal_len(&self) -> usize {
+        self.parts
+            .iter()
+            .take_while(|p| matches!(p, Part::Literal(_)))
+            .count()
+    }
+
+    /// The same pattern with its literal prefix's symlinks resolved where
+    /// it exists (a plain path's last component stays as written), as
+    /// [`resolve`] walks it: what a canonical path is matched against.
+    pub fn resolved(&self) -> MaskPattern {
+        let prefix = self.literal_prefix();
+        let real = if self.literal_len() == self.parts.len() {
+            canonical_parent(&prefix)
+        } else {
+            prefix.canonicalize()
+        };
+        let Ok(real) = real else {
+            return self.clone();
+        };
+        let mut path = real;
+        for c in self.path.components().skip(1 + self.literal_len()) {
+            path.push(c);
+        }
+        MaskPattern::new(path).unwrap_or_else(|_| self.clone())
+    }
+
+    /// `states` with every state that can skip a `**` (matching no
+    /// directory) added: a state is how many parts the names so far have
+    /// matched.
+    fn closure(&self, mut states: Vec<usize>) -> Vec<usize> {
+        let mut i = 0;
+        while i < states.len() {
+            let s = states[i];
+            if matches!(self.parts.get(s), Some(Part::AnyDirs)) && !states.contains(&(s + 1)) {
+                states.push(s + 1);
+            }
+            i += 1;
+        }
+        states.sort_unstable();
+        states
+    }
+
+    /// The states after one more name.
+    fn step(&self, states: &[usize], name: &[u8]) -> Vec<usize> {
+        let mut next = Vec::new();
+        for &s in states {
+            let to = match self.parts.get(s) {
+                Some(Part::Literal(l)) if l.as_bytes() == name => s + 1,
+                Some(Part::Glob(g)) if glob(g.as_bytes(), name) => s + 1,
+                Some(Part::AnyDirs) => s,
+                _ => continue,
+            };
+            if !next.contains(&to) {
+                next.push(to);
+            }
+        }
+        self.closure(next)
+    }
+
+    /// Whether a path below one in `states` could still match.
+    fn goes_deeper(&self, states: &[usize]) -> bool {
+        states.iter().any(|&s| s < self.parts.len())
     }
 }
 
 impl std::fmt::Display for MaskPattern {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.path.display().fmt(f)
-    }
-}
-
-fn match_parts(parts: &[Part], names: &[&str]) -> bool {
-    match (parts.first(), names.first()) {
-        (None, None) => true,
-        (Some(Part::AnyDirs), _) => {
-            match_parts(&parts[1..], names)
-                || (!names.is_empty() && match_parts(parts, &names[1..]))
-        }
-        (Some(Part::Literal(l)), Some(n)) => l == n && match_parts(&parts[1..], &names[1..]),
-        (Some(Part::Glob(g)), Some(n)) => {
-            glob(g.as_bytes(), n.as_bytes()) && match_parts(&parts[1..], &names[1..])
-        }
-        _ => false,
     }
 }
 
@@ -136,66 +190,48 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
     }
 }
 
-/// The paths `patterns` match now, each inside one of `grants` (the
-/// policy's granted trees, canonical): what a backend must cover.
+/// The paths `patterns` match now, inside `grants` (the policy's granted
+/// trees): what a backend must cover, as canonical paths (a backend may
+/// then refuse any symlink on the way, so none put there later moves a
+/// mask). `scratch` is the sandbox's scratch dir.
 ///
-/// A match that is a symlink is refused (the link's target is what the
-/// sandbox would read: mask the target), and so is a file with more than
-/// one hard link (its other names would still show it: mask those, or
-/// remove the links). A match inside another match is dropped (covering
-/// the outer one hides it). The paths are canonical (a backend may refuse
-/// any symlink on the way). A walk never follows a symlink and looks at
-/// most at [`MAX_MASK_WALK`] entries in all.
-pub fn resolve(patterns: &[MaskPattern], grants: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut found = Vec::new();
-    let mut budget = MAX_MASK_WALK;
+/// - A pattern's literal prefix is resolved first (`${HOME}` may be a
+///   symlink), and must lie inside a grant.
+/// - The walk follows a symlinked directory that leads inside a grant (the
+///   sandbox can read through it), once per directory and pattern state,
+///   so a cycle ends; one that leads elsewhere shows nothing.
+/// - A match that is a symlink masks its target when that lies inside a
+///   grant (the link then shows the empty mask).
+/// - A file with more than one hard link is refused, inside a masked
+///   directory too (its other names would still show it: mask them too,
+///   or remove the links).
+/// - A mask at, inside or above the scratch dir is refused (scratch is
+///   the sandbox's own, made at each spawn), and so is one under `/proc`
+///   (a sandbox's procfs is its own).
+/// - A match inside another is dropped (covering the outer one hides it).
+/// - The walk, and the check of masked directories, look at most at
+///   [`MAX_MASK_WALK`] entries in all; more fails the spawn.
+pub fn resolve(
+    patterns: &[MaskPattern],
+    grants: &[PathBuf],
+    scratch: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let grants: Vec<PathBuf> = grants
+        .iter()
+        .map(|g| g.canonicalize().unwrap_or_else(|_| g.clone()))
+        .collect();
+    let scratch = scratch
+        .canonicalize()
+        .unwrap_or_else(|_| scratch.to_path_buf());
+    let mut walk = Walk {
+        grants: &grants,
+        budget: MAX_MASK_WALK,
+        found: Vec::new(),
+    };
     for pattern in patterns {
-        let start = pattern.literal_prefix();
-        if !grants.iter().any(|g| start.starts_with(g)) {
-            return Err(format!(
-                "mask `{pattern}` lies outside every granted tree: a mask hides a path inside \
-                 a grant (`ro`, `rw` or `exec`), grant its tree or drop the mask"
-            ));
-        }
-        let mut stack = vec![start];
-        while let Some(path) = stack.pop() {
-            let meta = match std::fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    return Err(format!(
-                        "mask `{pattern}`: cannot inspect `{}`: {e}",
-                        path.display()
-                    ))
-                }
-            };
-            if pattern.matches(&path) {
-                check_match(pattern, &path, &meta)?;
-                found.push(canonical_parent(&path).map_err(|e| {
-                    format!("mask `{pattern}`: cannot resolve `{}`: {e}", path.display())
-                })?);
-                continue;
-            }
-            if !meta.is_dir() || !could_match_below(pattern, &path) {
-                continue;
-            }
-            let entries = std::fs::read_dir(&path)
-                .map_err(|e| format!("mask `{pattern}`: cannot list `{}`: {e}", path.display()))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| {
-                    format!("mask `{pattern}`: cannot list `{}`: {e}", path.display())
-                })?;
-                budget = budget.checked_sub(1).ok_or_else(|| {
-                    format!(
-                        "mask `{pattern}` would look at more than {MAX_MASK_WALK} entries: \
-                         narrow it (start it deeper than `{}`)",
-                        pattern.literal_prefix().display()
-                    )
-                })?;
-                stack.push(entry.path());
-            }
-        }
+        walk.pattern(pattern)?;
     }
+    let mut found = std::mem::take(&mut walk.found);
     found.sort();
     found.dedup();
     let mut out: Vec<PathBuf> = Vec::new();
@@ -204,32 +240,218 @@ pub fn resolve(patterns: &[MaskPattern], grants: &[PathBuf]) -> Result<Vec<PathB
             out.push(p);
         }
     }
+    for p in &out {
+        if p.starts_with(&scratch) || scratch.starts_with(p) {
+            return Err(format!(
+                "a mask covers `{}`, at or around the sandbox's scratch dir `{}`: scratch is \
+                 the sandbox's own; mask paths inside the granted trees only",
+                p.display(),
+                scratch.display()
+            ));
+        }
+        if p.starts_with("/proc") {
+            return Err(format!(
+                "a mask covers `{}`, under /proc: a sandbox sees a procfs of its own; drop the \
+                 mask",
+                p.display()
+            ));
+        }
+        walk.check_inside(p)?;
+    }
     Ok(out)
 }
 
-fn check_match(pattern: &MaskPattern, path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    if meta.file_type().is_symlink() {
-        return Err(format!(
-            "mask `{pattern}` matches the symlink `{}`: the sandbox would read its target \
-             through other names; mask the target instead, or remove the link",
-            path.display()
-        ));
-    }
-    if !meta.is_dir() && meta.nlink() > 1 {
-        return Err(format!(
-            "mask `{pattern}` matches `{}`, which has {} hard links: its other names would \
-             still show it; mask them too, or remove the extra links",
-            path.display(),
-            meta.nlink()
-        ));
-    }
-    Ok(())
+struct Walk<'a> {
+    grants: &'a [PathBuf],
+    budget: usize,
+    found: Vec<PathBuf>,
 }
 
-/// `path` with its parent dir's symlinks resolved (the last component is
-/// no symlink, `check_match` made sure): a backend can then open it
-/// refusing every symlink, so none put there later moves the mask.
+impl Walk<'_> {
+    fn inside(&self, p: &Path) -> bool {
+        self.grants.iter().any(|g| p.starts_with(g))
+    }
+
+    fn spend(&mut self, what: &dyn std::fmt::Display) -> Result<(), String> {
+        self.budget = self.budget.checked_sub(1).ok_or_else(|| {
+            format!(
+                "{what} would look at more than {MAX_MASK_WALK} entries: narrow it (start it \
+                 deeper)"
+            )
+        })?;
+        Ok(())
+    }
+
+    fn pattern(&mut self, pattern: &MaskPattern) -> Result<(), String> {
+        let prefix = pattern.literal_prefix();
+        let outside = || {
+            format!(
+                "mask `{pattern}` lies outside every granted tree: a mask hides a path inside \
+                 a grant (`ro`, `rw` or `exec`), grant its tree or drop the mask"
+            )
+        };
+        let lexical = self.grants.iter().any(|g| prefix.starts_with(g));
+        if pattern.literal_len() == pattern.parts.len() {
+            // A plain path: the path itself (not what a link there names).
+            let path = match canonical_parent(&prefix) {
+                Ok(p) => p,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return if lexical { Ok(()) } else { Err(outside()) };
+                }
+                Err(e) => return Err(format!("mask `{pattern}`: cannot resolve it: {e}")),
+            };
+            return match std::fs::symlink_metadata(&path) {
+                Ok(m) => self.matched(pattern, path, &m),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if lexical || self.inside(&path) {
+                        Ok(())
+                    } else {
+                        Err(outside())
+                    }
+                }
+                Err(e) => Err(format!(
+                    "mask `{pattern}`: cannot inspect `{}`: {e}",
+                    path.display()
+                )),
+            };
+        }
+        let root = match prefix.canonicalize() {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return if lexical { Ok(()) } else { Err(outside()) };
+            }
+            Err(e) => {
+                return Err(format!(
+                    "mask `{pattern}`: cannot resolve `{}`: {e}",
+                    prefix.display()
+                ))
+            }
+        };
+        if !self.inside(&root) {
+            return Err(outside());
+        }
+        let skip = pattern.literal_len();
+        let states = pattern.closure(vec![skip]);
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![(root, states)];
+        while let Some((dir, states)) = stack.pop() {
+            let meta = match std::fs::metadata(&dir) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(cannot(pattern, "inspect", &dir, e)),
+            };
+            if !meta.is_dir() || !seen.insert((meta.dev(), meta.ino(), states.clone())) {
+                continue;
+            }
+            let entries = std::fs::read_dir(&dir).map_err(|e| cannot(pattern, "list", &dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| cannot(pattern, "list", &dir, e))?;
+                self.spend(&format_args!("mask `{pattern}`"))?;
+                let next = pattern.step(&states, entry.file_name().as_bytes());
+                if next.is_empty() {
+                    continue;
+                }
+                let path = entry.path();
+                let m = match std::fs::symlink_metadata(&path) {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(cannot(pattern, "inspect", &path, e)),
+                };
+                if next.contains(&pattern.parts.len()) {
+                    self.matched(pattern, path, &m)?;
+                } else if pattern.goes_deeper(&next) {
+                    if m.file_type().is_symlink() {
+                        // Through a link the sandbox reads what it names,
+                        // if a grant covers that.
+                        if let Ok(target) = path.canonicalize() {
+                            if self.inside(&target) {
+                                stack.push((target, next));
+                            }
+                        }
+                    } else if m.is_dir() {
+                        stack.push((path, next));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `path` (its parent canonical) matched: record what to cover.
+    fn matched(
+        &mut self,
+        pattern: &MaskPattern,
+        path: PathBuf,
+        meta: &std::fs::Metadata,
+    ) -> Result<(), String> {
+        let (path, meta) = if meta.file_type().is_symlink() {
+            let Ok(target) = path.canonicalize() else {
+                return Ok(()); // names nothing: nothing to show
+            };
+            if !self.inside(&target) {
+                return Ok(()); // the sandbox cannot read what it names
+            }
+            let m =
+                std::fs::metadata(&target).map_err(|e| cannot(pattern, "inspect", &target, e))?;
+            (target, m)
+        } else {
+            (path, meta.clone())
+        };
+        if meta.is_dir() {
+            self.no_other_names(pattern, &path)?;
+        } else if meta.nlink() > 1 {
+            return Err(linked(pattern, &path, meta.nlink()));
+        }
+        self.found.push(path);
+        Ok(())
+    }
+
+    /// No file inside a masked directory has a name outside it.
+    fn no_other_names(&mut self, pattern: &MaskPattern, dir: &Path) -> Result<(), String> {
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).map_err(|e| cannot(pattern, "list", &d, e))? {
+                let entry = entry.map_err(|e| cannot(pattern, "list", &d, e))?;
+                self.spend(&format_args!("checking the links in mask `{pattern}`"))?;
+                let path = entry.path();
+                let m = std::fs::symlink_metadata(&path)
+                    .map_err(|e| cannot(pattern, "inspect", &path, e))?;
+                if m.is_dir() {
+                    stack.push(path);
+                } else if !m.file_type().is_symlink() && m.nlink() > 1 {
+                    return Err(linked(pattern, &path, m.nlink()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_inside(&self, p: &Path) -> Result<(), String> {
+        if self.inside(p) {
+            Ok(())
+        } else {
+            Err(format!(
+                "a mask resolved to `{}`, outside every granted tree",
+                p.display()
+            ))
+        }
+    }
+}
+
+fn cannot(pattern: &MaskPattern, what: &str, path: &Path, e: std::io::Error) -> String {
+    format!("mask `{pattern}`: cannot {what} `{}`: {e}", path.display())
+}
+
+fn linked(pattern: &MaskPattern, path: &Path, n: u64) -> String {
+    format!(
+        "mask `{pattern}` covers `{}`, which has {n} hard links: its other names would still \
+         show it; mask them too, or remove the extra links",
+        path.display()
+    )
+}
+
+/// `path` with its parent dir's symlinks resolved (the last component
+/// stays as it is).
 fn canonical_parent(path: &Path) -> std::io::Result<PathBuf> {
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
@@ -237,80 +459,6 @@ fn canonical_parent(path: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-/// Whether some path below `dir` could match (prunes the walk).
-fn could_match_below(pattern: &MaskPattern, dir: &Path) -> bool {
-    let depth = dir.components().count() - 1;
-    let mut i = 0;
-    for part in &pattern.parts {
-        if i >= depth {
-            return true;
-        }
-        match part {
-            Part::AnyDirs => return true,
-            _ => i += 1,
-        }
-    }
-    false
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns_match_as_documented() {
-        let p = MaskPattern::new("/h/**/.env").unwrap();
-        assert!(p.matches(Path::new("/h/.env")));
-        assert!(p.matches(Path::new("/h/a/b/.env")));
-        assert!(!p.matches(Path::new("/h/a/.envrc")));
-        assert!(!p.matches(Path::new("/x/.env")));
-        let q = MaskPattern::new("/h/*.pem").unwrap();
-        assert!(q.matches(Path::new("/h/key.pem")));
-        assert!(!q.matches(Path::new("/h/a/key.pem")));
-        assert_eq!(q.literal_prefix(), Path::new("/h"));
-        assert!(MaskPattern::new("h/x").is_err());
-        assert!(MaskPattern::new("/h/../x").is_err());
-        assert!(MaskPattern::new("/h/a**").is_err());
-        assert!(MaskPattern::new("/").is_err());
-    }
-
-    #[test]
-    fn resolve_finds_what_exists_and_refuses_what_it_cannot_hide() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().canonicalize().unwrap();
-        std::fs::create_dir_all(root.join("p/sub")).unwrap();
-        std::fs::write(root.join("p/.env"), "A=1").unwrap();
-        std::fs::write(root.join("p/sub/.env"), "B=2").unwrap();
-        std::fs::create_dir(root.join(".ssh")).unwrap();
-        std::fs::write(root.join(".ssh/id_rsa"), "k").unwrap();
-        let pats = [
-            MaskPattern::new(root.join("**/.env")).unwrap(),
-            MaskPattern::new(root.join(".ssh")).unwrap(),
-            MaskPattern::new(root.join(".ssh/id_rsa")).unwrap(),
-            MaskPattern::new(root.join(".aws")).unwrap(),
-        ];
-        let got = resolve(&pats, std::slice::from_ref(&root)).unwrap();
-        assert_eq!(
-            got,
-            vec![
-                root.join(".ssh"),
-                root.join("p/.env"),
-                root.join("p/sub/.env")
-            ]
-        );
-        // Outside every grant.
-        let e = resolve(&pats[..1], &[PathBuf::from("/nonexistent-grant")]).unwrap_err();
-        assert!(e.contains("outside every granted tree"), "{e}");
-        // A symlink and a hard-linked file are refused.
-        std::os::unix::fs::symlink(root.join("p/.env"), root.join("p/sub/link.env")).unwrap();
-        let e = resolve(
-            &[MaskPattern::new(root.join("p/sub/link.env")).unwrap()],
-            std::slice::from_ref(&root),
-        )
-        .unwrap_err();
-        assert!(e.contains("symlink"), "{e}");
-        std::fs::hard_link(root.join("p/.env"), root.join("copy")).unwrap();
-        let e = resolve(&pats[..1], std::slice::from_ref(&root)).unwrap_err();
-        assert!(e.contains("hard links"), "{e}");
-    }
-}
+#[path = "mask_tests.rs"]
+mod tests;

@@ -65,7 +65,9 @@ pub const REFERENCE: &[KeyDoc] = &[
               within a name, a `**` component any depth. Matched when the sandbox starts: a \
               file created later is not masked (grant its tree read-only, or mask its \
               directory). A mask must start inside an `ro`, `rw` or `exec` grant; a match that \
-              is a symlink or a file with several hard links is refused. Needs tier \
+              is a symlink masks what it names; a file with several hard links, inside a \
+              masked directory too, is refused. A mask hides a path, not its content: \
+              copies elsewhere (backups, `.git` objects) stay readable. Needs tier \
               namespaces (tier landlock refuses masks). Lists add up.",
         example: r#"["${HOME}/.ssh", "${CWD}/**/.env"]"#,
     },

@@ -1,0 +1,127 @@
+//! `PolicyFile::load` and `apply` against real files: a policy a sandbox
+//! could rewrite is refused, `extends` follows the file's real directory,
+//! and a policy file with a second name is refused.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use cordon_core::policy::{Expansions, PolicyFile};
+use cordon_core::{ChildSpec, RunnerConfig, Scratch};
+
+fn file(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, body).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    p
+}
+
+fn vars(cwd: &Path) -> Expansions {
+    Expansions {
+        home: Some(cwd.to_path_buf()),
+        cwd: cwd.to_path_buf(),
+    }
+}
+
+fn apply(p: &PolicyFile, config: &mut RunnerConfig, spec: &mut ChildSpec) -> Result<(), String> {
+    p.apply(config, spec).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_policy_the_sandbox_could_rewrite_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let spec = || ChildSpec::new("/bin/true");
+    // The file in its own `rw` tree, by `${CWD}`.
+    let own = file(
+        &d,
+        "proj/cordon.toml",
+        "[fs]\nro = [\"/usr\"]\nrw = [\"${CWD}\"]\n",
+    );
+    let p = PolicyFile::load(&own, &vars(&d.join("proj"))).unwrap();
+    let err = p.check_out_of_reach(&[]).unwrap_err().to_string();
+    assert!(err.contains(":3: `fs.rw`:"), "{err}");
+    assert!(
+        err.contains("could rewrite the policy of its next run"),
+        "{err}"
+    );
+    let err = apply(&p, &mut RunnerConfig::default(), &mut spec()).unwrap_err();
+    assert!(err.contains("lies inside"), "{err}");
+
+    // A base it extends inside a tree the extending file grants.
+    file(&d, "proj/base.toml", "[fs]\nro = [\"/usr\"]\n");
+    let top = file(
+        &d,
+        "top/tool.toml",
+        "extends = [\"../proj/base.toml\"]\n[fs]\nrw = [\"${CWD}\"]\n",
+    );
+    let p = PolicyFile::load(&top, &vars(&d.join("proj"))).unwrap();
+    let err = p.check_out_of_reach(&[]).unwrap_err().to_string();
+    assert!(err.contains("base.toml` lies inside"), "{err}");
+
+    // A grant made outside the policy (a flag, an embedder's config), and
+    // an existing scratch dir.
+    let clean = file(&d, "top/clean.toml", "[fs]\nro = [\"/usr\"]\n");
+    let p = PolicyFile::load(&clean, &vars(&d)).unwrap();
+    let mut config = RunnerConfig::default();
+    config.read_write.push(d.join("top"));
+    let err = apply(&p, &mut config, &mut spec()).unwrap_err();
+    assert!(err.contains("(granted outside this policy)"), "{err}");
+    let mut s = spec();
+    s.scratch = Scratch::Existing(d.clone());
+    let err = apply(&p, &mut RunnerConfig::default(), &mut s).unwrap_err();
+    assert!(err.contains("lies inside"), "{err}");
+
+    // Through a symlink to the tree: compared by inode, not by name.
+    std::os::unix::fs::symlink(d.join("top"), d.join("alias")).unwrap();
+    let mut config = RunnerConfig::default();
+    config.read_write.push(d.join("alias"));
+    assert!(apply(&p, &mut config, &mut spec()).is_err());
+
+    // A sibling tree is fine.
+    let mut config = RunnerConfig::default();
+    config.read_write.push(d.join("proj"));
+    apply(&p, &mut config, &mut spec()).unwrap();
+}
+
+#[test]
+fn extends_is_relative_to_the_real_file_not_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    file(&d, "real/base.toml", "[fs]\nro = [\"/usr\"]\n");
+    let tool = file(&d, "real/tool.toml", "extends = [\"base.toml\"]\n");
+    // A decoy beside the link, which must not be read.
+    file(&d, "links/base.toml", "[fs]\nrw = [\"/\"]\n");
+    std::os::unix::fs::symlink(&tool, d.join("links/tool.toml")).unwrap();
+    let p = PolicyFile::load(&d.join("links/tool.toml"), &vars(&d)).unwrap();
+    assert!(p.read_write.is_empty(), "{:?}", p.read_write);
+    assert_eq!(p.read_only[0].value, Path::new("/usr"));
+}
+
+#[test]
+fn a_policy_file_with_a_second_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let p = file(&d, "a.toml", "[fs]\nro = [\"/usr\"]\n");
+    std::fs::hard_link(&p, d.join("b.toml")).unwrap();
+    let err = PolicyFile::load(&p, &vars(&d)).unwrap_err().to_string();
+    assert!(err.contains("has 2 names (hard links)"), "{err}");
+}
+
+#[test]
+fn a_runner_without_a_backend_refuses_masks_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let config = RunnerConfig {
+        read_only: vec![dir.path().to_path_buf()],
+        masks: vec![cordon_core::policy::MaskPattern::new(dir.path().join("x")).unwrap()],
+        ..RunnerConfig::default()
+    };
+    let spec = ChildSpec::new("/usr/bin/touch").args([marker.as_os_str()]);
+    let err = cordon_core::Spawner::hygiene_only(config)
+        .spawn(&spec)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("masks but no sandbox backend"), "{err}");
+    assert!(!marker.exists());
+}
