@@ -75,6 +75,9 @@ fn show(a: ShowArgs) -> Result<ExitCode, String> {
     let p = load_all(&a.files)?;
     p.check_masks(&[]).map_err(|e| e.to_string())?;
     p.check_out_of_reach(&[]).map_err(|e| e.to_string())?;
+    for w in p.movable_masks(&[]) {
+        eprintln!("cordon: warning: {w}");
+    }
     if a.json {
         let text = serde_json::to_string_pretty(&p).map_err(|e| e.to_string())?;
         println!("{text}");

@@ -258,6 +258,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         policy
             .apply(&mut config, &mut spec)
             .map_err(|e| e.to_string())?;
+        for w in policy.movable_masks(&config.read_write) {
+            eprintln!("cordon: warning: {w}");
+        }
         loaded = Some(policy);
     } else {
         config.read_only.extend(args.read_only.iter().cloned());

@@ -125,3 +125,77 @@ fn a_runner_without_a_backend_refuses_masks_and_runs_nothing() {
     assert!(err.contains("masks but no sandbox backend"), "{err}");
     assert!(!marker.exists());
 }
+
+#[test]
+fn a_symlink_to_the_policy_inside_a_writable_tree_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let real = file(&d, "policies/proj.toml", "[fs]\nro = [\"/usr\"]\n");
+    std::fs::create_dir_all(d.join("proj")).unwrap();
+    std::fs::create_dir_all(d.join("safe")).unwrap();
+    // The program could point the link at another of the user's policies.
+    std::os::unix::fs::symlink(&real, d.join("proj/.cordon")).unwrap();
+    // And through a second link that lies elsewhere.
+    std::os::unix::fs::symlink(d.join("proj/.cordon"), d.join("safe/link")).unwrap();
+    for given in [d.join("proj/.cordon"), d.join("safe/link")] {
+        let p = PolicyFile::load(&given, &vars(&d)).unwrap();
+        let mut config = RunnerConfig::default();
+        config.read_write.push(d.join("proj"));
+        let err = apply(&p, &mut config, &mut ChildSpec::new("/bin/true")).unwrap_err();
+        let inside = format!("lies inside `{}`", d.join("proj").display());
+        assert!(err.contains(&inside), "{given:?}: {err}");
+        // The file itself, named directly, is fine.
+        let p = PolicyFile::load(&real, &vars(&d)).unwrap();
+        apply(&p, &mut config, &mut ChildSpec::new("/bin/true")).unwrap();
+    }
+}
+
+/// A bind mount of a directory of the test's own, unmounted when dropped.
+struct Bind(PathBuf);
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_bind_mount_of_a_dir_inside_a_writable_tree_is_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    file(&d, "data/x/p.toml", "[fs]\nro = [\"/usr\"]\n");
+    std::fs::create_dir_all(d.join("a")).unwrap();
+    let st = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(d.join("data/x"))
+        .arg(d.join("a"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount --bind (the test needs root)");
+    let _bind = Bind(d.join("a"));
+    let p = PolicyFile::load(&d.join("a/p.toml"), &vars(&d)).unwrap();
+    let mut config = RunnerConfig::default();
+    config.read_write.push(d.join("data"));
+    let err = apply(&p, &mut config, &mut ChildSpec::new("/bin/true")).unwrap_err();
+    assert!(err.contains("lies inside"), "{err}");
+}
+
+#[test]
+fn masks_a_program_could_move_out_of_their_pattern_are_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let p = file(
+        &d,
+        "p.toml",
+        "[fs]\nrw = [\"${CWD}\"]\nmask = [\"${CWD}/.env\", \"${CWD}/**/.env\", \"${CWD}/config/*.key\"]\n",
+    );
+    let p = PolicyFile::load(&p, &vars(&d.join("proj"))).unwrap();
+    let w = p.movable_masks(&[]);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("p.toml:3: mask `"), "{w:?}");
+    assert!(w[0].contains("config/*.key` lies inside"), "{w:?}");
+    assert!(w[0].ends_with("proj/**/*.key`"), "{w:?}");
+}

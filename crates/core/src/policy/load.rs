@@ -81,6 +81,50 @@ impl PolicyFile {
         }
     }
 
+    /// Masks a program could move out of their pattern's reach for later
+    /// runs, as warnings (one line each): a mask inside a place the
+    /// sandbox may write (this policy's `rw` grants and `extra`) with a
+    /// directory between the two that is not `**`. The mount itself cannot
+    /// be renamed, but a directory above it can, with the mount inside;
+    /// the next run's pattern then misses the new name.
+    pub fn movable_masks(&self, extra: &[PathBuf]) -> Vec<String> {
+        let writable: Vec<&Path> = self
+            .read_write
+            .iter()
+            .map(|e| e.value.as_path())
+            .chain(extra.iter().map(PathBuf::as_path))
+            .collect();
+        let mut out = Vec::new();
+        for m in &self.masks {
+            let path = m.value.as_path();
+            let Some(w) = writable.iter().find(|w| path.starts_with(w)) else {
+                continue;
+            };
+            let Ok(rest) = path.strip_prefix(w) else {
+                continue;
+            };
+            let dirs: Vec<_> = rest.components().collect();
+            let fixed = dirs
+                .iter()
+                .take(dirs.len().saturating_sub(1))
+                .any(|c| c.as_os_str() != "**");
+            if fixed {
+                out.push(format!(
+                    "{}: mask `{}` lies inside `{}`, which the sandbox may write: a program can \
+                     rename a directory above what it hides, and a later run's mask then misses \
+                     it; keep secrets out of writable trees, or write the mask as `{}/**/{}`",
+                    m.origin,
+                    m.value,
+                    w.display(),
+                    w.display(),
+                    rest.file_name()
+                        .map_or("NAME".into(), |n| n.to_string_lossy())
+                ));
+            }
+        }
+        out
+    }
+
     /// Every mask must start inside a directory this policy (or `extra`,
     /// the caller's other grants) grants: a mask elsewhere hides nothing
     /// the sandbox could read, and is most likely a typo.
@@ -195,63 +239,6 @@ impl PolicyFile {
             writable.push(d.clone());
         }
         self.check_out_of_reach(&writable)
-    }
-
-    /// No file this policy was read from may lie in (or be) a place the
-    /// sandbox may write (its `rw` grants, its `scratch` dir, and `extra`,
-    /// the caller's other writable places): the program could rewrite its
-    /// own policy, and the next run would grant what it wrote. Compared
-    /// by device and inode along each file's real path, so a symlink or a
-    /// bind mount of the same directory is caught too.
-    /// [`PolicyFile::apply`] calls it; call it again when you add writable
-    /// places afterwards.
-    pub fn check_out_of_reach(&self, extra: &[PathBuf]) -> Result<(), PolicyError> {
-        use std::os::unix::fs::MetadataExt;
-        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
-        let scratch = self.scratch.iter().filter_map(|s| match &s.value {
-            ScratchSetting::Dir(d) => Some(d.as_path()),
-            _ => None,
-        });
-        let places: Vec<((u64, u64), &Path)> = self
-            .read_write
-            .iter()
-            .map(|e| e.value.as_path())
-            .chain(scratch)
-            .chain(extra.iter().map(PathBuf::as_path))
-            .filter_map(|w| id(w).map(|i| (i, w)))
-            .collect();
-        for f in &self.files {
-            let real = f.canonicalize().unwrap_or_else(|_| f.clone());
-            for above in real.ancestors() {
-                let Some(i) = id(above) else { continue };
-                let Some((_, w)) = places.iter().find(|(p, _)| *p == i) else {
-                    continue;
-                };
-                let by = self.read_write.iter().find(|e| e.value == *w);
-                let (file, line, key, whence) = match by {
-                    Some(e) => (
-                        &e.origin.file,
-                        Some(e.origin.line),
-                        Some("fs.rw"),
-                        String::new(),
-                    ),
-                    None => (f, None, None, " (granted outside this policy)".to_string()),
-                };
-                return Err(error(
-                    file,
-                    line,
-                    key,
-                    format!(
-                        "the policy file `{}` lies inside `{}`, which the sandbox may \
-                         write{whence}: the program could rewrite the policy of its next run; \
-                         keep policy files outside every `rw` grant and the scratch dir",
-                        f.display(),
-                        w.display()
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Would `path` be reachable with `access` under this policy, and by

@@ -127,11 +127,20 @@ impl MaskPattern {
         let Ok(real) = real else {
             return self.clone();
         };
+        // The real prefix stays literal (a directory may be named `a*`).
+        let mut parts: Vec<Part> = real
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(Part::Literal(n.to_string_lossy().into_owned())),
+                _ => None,
+            })
+            .collect();
         let mut path = real;
         for c in self.path.components().skip(1 + self.literal_len()) {
             path.push(c);
         }
-        MaskPattern::new(path).unwrap_or_else(|_| self.clone())
+        parts.extend(self.parts[self.literal_len()..].iter().cloned());
+        MaskPattern { path, parts }
     }
 
     /// `states` with every state that can skip a `**` (matching no
@@ -179,15 +188,52 @@ impl std::fmt::Display for MaskPattern {
     }
 }
 
-/// `*` and `?` within one name.
+/// `*` and `?` within one name, each standing for whole characters (a
+/// byte that is not UTF-8 counts as one). Linear with one backtrack point
+/// (a name is the sandbox's to choose: no exponential backtracking).
 fn glob(p: &[u8], s: &[u8]) -> bool {
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
-        (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
-        _ => false,
+    let char_len = |b: &[u8]| {
+        let n = match b.first() {
+            Some(&c) if c >= 0xF0 => 4,
+            Some(&c) if c >= 0xE0 => 3,
+            Some(&c) if c >= 0xC0 => 2,
+            _ => 1,
+        };
+        if b.len() >= n && std::str::from_utf8(&b[..n]).is_ok() {
+            n
+        } else {
+            1
+        }
+    };
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        match p.get(pi) {
+            Some(b'*') => {
+                star = Some((pi, si));
+                pi += 1;
+            }
+            Some(b'?') => {
+                pi += 1;
+                si += char_len(&s[si..]);
+            }
+            Some(&c) if c == s[si] => {
+                pi += 1;
+                si += 1;
+            }
+            _ => match star {
+                // Let the last `*` take one more character.
+                Some((sp, ss)) => {
+                    let next = ss + char_len(&s[ss..]);
+                    star = Some((sp, next));
+                    pi = sp + 1;
+                    si = next;
+                }
+                None => return false,
+            },
+        }
     }
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 /// The paths `patterns` match now, inside `grants` (the policy's granted
@@ -198,10 +244,13 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 /// - A pattern's literal prefix is resolved first (`${HOME}` may be a
 ///   symlink), and must lie inside a grant.
 /// - The walk follows a symlinked directory that leads inside a grant (the
-///   sandbox can read through it), once per directory and pattern state,
-///   so a cycle ends; one that leads elsewhere shows nothing.
+///   sandbox can read through it), once per real path and pattern state,
+///   so a cycle ends; one that leads elsewhere shows nothing. A directory
+///   mounted twice is two paths, each masked.
 /// - A match that is a symlink masks its target when that lies inside a
-///   grant (the link then shows the empty mask).
+///   grant (the link then shows the empty mask), and so does a symlink
+///   inside a masked directory. A trailing `**` masks its directory.
+/// - `*` and `?` stand for whole characters, matched in linear time.
 /// - A file with more than one hard link is refused, inside a masked
 ///   directory too (its other names would still show it: mask them too,
 ///   or remove the links).
@@ -227,6 +276,7 @@ pub fn resolve(
         grants: &grants,
         budget: MAX_MASK_WALK,
         found: Vec::new(),
+        checked: std::collections::HashSet::new(),
     };
     for pattern in patterns {
         walk.pattern(pattern)?;
@@ -265,6 +315,8 @@ struct Walk<'a> {
     grants: &'a [PathBuf],
     budget: usize,
     found: Vec<PathBuf>,
+    /// Masked directories already checked by `no_other_names`.
+    checked: std::collections::HashSet<PathBuf>,
 }
 
 impl Walk<'_> {
@@ -332,6 +384,16 @@ impl Walk<'_> {
         }
         let skip = pattern.literal_len();
         let states = pattern.closure(vec![skip]);
+        if states.contains(&pattern.parts.len()) {
+            // A trailing `**` matches its directory itself: masking it
+            // hides what is in it and what would be created there.
+            let m = std::fs::symlink_metadata(&root)
+                .map_err(|e| cannot(pattern, "inspect", &root, e))?;
+            return self.matched(pattern, root, &m);
+        }
+        // Keyed by path, not inode: a bind mount of a directory elsewhere
+        // in the tree is another place the sandbox reads, and needs its
+        // own mask. Paths are canonical, so a symlink cycle still ends.
         let mut seen = std::collections::HashSet::new();
         let mut stack = vec![(root, states)];
         while let Some((dir, states)) = stack.pop() {
@@ -340,7 +402,7 @@ impl Walk<'_> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(cannot(pattern, "inspect", &dir, e)),
             };
-            if !meta.is_dir() || !seen.insert((meta.dev(), meta.ino(), states.clone())) {
+            if !meta.is_dir() || !seen.insert((dir.clone(), states.clone())) {
                 continue;
             }
             let entries = std::fs::read_dir(&dir).map_err(|e| cannot(pattern, "list", &dir, e))?;
@@ -406,19 +468,33 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// No file inside a masked directory has a name outside it.
+    /// No file inside a masked directory has a name outside it, and what
+    /// a symlink inside it names is masked too (where a grant covers it).
     fn no_other_names(&mut self, pattern: &MaskPattern, dir: &Path) -> Result<(), String> {
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
+            if !self.checked.insert(d.clone()) {
+                continue;
+            }
             for entry in std::fs::read_dir(&d).map_err(|e| cannot(pattern, "list", &d, e))? {
                 let entry = entry.map_err(|e| cannot(pattern, "list", &d, e))?;
                 self.spend(&format_args!("checking the links in mask `{pattern}`"))?;
                 let path = entry.path();
-                let m = std::fs::symlink_metadata(&path)
+                let mut m = std::fs::symlink_metadata(&path)
                     .map_err(|e| cannot(pattern, "inspect", &path, e))?;
+                let mut path = path;
+                if m.file_type().is_symlink() {
+                    let Some(target) = path.canonicalize().ok().filter(|t| self.inside(t)) else {
+                        continue; // names nothing the sandbox could read
+                    };
+                    m = std::fs::metadata(&target)
+                        .map_err(|e| cannot(pattern, "inspect", &target, e))?;
+                    self.found.push(target.clone());
+                    path = target;
+                }
                 if m.is_dir() {
                     stack.push(path);
-                } else if !m.file_type().is_symlink() && m.nlink() > 1 {
+                } else if m.nlink() > 1 {
                     return Err(linked(pattern, &path, m.nlink()));
                 }
             }

@@ -127,3 +127,70 @@ fn masks_around_scratch_or_under_proc_are_refused() {
     .unwrap_err();
     assert!(e.contains("under /proc"), "{e}");
 }
+
+#[test]
+fn globs_are_linear_and_count_characters() {
+    // Exponential backtracking would take hours on this name.
+    let name = format!("{}x", ".".repeat(240));
+    assert!(!glob(b"*.*.*.*.*.pem", name.as_bytes()));
+    assert!(glob(b"*.*.*.*.*.pem", b"a.b.c.d.e.pem"));
+    assert!(glob("secret?".as_bytes(), "secretä".as_bytes()));
+    assert!(!glob("secret??".as_bytes(), "secretä".as_bytes()));
+    assert!(glob(b"*?", "ä".as_bytes()));
+    assert!(glob(b"k?y", b"k\xffy"));
+    assert!(glob(b"a*b*c", b"aXbYbZc"));
+    assert!(!glob(b"a*b*c", b"aXbYbZ"));
+    assert!(glob(b"*", b""));
+    assert!(!glob(b"?", b""));
+}
+
+#[test]
+fn a_resolved_prefix_stays_literal_and_a_trailing_double_star_masks_its_dir() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("we*ird/s")).unwrap();
+    std::fs::create_dir_all(root.join("weXird")).unwrap();
+    std::fs::write(root.join("we*ird/s/k"), "k").unwrap();
+    let pat = MaskPattern::new(root.join("we*ird/**")).unwrap();
+    // Written, `we*ird` is a glob; resolved, the prefix is the real dir.
+    let pat = MaskPattern {
+        parts: {
+            let mut p = pat.parts.clone();
+            let at = p.len() - 2;
+            p[at] = Part::Literal("we*ird".into());
+            p
+        },
+        ..pat
+    };
+    let real = pat.resolved();
+    assert!(real.matches(&root.join("we*ird/s/k")));
+    assert!(!real.matches(&root.join("weXird/s/k")));
+    let got = resolve(
+        std::slice::from_ref(&pat),
+        std::slice::from_ref(&root),
+        Path::new("/nonexistent-scratch"),
+    )
+    .unwrap();
+    assert_eq!(got, vec![root.join("we*ird")]);
+}
+
+#[test]
+fn a_symlink_inside_a_masked_dir_masks_what_it_names() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join(".ssh")).unwrap();
+    std::fs::create_dir_all(root.join("dotfiles/ssh")).unwrap();
+    std::fs::write(root.join("dotfiles/ssh/id_rsa"), "k").unwrap();
+    std::os::unix::fs::symlink(root.join("dotfiles/ssh/id_rsa"), root.join(".ssh/id_rsa")).unwrap();
+    std::os::unix::fs::symlink(root.join(".ssh"), root.join(".ssh/loop")).unwrap();
+    let got = resolve(
+        &[MaskPattern::new(root.join(".ssh")).unwrap()],
+        std::slice::from_ref(&root),
+        Path::new("/nonexistent-scratch"),
+    )
+    .unwrap();
+    assert_eq!(
+        got,
+        vec![root.join(".ssh"), root.join("dotfiles/ssh/id_rsa")]
+    );
+}

@@ -15,6 +15,7 @@ mod expand;
 mod file;
 mod load;
 mod mask;
+mod reach;
 mod reference;
 
 pub use file::{
