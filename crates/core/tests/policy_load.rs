@@ -162,20 +162,59 @@ impl Drop for Bind {
     }
 }
 
+fn bind(from: &Path, to: &Path) -> Bind {
+    std::fs::create_dir_all(to).unwrap();
+    let st = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount --bind (the test needs root)");
+    Bind(to.to_path_buf())
+}
+
+#[test]
+fn a_policy_dir_mounted_under_a_writable_tree_is_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let p = file(&d, "pol/tool.toml", "[fs]\nro = [\"/usr\"]\n");
+    let _bind = bind(&d.join("pol"), &d.join("work/pol"));
+    let p = PolicyFile::load(&p, &vars(&d)).unwrap();
+    let mut config = RunnerConfig::default();
+    config.read_write.push(d.join("work"));
+    let err = apply(&p, &mut config, &mut ChildSpec::new("/bin/true")).unwrap_err();
+    assert!(err.contains("lies inside"), "{err}");
+}
+
+#[test]
+fn a_masked_path_is_masked_at_every_mount_that_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    file(&d, "home/.ssh/inner/id_rsa", "k");
+    let _a = bind(&d.join("home"), &d.join("mnt"));
+    let _b = bind(&d.join("home/.ssh/inner"), &d.join("other"));
+    let grants = [d.join("home"), d.join("mnt"), d.join("other")];
+    let mask = cordon_core::policy::MaskPattern::new(d.join("home/.ssh")).unwrap();
+    let got =
+        cordon_core::policy::resolve_masks(&[mask], &grants, Path::new("/nonexistent")).unwrap();
+    assert_eq!(
+        got,
+        vec![d.join("home/.ssh"), d.join("mnt/.ssh"), d.join("other")],
+    );
+    // Outside every grant, an alias is not the sandbox's to read.
+    let mask = cordon_core::policy::MaskPattern::new(d.join("home/.ssh")).unwrap();
+    let got = cordon_core::policy::resolve_masks(&[mask], &grants[..1], Path::new("/nonexistent"))
+        .unwrap();
+    assert_eq!(got, vec![d.join("home/.ssh")]);
+}
+
 #[test]
 fn a_bind_mount_of_a_dir_inside_a_writable_tree_is_seen() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().canonicalize().unwrap();
     file(&d, "data/x/p.toml", "[fs]\nro = [\"/usr\"]\n");
-    std::fs::create_dir_all(d.join("a")).unwrap();
-    let st = std::process::Command::new("mount")
-        .arg("--bind")
-        .arg(d.join("data/x"))
-        .arg(d.join("a"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount --bind (the test needs root)");
-    let _bind = Bind(d.join("a"));
+    let _bind = bind(&d.join("data/x"), &d.join("a"));
     let p = PolicyFile::load(&d.join("a/p.toml"), &vars(&d)).unwrap();
     let mut config = RunnerConfig::default();
     config.read_write.push(d.join("data"));

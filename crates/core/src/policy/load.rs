@@ -245,7 +245,10 @@ impl PolicyFile {
     /// which line (or hidden by which mask)? Answers for the policy's own
     /// grants only: the scratch dir and the backend's system set (its
     /// docs list them) are granted apart from any policy. Symlinks are
-    /// resolved where the path exists, as a backend resolves grants.
+    /// resolved where the path exists, as a backend resolves grants. The
+    /// answer comes from the patterns: at spawn a mask also covers what a
+    /// matched symlink names and other mounts of a match, which this does
+    /// not report.
     pub fn check(&self, path: &Path, access: Access) -> Answer {
         let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         let path = real(path);

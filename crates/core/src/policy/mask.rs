@@ -128,13 +128,15 @@ impl MaskPattern {
             return self.clone();
         };
         // The real prefix stays literal (a directory may be named `a*`).
-        let mut parts: Vec<Part> = real
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(Part::Literal(n.to_string_lossy().into_owned())),
-                _ => None,
-            })
-            .collect();
+        let mut parts = Vec::new();
+        for c in real.components() {
+            if let Component::Normal(n) = c {
+                let Some(n) = n.to_str() else {
+                    return self.clone(); // a literal part is UTF-8
+                };
+                parts.push(Part::Literal(n.to_string()));
+            }
+        }
         let mut path = real;
         for c in self.path.components().skip(1 + self.literal_len()) {
             path.push(c);
@@ -250,6 +252,9 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 /// - A match that is a symlink masks its target when that lies inside a
 ///   grant (the link then shows the empty mask), and so does a symlink
 ///   inside a masked directory. A trailing `**` masks its directory.
+/// - Each match is masked at every path of the granted trees that shows
+///   it or part of it (`/proc/self/mountinfo`: a bind mount of it, of a
+///   directory above it or of one inside it, checked by inode).
 /// - `*` and `?` stand for whole characters, matched in linear time.
 /// - A file with more than one hard link is refused, inside a masked
 ///   directory too (its other names would still show it: mask them too,
@@ -282,6 +287,23 @@ pub fn resolve(
         walk.pattern(pattern)?;
     }
     let mut found = std::mem::take(&mut walk.found);
+    // The same file at another path of a granted tree (a bind mount of it
+    // or of a directory above it) is masked there too.
+    let mounts = super::reach::Mounts::read()?;
+    let mut aliases = Vec::new();
+    let id = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    for p in &found {
+        for (alias, shows) in mounts.aliases(p) {
+            if walk.inside(&alias) && id(&alias).is_some() && id(&alias) == id(&shows) {
+                aliases.push(alias);
+            }
+        }
+    }
+    found.extend(aliases);
     found.sort();
     found.dedup();
     let mut out: Vec<PathBuf> = Vec::new();

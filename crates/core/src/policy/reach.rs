@@ -29,18 +29,24 @@ impl PolicyFile {
             ScratchSetting::Dir(d) => Some(d.as_path()),
             _ => None,
         });
-        let mounts = Mounts::read();
+        let first = self.files.first().cloned().unwrap_or_default();
+        let mounts = Mounts::read().map_err(|message| PolicyError {
+            file: first,
+            line: None,
+            key: None,
+            message,
+        })?;
         let places: Vec<(Place, &Path)> = self
             .read_write
             .iter()
             .map(|e| e.value.as_path())
             .chain(scratch)
             .chain(extra.iter().map(PathBuf::as_path))
-            .filter_map(|w| Place::of(w, &mounts).map(|p| (p, w)))
+            .flat_map(|w| Place::writable(w, &mounts).into_iter().map(move |p| (p, w)))
             .collect();
         for f in &self.files {
             for step in lookup_chain(f) {
-                let Some(here) = Place::of(&step, &mounts) else {
+                let Some(here) = Place::step(&step, &mounts) else {
                     continue;
                 };
                 let Some((_, w)) = places.iter().find(|(p, _)| here.is_within(p)) else {
@@ -116,28 +122,49 @@ fn lookup_chain(path: &Path) -> Vec<PathBuf> {
 
 /// Where a path is: its inode, and its place in its filesystem.
 struct Place {
-    id: (u64, u64),
+    id: Option<(u64, u64)>,
     /// The mount's device (`major:minor`) and the path inside that
     /// filesystem.
     in_fs: Option<(String, PathBuf)>,
 }
 
 impl Place {
-    fn of(path: &Path, mounts: &Mounts) -> Option<Place> {
+    /// A step of a lookup (a real path; a symlink is taken as itself:
+    /// where it lies is what matters).
+    fn step(path: &Path, mounts: &Mounts) -> Option<Place> {
         let m = std::fs::symlink_metadata(path).ok()?;
-        let real = match path.canonicalize() {
-            Ok(r) => r,
-            Err(_) => path.to_path_buf(), // a dangling link: where it lies
-        };
         Some(Place {
-            id: (m.dev(), m.ino()),
-            in_fs: mounts.locate(&real),
+            id: Some((m.dev(), m.ino())),
+            in_fs: mounts.locate(path),
         })
+    }
+
+    /// A place the sandbox may write: what `path` names (a grant follows
+    /// symlinks), and every mount below it (writable through it too).
+    fn writable(path: &Path, mounts: &Mounts) -> Vec<Place> {
+        let (Ok(m), Ok(real)) = (std::fs::metadata(path), path.canonicalize()) else {
+            return Vec::new();
+        };
+        let mut out = vec![Place {
+            id: Some((m.dev(), m.ino())),
+            in_fs: mounts.locate(&real),
+        }];
+        for below in mounts
+            .0
+            .iter()
+            .filter(|b| b.at.starts_with(&real) && b.at != real)
+        {
+            out.push(Place {
+                id: None,
+                in_fs: Some((below.dev.clone(), below.root.clone())),
+            });
+        }
+        out
     }
 
     /// Whether this is `dir`, or inside it.
     fn is_within(&self, dir: &Place) -> bool {
-        if self.id == dir.id {
+        if self.id.is_some() && self.id == dir.id {
             return true;
         }
         match (&self.in_fs, &dir.in_fs) {
@@ -147,37 +174,110 @@ impl Place {
     }
 }
 
-/// This process's mounts: `(device, root in its fs, mount point)`.
-struct Mounts(Vec<(String, PathBuf, PathBuf)>);
+/// One mount of this process's mount namespace.
+pub(super) struct Mount {
+    id: u64,
+    dev: String,
+    /// The directory of its filesystem it shows.
+    root: PathBuf,
+    /// Where it is mounted.
+    at: PathBuf,
+}
+
+/// This process's mounts, from `/proc/self/mountinfo`.
+pub(super) struct Mounts(Vec<Mount>);
 
 impl Mounts {
-    fn read() -> Mounts {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        Mounts(
+    /// Reads them. On Linux an unreadable mountinfo is an error (a check
+    /// that needs it must not pass without it); elsewhere there is none,
+    /// and only inodes are compared.
+    pub(super) fn read() -> Result<Mounts, String> {
+        let text = match std::fs::read_to_string("/proc/self/mountinfo") {
+            Ok(t) => t,
+            Err(_) if !cfg!(target_os = "linux") => String::new(),
+            Err(e) => return Err(format!("cannot read /proc/self/mountinfo: {e}")),
+        };
+        Ok(Mounts(
             text.lines()
                 .filter_map(|l| {
                     let f: Vec<&str> = l.split(' ').collect();
-                    Some((
-                        f.get(2)?.to_string(),
-                        PathBuf::from(unescape(f.get(3)?)),
-                        PathBuf::from(unescape(f.get(4)?)),
-                    ))
+                    Some(Mount {
+                        id: f.first()?.parse().ok()?,
+                        dev: f.get(2)?.to_string(),
+                        root: PathBuf::from(unescape(f.get(3)?)),
+                        at: PathBuf::from(unescape(f.get(4)?)),
+                    })
                 })
                 .collect(),
-        )
+        ))
     }
 
-    /// The device and the path inside its filesystem of a real path: by
-    /// the deepest mount point above it (the last listed: it is on top).
-    fn locate(&self, real: &Path) -> Option<(String, PathBuf)> {
-        let (dev, root, at) = self
-            .0
+    /// The mount a real path is on: by its mount ID where the kernel says
+    /// it (`statx`, Linux 5.8), else the deepest mount point above it (the
+    /// last listed: it is on top).
+    fn mount_of(&self, path: &Path) -> Option<&Mount> {
+        if let Some(id) = mount_id(path) {
+            if let Some(m) = self.0.iter().find(|m| m.id == id) {
+                return Some(m);
+            }
+        }
+        self.0
             .iter()
-            .filter(|(_, _, at)| real.starts_with(at))
-            .max_by_key(|(_, _, at)| at.components().count())?;
-        let rest = real.strip_prefix(at).ok()?;
-        Some((dev.clone(), root.join(rest)))
+            .filter(|m| path.starts_with(&m.at))
+            .max_by_key(|m| m.at.components().count())
     }
+
+    /// The device and the path inside its filesystem of a real path.
+    pub(super) fn locate(&self, path: &Path) -> Option<(String, PathBuf)> {
+        let m = self.mount_of(path)?;
+        let rest = path.strip_prefix(&m.at).ok()?;
+        Some((m.dev.clone(), m.root.join(rest)))
+    }
+
+    /// The other paths of this namespace that show the file at the real
+    /// path `path`, or part of it: a bind mount of it or of a directory
+    /// above it (the alias shows `path` itself), and a bind mount of a
+    /// directory inside it. Each comes with the path under `path` it
+    /// should show, for the caller to compare inodes.
+    pub(super) fn aliases(&self, path: &Path) -> Vec<(PathBuf, PathBuf)> {
+        let Some((dev, inner)) = self.locate(path) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for m in self.0.iter().filter(|m| m.dev == dev) {
+            if let Ok(rest) = inner.strip_prefix(&m.root) {
+                out.push((m.at.join(rest), path.to_path_buf()));
+            } else if let Ok(rest) = m.root.strip_prefix(&inner) {
+                out.push((m.at.clone(), path.join(rest)));
+            }
+        }
+        out.retain(|(alias, _)| alias != path);
+        out
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn mount_id(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statx` is plain data; all-zero is a valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct we own.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut st,
+        )
+    };
+    (r == 0 && st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn mount_id(_: &Path) -> Option<u64> {
+    None
 }
 
 /// mountinfo's octal escapes (`\040` for a space).
