@@ -591,37 +591,44 @@ fn masks_under_a_writable_grant_never_reach_the_host() {
 #[test]
 fn masks_hold_through_a_symlinked_home_and_linked_dirs() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().canonicalize().unwrap();
-    std::fs::create_dir_all(d.join("real/home/.ssh")).unwrap();
-    std::fs::write(d.join("real/home/.ssh/id_rsa"), SECRET).unwrap();
-    std::fs::create_dir_all(d.join("real/home/p")).unwrap();
-    std::fs::write(d.join("real/home/p/.env"), ENV_SECRET).unwrap();
-    std::fs::create_dir_all(d.join("lib/deep")).unwrap();
-    std::fs::write(d.join("lib/deep/.env"), ENV_SECRET).unwrap();
-    std::os::unix::fs::symlink(d.join("real/home"), d.join("home")).unwrap();
-    std::os::unix::fs::symlink(d.join("lib"), d.join("real/home/p/lib")).unwrap();
-    let h = d.join("home");
-    let p = file(
-        &d,
-        "p.toml",
-        &format!(
-            "[fs]\nro = [\"{0}\", \"{1}\"]\nmask = [\"{0}/.ssh\", \"{0}/**/.env\"]\n",
-            h.display(),
-            d.join("lib").display()
-        ),
-    );
-    let out = sh_under(
-        &p,
-        format!(
+    as_each_uid(dir.path(), |who, home, cmd| {
+        // Readable by `who` without a sandbox: only the masks hide them.
+        let d = home.canonicalize().unwrap().join("t");
+        plant(&d.join("real/home/.ssh/id_rsa"), SECRET, who);
+        plant(&d.join("real/home/p/.env"), ENV_SECRET, who);
+        plant(&d.join("lib/deep/.env"), ENV_SECRET, who);
+        std::os::unix::fs::symlink(d.join("real/home"), d.join("home")).unwrap();
+        std::os::unix::fs::symlink(d.join("lib"), d.join("real/home/p/lib")).unwrap();
+        let h = d.join("home");
+        let p = file(
+            dir.path(),
+            &format!("{who}.toml"),
+            &format!(
+                "[fs]\nro = [\"{0}\", \"{1}\"]\nmask = [\"{0}/.ssh\", \"{0}/**/.env\"]\n",
+                h.display(),
+                d.join("lib").display()
+            ),
+        );
+        let script = format!(
             "cat {0}/.ssh/id_rsa; cat {0}/p/.env {0}/p/lib/deep/.env; ls -A {0}/.ssh; echo done",
             h.display()
-        ),
-    );
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(
-        !stdout.contains(SECRET) && !stdout.contains(ENV_SECRET),
-        "{stdout}"
-    );
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+        );
+        let out = run(cmd()
+            .arg("run")
+            .arg("--policy")
+            .arg(&p)
+            .args(["--", "/bin/sh", "-c", &script]));
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{who}: {stdout}{}", text(&out.stderr));
+        assert!(
+            !stdout.contains(SECRET) && !stdout.contains(ENV_SECRET),
+            "{who}: {stdout}"
+        );
+        assert!(stdout.ends_with("done\n"), "{who}: {stdout}");
+        // The host: what the masks covered is where it was.
+        assert_eq!(
+            std::fs::read_to_string(d.join("lib/deep/.env")).unwrap(),
+            ENV_SECRET
+        );
+    });
 }
