@@ -5,40 +5,82 @@
 //! program (no bubblewrap). Everything that can fail is prepared in the
 //! parent, in [`SandboxBackend::wrap`]; the child then only issues raw,
 //! async-signal-safe syscalls. If any step fails the child does not exec
-//! and the spawn fails: nothing ever runs unconfined.
+//! and the spawn fails: the program never runs unconfined.
 //!
-//! In the child, in this order (see the crate's README for each step's
-//! reason):
+//! In the child, in this order (each step by the name a spawn error that
+//! fails at it gives, as in "EPERM at landlock_restrict_self"; a step that
+//! does not apply to the tier, the host or the layers is skipped; the
+//! crate's README gives each step's reason):
 //!
-//! 1. if the host runs as root: `setgroups(0)`, `setresgid(U)`,
+//! 1. `cgroup_join`, only without an init (below): into the sandbox's
+//!    cgroups, so everything the child makes is counted;
+//! 2. `map_writer`, tier namespaces on a root host: the helper that stays
+//!    root and writes the id maps is started;
+//! 3. `capability_bounding_set`, tier landlock on a root host: the
+//!    bounding set is emptied while the child is still root;
+//! 4. `setresuid`, root host only: `setgroups(0)`, `setresgid(U)`,
 //!    `setresuid(U)` with a uid `U` of the sandbox's own ([`UidPool`]);
-//! 2. `unshare` of a user namespace and, inside it, UTS, PID, IPC and
-//!    mount namespaces, with uid/gid maps (`nobody` inside for a root
-//!    host, the caller's own ids otherwise), the namespace's quotas and the
-//!    hostname `cordon`;
-//! 3. `PR_SET_PDEATHSIG(SIGKILL)` again (credential changes clear it) and a
-//!    `getppid` check;
-//! 4. the mounts: the host read-only and `nosuid`, a discarded scratch a
-//!    private size-limited tmpfs, a kept scratch and read-write grants
-//!    `nosuid,nodev` binds;
-//! 5. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE, CPU,
-//!    FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
-//! 6. all capabilities dropped (ambient, bounding set, then `capset` to 0);
-//! 7. `PR_SET_NO_NEW_PRIVS`;
-//! 8. `landlock_restrict_self` with a ruleset built in the parent that
-//!    handles every access right of the running kernel's ABI;
-//! 9. the seccomp filters;
-//! 10. the PID namespace's process tree: a minimal init as pid 1 (the
-//!     process the host waits for, made without copying the host) and the
-//!     program as pid 2 — when the program ends, or the host dies, every
-//!     process of the sandbox dies with it.
+//! 5. `unshare`, tier namespaces: a user namespace and, inside it, UTS,
+//!    PID, IPC and mount namespaces (and a network namespace with an
+//!    egress allowlist);
+//! 6. `uid_map`: the uid/gid maps (`nobody` inside for a root host, the
+//!    caller's own ids otherwise);
+//! 7. `user_namespace_quotas`, here only where the sandbox gets no procfs
+//!    of its own (test layers; otherwise with the mounts, below);
+//! 8. `sethostname`, tier namespaces: the hostname `cordon`;
+//! 9. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
+//!    (credential changes clear it) and a `getppid` check;
+//! 10. `egress_listener`, with an egress allowlist: the proxy's listener
+//!     in the sandbox's network namespace, sent to the host;
+//! 11. `process_tree`: the init and the program are made (a PID
+//!     namespace's pid 1 and pid 2 in tier namespaces; in tier landlock a
+//!     subreaper init with a warden beside it, and the program its child).
+//!     Only the program takes the steps below;
+//! 12. `cgroup_join`, with an init: the program joins the sandbox's
+//!     cgroups;
+//! 13. `mounts`, tier namespaces: the host read-only and `nosuid`, a
+//!     discarded scratch a private size-limited tmpfs, a kept scratch and
+//!     read-write grants `nosuid,nodev` binds (idmapped on a root host),
+//!     and a procfs of the PID namespace, through which the quotas are
+//!     then written (`user_namespace_quotas`) before it is made read-only
+//!     (`mounts`); and the Landlock rule for the private scratch
+//!     (`landlock_add_rule`);
+//! 14. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
+//!     CPU, FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
+//! 15. `capabilities`: all dropped (ambient, the bounding set where it
+//!     can be and step 3 did not, then `capset` to 0);
+//! 16. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
+//! 17. `landlock_restrict_self` with a ruleset built in the parent that
+//!     handles every access right of the running kernel's ABI;
+//! 18. `seccomp`: the seccomp filters, last.
+//!
+//! The init (and in tier landlock its warden) is split off at step 11
+//! and takes none of the steps after it: it runs with what the launcher
+//! had then. That is the sandbox's uid on a root host; in tier namespaces
+//! the sandbox's namespaces and the full capability set of its user
+//! namespace (which counts only inside it); in tier landlock no namespace
+//! and, on a root host, no capability. It is in no sandbox cgroup (it
+//! shares the host's memory, and the cgroup's OOM killer kills every
+//! process sharing its victim's) and has none of the sandbox's rlimits,
+//! no no_new_privs, no Landlock domain and no seccomp filter: the init is
+//! not confined. What holds instead: it runs its own raw syscalls only,
+//! never execs, and only reaps, records the program's status and ends
+//! the sandbox when the program ends; the program can neither trace it
+//! (seccomp, no capabilities, Landlock's ptrace scoping) nor kill it (a
+//! PID namespace's init ignores the signals of its namespace; in tier
+//! landlock, Landlock's signal scoping). A test in `linux/confine.rs`
+//! (`the_crate_docs_list_the_steps_in_the_order_confine_takes_them`)
+//! holds this list to the order the code takes the steps in.
 //!
 //! The child's `HOME` and `TMPDIR` are its scratch dir (core's spawner sets
 //! them for every sandboxed child): `git` and `gcc` need both writable.
 //! A caller's own scratch dir (`Scratch::Existing`) is never chowned: on a
 //! root host it (like every writable host directory) is mounted idmapped,
 //! so the caller's files appear as the sandbox's and what it creates is
-//! stored as the caller's.
+//! stored as the caller's. Tier landlock has no mounts: a root host
+//! refuses a caller's scratch dir there, and its fresh scratch dir is
+//! chowned to the sandbox's uid for the sandbox's life (handed back to the
+//! caller and removed before the uid is released).
 //!
 //! See [`docs`] (the crate's `README.md`) for every seccomp rule and every
 //! Landlock right with the reason it exists, the minimal system set, the
@@ -103,8 +145,10 @@ pub const SANDBOX_UID: u32 = 65534;
 pub const SANDBOX_GID: u32 = 65534;
 
 /// Which isolation layers the backend applies on top of the ones it always
-/// applies (user namespace, rlimits, no capabilities, no_new_privs,
-/// Landlock, seccomp).
+/// applies (rlimits, no capabilities, no_new_privs, Landlock, seccomp, and
+/// in [`Tier::Namespaces`] a user namespace). The namespace layers (and
+/// the namespace quotas of `kernel_quotas`) hold in tier namespaces only:
+/// [`Tier::Landlock`] makes no namespace, whatever they say.
 ///
 /// [`LinuxBackend::new`] applies every layer. A backend with fewer layers
 /// is *not* a weaker production option: it fails the conformance probes
@@ -139,7 +183,8 @@ pub struct Layers {
     /// sandboxes always run as its own uid.)
     pub own_uid: bool,
     /// A UTS namespace whose hostname is `cordon`: the host's name is not
-    /// shown to the program.
+    /// shown to the program. Tier namespaces only: [`Tier::Landlock`]
+    /// makes no namespace, and its program sees the host's hostname.
     pub uts_namespace: bool,
     /// The quotas the kernel keeps per user namespace, set low in the
     /// sandbox's own one (inotify, fanotify, every kind of namespace),

@@ -14,7 +14,9 @@
 //! memory. With a PID namespace the launcher hands over to the init once
 //! the namespaces exist, and the steps after [`Step::ProcessTree`] run in
 //! the program process that [`tree::split`](super::tree::split) creates
-//! inside the new namespace. Tier landlock takes the same list without
+//! inside the new namespace; the init takes none of them (the crate docs
+//! say what it runs under). The crate docs list the steps in this order
+//! by their names; a test below holds the two together. Tier landlock takes the same list without
 //! the namespace steps (no `unshare`, maps, quotas, hostname or mounts):
 //! its init is a subreaper with a warden (`tree/`), and the program is
 //! confined by rlimits, capabilities, no_new_privs, Landlock and its
@@ -139,8 +141,9 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
         }
     };
     // Into the sandbox's cgroups first, while still allowed to write there:
-    // everything it makes is counted from now on. With a PID namespace the
-    // program joins instead (below): the init shares the host's memory,
+    // everything it makes is counted from now on. With an init (a PID
+    // namespace's, or tier landlock's subreaper) the program joins instead
+    // (below): the init shares the host's memory,
     // and the cgroup's OOM killer, which kills every process sharing its
     // victim's memory, must never pick it.
     if plan.tree.is_none() {
@@ -224,6 +227,70 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::Step;
+
+    /// The steps in the order [`super::confine`] takes them: each
+    /// `at(Step::…)` of its body, in the order of the source (a step
+    /// reported at two places is listed twice).
+    fn code_order() -> Vec<Step> {
+        let src = include_str!("confine.rs");
+        let start = src
+            .find("pub(crate) fn confine(")
+            .expect("confine.rs defines `confine`");
+        let body = &src[start..];
+        let body = &body[..body.find("\n}\n").expect("`confine` ends")];
+        body.match_indices("at(Step::")
+            .map(|(i, m)| {
+                let ident: String = body[i + m.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                Step::ALL
+                    .into_iter()
+                    .find(|s| format!("{s:?}") == ident)
+                    .unwrap_or_else(|| panic!("`confine` reports an unknown step `{ident}`"))
+            })
+            .collect()
+    }
+
+    /// The steps in the order the crate docs' numbered list names them
+    /// (`lib.rs`): every `` `name` `` in it that is a [`Step::name`].
+    fn documented_order() -> Vec<Step> {
+        let lib = include_str!("../lib.rs");
+        let intro = lib
+            .find("//! In the child, in this order")
+            .expect("lib.rs's crate docs have the step list");
+        let list = &lib[intro..];
+        let list = &list[list.find("//! 1. ").expect("the list starts at 1.")..];
+        let list = &list[..list
+            .find("\n//!\n")
+            .expect("a blank doc line ends the list")];
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|word| Step::ALL.into_iter().find(|s| s.name() == word))
+            .collect()
+    }
+
+    /// The crate docs' list of the steps is the code's: a step moved,
+    /// added or removed in `confine` without the docs (or the other way
+    /// round) fails here.
+    #[test]
+    fn the_crate_docs_list_the_steps_in_the_order_confine_takes_them() {
+        let code = code_order();
+        for s in Step::ALL {
+            assert!(
+                code.contains(&s),
+                "`confine` never reports {s:?} through `at`: report every step so"
+            );
+        }
+        let names = |v: &[Step]| v.iter().map(|s| s.name()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&documented_order()),
+            names(&code),
+            "the step list in lib.rs's crate docs (left) differs from the order `confine` \
+             takes the steps in (right): fix the docs"
+        );
+    }
 
     #[test]
     fn step_ids_are_stable_and_distinct() {

@@ -25,10 +25,11 @@
 //! - On a root host every such writable place is instead mounted
 //!   *idmapped* ([`Idmap`]): through that mount, files the caller owns
 //!   appear owned by the sandbox's uid, and what the sandbox creates is
-//!   written to disk as the caller's. Nothing on the host's disk is ever
-//!   owned by a sandbox uid, so no file outlives a sandbox as its uid's
-//!   (which a later sandbox with that uid would own), and the caller's
-//!   dirs never change owner or mode. A filesystem that cannot be mounted
+//!   written to disk as the caller's. Nothing a sandbox with a mount
+//!   namespace writes is stored as its uid's, so no such file outlives
+//!   it as its uid's (which a later sandbox with that uid would own; tier
+//!   landlock, with no mount namespace, differs: `uid.rs`), and the
+//!   caller's dirs never change owner or mode. A filesystem that cannot be mounted
 //!   idmapped (most do since Linux 5.12–6.3: ext4, xfs, btrfs, tmpfs,
 //!   overlayfs; not NFS or FUSE) fails the spawn with the path.
 //! - With a PID namespace, a fresh read-only procfs of that namespace

@@ -22,10 +22,16 @@
 //! included, keep the uid busy until the last one is gone. The lease is
 //! released when the sandbox's resources are dropped, which the runner
 //! does only once every process of the sandbox is gone; its cgroup is then
-//! empty. Nothing else of the uid outlives the sandbox: its files on the
-//! host's disk are written through idmapped mounts as the caller's
-//! (`mounts.rs`), its SysV IPC and message queues die with its IPC
-//! namespace, its private scratch with its mount namespace.
+//! empty. In tier namespaces nothing else of the uid outlives the
+//! sandbox: its files on the host's disk are written through idmapped
+//! mounts as the caller's (`mounts.rs`), its SysV IPC and message queues
+//! die with its IPC namespace, its private scratch with its mount
+//! namespace. In tier landlock (no namespaces) the fresh scratch dir is
+//! owned by the sandbox's uid while it runs (`wrap.rs`); before its uid is
+//! released the host hands the scratch back (its top dir chowned to the
+//! caller) and removes it. A host that is killed leaves that scratch, of
+//! the uid, on disk, and its lock dies with it: the uid can be leased
+//! again while the scratch is still there.
 //!
 //! **Checks at start** ([`UidPool::check`], once per process and pool):
 //! the range must not hold 0, the 16-bit ids (`nobody` and `(uid_t)-1`

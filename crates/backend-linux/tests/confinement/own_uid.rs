@@ -1,7 +1,8 @@
 //! Sandbox v3, tried as an attacker: a uid of its own for every sandbox
-//! of a root host, quotas held per sandbox, a hostname of its own, a
-//! set-up that cannot be frozen, and `#!` lines that grant nothing they
-//! name. Each hostile scenario also runs its attack against the layers
+//! of a root host, quotas held per sandbox, a hostname of its own (tier
+//! namespaces; tier landlock gives it up, and is only checked not to set
+//! the host's), a set-up that cannot be frozen, and `#!` lines that grant
+//! nothing they name. Each hostile scenario also runs its attack against the layers
 //! without the fix (`Layers` with that switch off), where it must
 //! succeed: the check can fail.
 
