@@ -771,6 +771,29 @@ int main(void) {
                 "fanotify_init" => res(libc::syscall(libc::SYS_fanotify_init, 0x200u32, 0u32)),
                 "userfaultfd" => res(libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC)),
                 "keyctl" => res(libc::syscall(libc::SYS_keyctl, 0, -3i32, 0)),
+                // Null pointers: EFAULT unfiltered, nothing made.
+                "add_key" => res(libc::syscall(
+                    libc::SYS_add_key,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                    -2i32,
+                )),
+                "perf_event_open" => res(libc::syscall(
+                    libc::SYS_perf_event_open,
+                    0usize,
+                    0i32,
+                    -1i32,
+                    -1i32,
+                    0u64,
+                )),
+                // One event of the host's AIO pool, freed when the probe
+                // exits.
+                "io_setup" => {
+                    let mut ctx: libc::c_ulong = 0;
+                    res(libc::syscall(libc::SYS_io_setup, 1u32, &mut ctx))
+                }
                 "pidfd_getfd" => {
                     let pidfd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0);
                     if pidfd < 0 {
@@ -1039,6 +1062,9 @@ int main(void) {
             ("fanotify_init", "EPERM", DiffersFromDenyList),
             ("userfaultfd", "EPERM", DiffersAsRoot),
             ("keyctl", "EPERM", Differs),
+            ("add_key", "EPERM", Differs),
+            ("perf_event_open", "EPERM", Differs),
+            ("io_setup", "ENOSYS", DiffersFromDenyList),
             ("pidfd_getfd", "EPERM", Differs),
             ("name_to_handle_at", "EPERM", Differs),
             ("setsid", "ok", DiffersFromDenyList),

@@ -28,6 +28,8 @@ mod launcher;
 mod limits;
 #[path = "own_uid.rs"]
 mod own_uid;
+#[path = "pools.rs"]
+mod pools;
 
 const SCENARIO_ENV: &str = "CORDON_LINUX_SCENARIO";
 /// Set (to `container`) in a scenario the driver started under the
@@ -57,6 +59,7 @@ fn scenarios() -> Vec<Scenario> {
     use launcher::*;
     use limits::*;
     use own_uid::*;
+    use pools::*;
     macro_rules! s {
         ($name:ident, $nobody:expr) => {
             Scenario {
@@ -164,6 +167,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(tier_landlock_ends_when_its_warden_dies, true),
         s!(shebang_arguments_grant_nothing, true),
         s!(a_stopped_setup_is_killed_and_fails, true),
+        s!(aio_pool_stays_the_hosts, true),
     ]
 }
 
@@ -180,6 +184,9 @@ pub fn main() {
         }
         if name == own_uid::HELPER {
             own_uid::helper();
+        }
+        if name == pools::HELPER {
+            pools::helper();
         }
         let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
             eprintln!("unknown scenario {name}");

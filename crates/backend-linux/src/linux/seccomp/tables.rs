@@ -48,10 +48,6 @@ pub(super) mod nr {
     pub(crate) const REMOVEXATTRAT: i64 = 466;
     pub(crate) const OPEN_TREE_ATTR: i64 = 467;
 
-    #[cfg(target_arch = "x86_64")]
-    pub(crate) const IO_PGETEVENTS: i64 = 333;
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(crate) const IO_PGETEVENTS: i64 = 292;
     #[cfg(not(target_arch = "x86_64"))]
     pub(crate) const KEXEC_FILE_LOAD: i64 = 294;
     #[cfg(not(target_arch = "x86_64"))]
@@ -306,16 +302,10 @@ pub(super) fn allowed_common() -> Vec<Sys> {
     ]);
     // SysV and POSIX IPC: private to the sandbox's IPC namespace.
     v.extend(ipc());
-    // Kernel AIO on own fds (databases use it; Docker allows it).
-    v.extend(sys![
-        SYS_io_setup,
-        SYS_io_destroy,
-        SYS_io_submit,
-        SYS_io_cancel,
-        SYS_io_getevents,
-    ]);
+    // Kernel AIO (io_setup, io_submit, ...) is left out: its events are
+    // one pool for the whole host (`fs.aio-max-nr`), so ENOSYS, and
+    // programs use their thread-pool I/O (`pools.rs`, decision 0014).
     v.extend([
-        Sys::new(nr::IO_PGETEVENTS, "io_pgetevents"),
         Sys::new(nr::MAP_SHADOW_STACK, "map_shadow_stack"),
         Sys::new(nr::FUTEX_WAKE, "futex_wake"),
         Sys::new(nr::FUTEX_WAIT, "futex_wait"),
