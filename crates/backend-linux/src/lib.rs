@@ -133,6 +133,8 @@ pub mod docs {}
 #[cfg(target_os = "linux")]
 pub use linux::facts::HOST_FACTS;
 #[cfg(target_os = "linux")]
+pub use linux::seccomp::pools::{Held, HostPool, HOST_POOLS, NO_HOST_POOL};
+#[cfg(target_os = "linux")]
 pub use linux::uid::{UidPool, UID_RANGE_ENV};
 
 /// The uid and gid the program has *inside* its user namespace on a root

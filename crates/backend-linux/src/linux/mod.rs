@@ -25,7 +25,7 @@ mod plan;
 mod probe;
 mod quotas;
 mod rlimits;
-mod seccomp;
+pub(crate) mod seccomp;
 mod sys;
 pub(crate) mod tier;
 mod tree;

@@ -38,6 +38,11 @@ pub fn all() -> Vec<Table> {
             text: host_facts(),
         });
         t.push(Table {
+            file: "crates/backend-linux/README.md",
+            name: "host-pools",
+            text: host_pools(),
+        });
+        t.push(Table {
             file: "docs/probes.md",
             name: "probes",
             text: probes::render(),
@@ -137,6 +142,51 @@ fn host_facts() -> String {
     let mut s = String::from("| fact | what it says |\n|---|---|\n");
     for (k, what) in cordon_backend_linux::HOST_FACTS {
         let _ = writeln!(s, "| `{k}` | {what} |");
+    }
+    s
+}
+
+/// The backend's inventory of kernel pools shared beyond the sandbox
+/// (`HOST_POOLS`), and the calls that take from none (`NO_HOST_POOL`).
+#[cfg(target_os = "linux")]
+fn host_pools() -> String {
+    use cordon_backend_linux::{Held, HOST_POOLS, NO_HOST_POOL};
+    let held = |h: Held| match h {
+        Held::Runs => "run",
+        Held::Refused => "refused (`EPERM`)",
+        Held::Unlisted => "unlisted (`ENOSYS`)",
+    };
+    let mut s = String::from(
+        "| pool | calls | tier namespaces | tier landlock, root host | tier landlock, another user | what bounds the sandbox's part | shown by |\n|---|---|---|---|---|---|---|\n",
+    );
+    for p in HOST_POOLS {
+        let calls: Vec<String> = p.syscalls.iter().map(|c| format!("`{c}`")).collect();
+        let namespaces = if p.egress == p.namespaces {
+            held(p.namespaces).to_string()
+        } else {
+            format!(
+                "{}; with `Network::Allow`: {}",
+                held(p.namespaces),
+                held(p.egress)
+            )
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {namespaces} | {} | {} | {} | {} |",
+            p.pool,
+            calls.join(", "),
+            held(p.landlock),
+            held(p.landlock_caller_uid),
+            p.bound,
+            p.test
+        );
+    }
+    s.push_str(
+        "\nEvery other call a filter lets run takes from no pool shared beyond the sandbox:\n\n",
+    );
+    for (why, calls) in NO_HOST_POOL {
+        let calls: Vec<String> = calls.iter().map(|c| format!("`{c}`")).collect();
+        let _ = writeln!(s, "- {why}: {}", calls.join(", "));
     }
     s
 }

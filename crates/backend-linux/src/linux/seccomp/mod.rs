@@ -74,6 +74,7 @@ mod asm;
 mod codegen;
 pub(crate) mod emulate;
 pub(crate) mod landlock_tier;
+pub(crate) mod pools;
 mod rules;
 
 pub(crate) use codegen::*;
