@@ -290,3 +290,53 @@ fn a_generated_table_edited_by_hand_fails_the_check() {
     assert!(wrote.success());
     assert_eq!(std::fs::read_to_string(&readme).unwrap(), text);
 }
+
+/// The places where the host opens, writes, removes, sweeps or chowns a
+/// path that a sandbox or another local user could shape. Each must do it
+/// through `cordon_core::hostfs` (no link followed, outputs made beside
+/// their name, bounded removal), never with a `std::fs` call on a path:
+/// the per-place guards it replaced each missed a case.
+const HOST_PATH_FILES: &[&str] = &[
+    "crates/cli/src/explain.rs",
+    "crates/cli/src/run.rs",
+    "crates/cli/src/star/mod.rs",
+    "crates/core/src/child/scratch.rs",
+    "crates/backend-linux/src/linux/wrap.rs",
+];
+
+/// Path calls that write, create, remove or change ownership.
+const RAW_PATH_WRITES: &[&str] = &[
+    "OpenOptions",
+    "custom_flags(",
+    "fs::File::create",
+    "File::options",
+    "fs::write(",
+    "remove_dir_all",
+    "remove_file(",
+    "fs::chown(",
+    "fs::lchown(",
+    "fs::rename(",
+    "set_permissions(",
+];
+
+#[test]
+fn host_paths_go_through_hostfs() {
+    let mut problems = Vec::new();
+    for rel in HOST_PATH_FILES {
+        let text = std::fs::read_to_string(root().join(rel))
+            .unwrap_or_else(|e| panic!("{rel}: {e} (listed in HOST_PATH_FILES)"));
+        // A unit-test module at the end may make its fixtures freely.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for raw in RAW_PATH_WRITES {
+                if line.contains(raw) {
+                    problems.push(format!("{rel}:{}: `{raw}`: use cordon_core::hostfs", n + 1));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

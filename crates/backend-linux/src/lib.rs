@@ -434,6 +434,19 @@ impl SandboxBackend for LinuxBackend {
             && self.tier() == Ok(Tier::Namespaces)
     }
 
+    /// A root host's pool range when each sandbox gets a uid of its own:
+    /// tier landlock gives a fresh scratch to that uid while it runs.
+    fn sandbox_uids(&self) -> Option<std::ops::RangeInclusive<u32>> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: geteuid has no preconditions.
+            if self.layers.own_uid && unsafe { libc::geteuid() } == 0 {
+                return self.pool().ok().map(|p| p.first()..=p.last());
+            }
+        }
+        None
+    }
+
     fn step_name(&self, id: u32) -> Option<&'static str> {
         #[cfg(target_os = "linux")]
         {

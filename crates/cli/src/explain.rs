@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use cordon_core::explain::{escape, escape_bytes, Denial, DenialKind, Explanation, Remedy};
+use cordon_core::hostfs::OutputFile;
 
 /// The hint for one denial: the flag that allows it, or why none does.
 pub(crate) fn hint(d: &Denial) -> String {
@@ -83,27 +84,19 @@ fn remedy(r: &Remedy) -> serde_json::Value {
     serde_json::json!({"remedy": kind, "value": value})
 }
 
-/// Opens (creates, empties) the `--explain-json` file, never through a
-/// symlink, before the program runs.
-pub(crate) fn open_json(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+/// Makes the `--explain-json` output before the program runs (its path
+/// checked then: a path the sandbox may shape is refused, see
+/// `cordon_core::hostfs::OutputFile`); written and moved over its name
+/// by [`write_json_file`] once the program has ended.
+pub(crate) fn open_json(path: &std::path::Path) -> std::io::Result<OutputFile> {
+    OutputFile::create(path)
 }
 
-/// Writes the explanation into the file [`open_json`] opened, from its
-/// start (whatever was written to it meanwhile is dropped).
-pub(crate) fn write_json_file(e: &Explanation, file: std::fs::File) -> std::io::Result<()> {
-    use std::io::Seek;
-    let mut file = file;
-    file.set_len(0)?;
-    file.rewind()?;
-    write_json(e, std::io::BufWriter::new(file))
+/// Writes the explanation into the output [`open_json`] made and moves
+/// it over its name.
+pub(crate) fn write_json_file(e: &Explanation, mut out: OutputFile) -> std::io::Result<()> {
+    write_json(e, std::io::BufWriter::new(out.file()))?;
+    out.commit()
 }
 
 /// The same as JSON lines: one object per denial (`kind`, `object`,

@@ -347,9 +347,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let fresh_scratch = matches!(spec.scratch, Scratch::Fresh);
     let kept_scratch = matches!(spec.scratch, Scratch::FreshKept);
     spec.explain = args.explain || args.explain_json.is_some();
-    // Opened now, before the program runs, and never through a symlink:
-    // the path may be in a dir the sandbox can write (--rw), where the
-    // program could put a link to a file of the caller's in its place.
+    // Made now, before the program runs (and before its deadline is
+    // armed, so nothing here may block): the path may be in a dir the
+    // sandbox can write (--rw), shaped by an earlier run (hostfs).
     let explain_json = match &args.explain_json {
         Some(path) => Some(
             crate::explain::open_json(path)

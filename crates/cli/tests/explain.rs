@@ -773,9 +773,10 @@ fn the_json_file_is_never_written_through_the_sandboxs_link() {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "precious").unwrap();
         let json = shared.join("explain.jsonl");
-        // The program swaps the output file for a link to the victim.
+        // The program puts a link to the victim where the output goes (the
+        // output is not there while it runs: it is made beside its name).
         let swap = format!(
-            "import os\nos.unlink({j:?})\nos.symlink({v:?}, {j:?})\nprint('swapped')",
+            "import os\ntry:\n    os.unlink({j:?})\nexcept FileNotFoundError:\n    pass\nos.symlink({v:?}, {j:?})\nprint('swapped')",
             j = json.to_str().unwrap(),
             v = victim.to_str().unwrap()
         );
@@ -801,4 +802,175 @@ fn the_json_file_is_never_written_through_the_sandboxs_link() {
             "{who}"
         );
     }
+}
+
+/// A path the caller's own run may write: `dir/w` for a `--rw` grant,
+/// and the victim `dir/victim/explain.json` outside every grant, both the
+/// caller's (uid 65534's when it runs cordon).
+fn grant_and_victim(who: &str, dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let w = dir.join("w");
+    let victim_dir = dir.join("victim");
+    std::fs::create_dir_all(&w).unwrap();
+    std::fs::create_dir_all(&victim_dir).unwrap();
+    let victim = victim_dir.join("explain.json");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if who == "uid 65534" {
+        for p in [&w, &victim_dir, &victim] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    (w, victim)
+}
+
+#[test]
+fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
+    // Run 1 turns `W/logs` into a link to a dir of the caller's outside
+    // every grant; run 2, the operator's usual `--explain-json
+    // W/logs/explain.json`, must not write there.
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, victim) = grant_and_victim(who, dir.path());
+        let logs = w.join("logs");
+        let plant = format!(
+            "import os, shutil\nshutil.rmtree({l:?}, ignore_errors=True)\nos.symlink({v:?}, {l:?})\nprint('planted')",
+            l = logs.to_str().unwrap(),
+            v = victim.parent().unwrap().to_str().unwrap()
+        );
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--rw",
+            w.to_str().unwrap(),
+            "--",
+            PY,
+            "-c",
+            &plant,
+        ]));
+        assert!(
+            text(&out.stdout).contains("planted"),
+            "{who}: {}",
+            text(&out.stderr)
+        );
+        assert!(logs.symlink_metadata().unwrap().file_type().is_symlink());
+        let json = logs.join("explain.json");
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--rw",
+            w.to_str().unwrap(),
+            "--explain-json",
+            json.to_str().unwrap(),
+            "--",
+            "/bin/true",
+        ]));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{who}: the run went on: {err}");
+        assert!(err.contains("symbolic link"), "{who}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious",
+            "{who}"
+        );
+        assert_eq!(
+            std::fs::read_dir(victim.parent().unwrap()).unwrap().count(),
+            1,
+            "{who}: something was made in the victim's dir"
+        );
+    }
+}
+
+#[test]
+fn a_fifo_at_the_json_files_path_does_not_hang_cordon() {
+    for who in callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, _) = grant_and_victim(who, dir.path());
+        let json = w.join("explain.json");
+        // An earlier sandbox with the same grant left a FIFO there.
+        let plant = format!(
+            "import os\nos.mkfifo({j:?})\nprint('planted')",
+            j = json.to_str().unwrap()
+        );
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--rw",
+            w.to_str().unwrap(),
+            "--",
+            PY,
+            "-c",
+            &plant,
+        ]));
+        assert!(
+            text(&out.stdout).contains("planted"),
+            "{who}: {}",
+            text(&out.stderr)
+        );
+        let mut child = spawn(
+            cordon_as(who, dir.path())
+                .args([
+                    "run",
+                    "--timeout",
+                    "5",
+                    "--rw",
+                    w.to_str().unwrap(),
+                    "--explain-json",
+                    json.to_str().unwrap(),
+                    "--",
+                    "/bin/true",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped()),
+        );
+        // Bounded wait: cordon must have ended (refused) long before this.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let status = status.unwrap_or_else(|| panic!("{who}: cordon hung on the FIFO: {err}"));
+        assert!(!status.success(), "{who}: {err}");
+        assert!(err.contains("FIFO"), "{who}: {err}");
+    }
+}
+
+#[test]
+fn roots_json_file_is_never_written_into_another_users_file() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    // uid 65534 made a 0666 file in a sticky dir (as with
+    // fs.protected_regular=0) and waits for root's denial records.
+    let dir = tempfile::tempdir().unwrap();
+    let sticky = dir.path().join("sticky");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = sticky.join("explain.json");
+    std::fs::write(&planted, "").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let out = run(cordon(dir.path()).args([
+        "run",
+        "--explain-json",
+        planted.to_str().unwrap(),
+        "--",
+        PY,
+        "-c",
+        "import ctypes; ctypes.CDLL(None).ptrace(0, 0, 0, 0)",
+    ]));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "the run went on: {err}");
+    assert!(err.contains("uid 65534"), "{err}");
+    let m = std::fs::metadata(&planted).unwrap();
+    assert_eq!((m.uid(), m.len()), (65534, 0), "root wrote into it");
 }

@@ -107,3 +107,118 @@ fn tier_landlock_can_be_required_where_namespaces_work() {
         text(&out.stderr)
     );
 }
+
+/// A dead scratch 20 000 levels deep planted in the temp dir (by an
+/// earlier sandbox, or by any user) is swept without aborting cordon: the
+/// sweep's recursive removal overflowed its thread's stack on one 15 000
+/// deep, and every run that swept that dir aborted (exit 134). Run with a
+/// high `RLIMIT_NOFILE` (as in many containers), so that the removal
+/// reaches that depth instead of failing with `EMFILE` first. As root and
+/// as uid 65534, in tier landlock (whose runs sweep: their scratch is on
+/// the host's disk).
+#[test]
+fn a_planted_deep_dead_scratch_neither_aborts_cordon_nor_stays() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    for who in if root {
+        vec!["root", "uid 65534"]
+    } else {
+        vec!["this user"]
+    } {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let dead = {
+            let mut c = Command::new("/bin/true").spawn().unwrap();
+            let pid = c.id();
+            c.wait().unwrap();
+            pid
+        };
+        let planted = tmp.join(format!("cordon-scratch-{dead}-Deep01"));
+        // Built by its owner, as a sandbox of that user would.
+        let mut build = Command::new("/usr/bin/python3");
+        build.args([
+            "-c",
+            "import os, sys\nos.mkdir(sys.argv[1])\nos.chdir(sys.argv[1])\nos.mkdir('top')\n\
+             for _ in range(20000):\n    os.mkdir('new')\n    os.rename('top', 'new/d')\n    \
+             os.rename('new', 'top')",
+            planted.to_str().unwrap(),
+        ]);
+        if who == "uid 65534" {
+            build.uid(65534).gid(65534);
+        }
+        assert!(
+            build.status().unwrap().success(),
+            "{who}: the chain was not built"
+        );
+        // Removed however the test ends (a recursive removal, as the
+        // temp dir's own, would overflow this thread's stack).
+        struct Planted(std::path::PathBuf);
+        impl Drop for Planted {
+            fn drop(&mut self) {
+                let _ = cordon_core::hostfs::remove_tree(&self.0);
+            }
+        }
+        let planted = Planted(planted);
+        let planted = &planted.0;
+        let mut cmd = if who == "uid 65534" {
+            common::unprivileged(&dir.path().join("bin"))
+        } else {
+            cordon(dir.path())
+        };
+        // The program waits for its stdin to close: the sweep runs on a
+        // thread beside it, and the host closes it once the dead scratch is
+        // gone (or cordon has ended, as it did when the sweep aborted it).
+        cmd.env("PATH", PATH)
+            .env("TMPDIR", &tmp)
+            .args([
+                "run",
+                "--tier",
+                "landlock",
+                "--",
+                "sh",
+                "-c",
+                "cat >/dev/null",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: setrlimit only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut l = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+                l.rlim_cur = l.rlim_max.min(1 << 20);
+                libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+                Ok(())
+            });
+        }
+        let mut child = common::spawn(&mut cmd);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        while planted.exists()
+            && child.try_wait().unwrap().is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let gone = !planted.exists();
+        drop(child.stdin.take());
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{who}: cordon did not end well: {err}"
+        );
+        assert!(!err.contains("overflowed"), "{who}: {err}");
+        assert!(gone, "{who}: the dead scratch was never swept");
+    }
+}

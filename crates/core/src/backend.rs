@@ -193,6 +193,16 @@ pub trait SandboxBackend: Send + Sync {
         None
     }
 
+    /// The host uids, other than the caller's, that may own a discarded
+    /// scratch dir of this backend's while its sandbox runs (a root host's
+    /// sandboxes given uids of their own, which own their scratch there):
+    /// the spawner's sweep of scratch dirs a killed host left behind
+    /// removes those owned by the caller or by a uid in this range, and
+    /// no other. `None` (the default): only the caller's.
+    fn sandbox_uids(&self) -> Option<std::ops::RangeInclusive<u32>> {
+        None
+    }
+
     /// Whether this backend enforces [`Network::Allow`](crate::Network::Allow)
     /// (the egress allowlist, see the `cordon-egress` crate). A backend that says
     /// so is put through probe P8 as well, and conforms only if it passes
@@ -245,6 +255,9 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     }
     fn claims_egress_allowlist(&self) -> bool {
         (**self).claims_egress_allowlist()
+    }
+    fn sandbox_uids(&self) -> Option<std::ops::RangeInclusive<u32>> {
+        (**self).sandbox_uids()
     }
     fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
         (**self).exec_dirs()

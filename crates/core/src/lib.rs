@@ -47,6 +47,7 @@ mod child;
 mod command;
 mod error;
 pub mod explain;
+pub mod hostfs;
 mod launch;
 pub mod policy;
 mod probe_id;
@@ -60,7 +61,7 @@ mod spec;
 pub mod sys;
 
 pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, WrapResources};
-pub use child::{ExitOutcome, RunningChild};
+pub use child::{ExitOutcome, RunningChild, SCRATCH_PREFIX};
 pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use launch::LaunchError;

@@ -323,7 +323,10 @@ impl Spawner {
         // RLIMIT_NPROC at wrap; started before, its exit would leave the
         // child one process more than its limit.
         if sweeps {
-            crate::child::sweep_dead_scratches(&self.config.scratch_base);
+            crate::child::sweep_dead_scratches(
+                &self.config.scratch_base,
+                self.backend.as_ref().and_then(|b| b.sandbox_uids()),
+            );
         }
         if let Some(relay) = &mut relay {
             relay.go();

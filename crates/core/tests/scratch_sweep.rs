@@ -23,6 +23,17 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     std::fs::write(left.join("locked/inner/file"), "what the sandbox wrote").unwrap();
     // A dir the sandbox made that its owner cannot enter or empty as is.
     std::fs::set_permissions(left.join("locked"), std::fs::Permissions::from_mode(0o500)).unwrap();
+    // A chain deeper than any thread's stack and any fd limit (a recursive
+    // sweep overflowed its 2 MiB stack on one 15 000 deep and aborted the
+    // host): built as a sandbox builds it, renaming into a new top.
+    let chain = left.join("chain");
+    std::fs::create_dir(&chain).unwrap();
+    for _ in 0..20_000 {
+        let new = left.join("new");
+        std::fs::create_dir(&new).unwrap();
+        std::fs::rename(&chain, new.join("d")).unwrap();
+        std::fs::rename(&new, &chain).unwrap();
+    }
 
     // Not to be touched: a live host's (this one's), a kept scratch (no
     // pid), a link named like a leftover, and what it points to.
@@ -32,13 +43,25 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     let kept = base.path().join("cordon-scratch-Kept12");
     std::fs::create_dir(&live).unwrap();
     std::fs::create_dir(&kept).unwrap();
+    // Not a name the spawner gives (the random part is six characters).
+    let odd = base.path().join(format!("cordon-scratch-{dead}-TooLong7"));
+    std::fs::create_dir(&odd).unwrap();
+    // As root: a dead scratch of a uid that is not the caller's and not in
+    // any sandbox range the backend names (here: none) is another user's.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let others = base.path().join(format!("cordon-scratch-{dead}-Other1"));
+    if root {
+        std::fs::create_dir(&others).unwrap();
+        std::os::unix::fs::chown(&others, Some(70_000), Some(70_000)).unwrap();
+    }
     let elsewhere = tempfile::tempdir().unwrap();
     std::fs::write(elsewhere.path().join("precious"), "keep me").unwrap();
     let link = base.path().join(format!("cordon-scratch-{dead}-Link12"));
     std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
     // A live host in another PID namespace: its pid means nothing here,
     // but it holds its scratch locked.
-    let other_ns = base.path().join(format!("cordon-scratch-{dead}-OtherNs"));
+    let other_ns = base.path().join(format!("cordon-scratch-{dead}-OtherN"));
     std::fs::create_dir(&other_ns).unwrap();
     let held = std::fs::File::open(&other_ns).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
@@ -82,9 +105,10 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     );
     drop(held);
     assert!(
-        live.is_dir() && kept.is_dir(),
+        live.is_dir() && kept.is_dir() && odd.is_dir(),
         "a scratch that is not a dead host's was removed"
     );
+    assert_eq!(others.is_dir(), root, "another uid's dir was removed");
     assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
     assert_eq!(
         std::fs::read_to_string(elsewhere.path().join("precious")).unwrap(),

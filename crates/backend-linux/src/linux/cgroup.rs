@@ -473,9 +473,45 @@ pub(crate) struct LinuxResources {
     egress: Option<super::net::EgressSession>,
     /// In explain mode: what the sandbox's layers refused (`explain.rs`).
     recorders: Option<super::explain::Recorders>,
+    /// A fresh scratch the sandbox's uid owns (tier landlock on a root
+    /// host): given back to the caller before the uid is released.
+    handback: Option<ScratchHandback>,
     /// The sandbox's own uid (a root host): released last, once every
-    /// process of the sandbox is gone and its cgroup is empty.
-    _uid: Option<super::uid::UidLease>,
+    /// process of the sandbox is gone and its cgroup is empty, and never
+    /// while a scratch it owned could not be handed back.
+    uid: Option<super::uid::UidLease>,
+}
+
+/// A host dir the sandbox's leased uid owns while it runs (its fresh
+/// scratch in tier landlock): before that uid may go to another sandbox,
+/// the dir is handed to the caller (`hostfs::hand_over_dir`: 0700, the
+/// caller's), so whatever of the sandbox's is left below it (a removal
+/// that failed, a removal still to come) is out of the next holder's
+/// reach.
+#[derive(Debug)]
+pub(crate) struct ScratchHandback {
+    pub scratch: std::path::PathBuf,
+    pub sandbox_uid: u32,
+    pub caller: (u32, u32),
+}
+
+impl Drop for LinuxResources {
+    fn drop(&mut self) {
+        let Some(h) = self.handback.take() else {
+            return;
+        };
+        if let Err(e) = cordon_core::hostfs::hand_over_dir(&h.scratch, h.sandbox_uid, h.caller) {
+            // Fail closed: the uid stays leased (locked) for this process's
+            // life rather than go to a sandbox that could reach the dir.
+            tracing::error!(
+                path = %h.scratch.display(),
+                uid = h.sandbox_uid,
+                error = %e,
+                "cannot hand the scratch back from the sandbox's uid: the uid is not released"
+            );
+            std::mem::forget(self.uid.take());
+        }
+    }
 }
 
 impl LinuxResources {
@@ -485,6 +521,7 @@ impl LinuxResources {
         tree: Option<super::tree::TreeSlot>,
         egress: Option<super::net::EgressSession>,
         uid: Option<super::uid::UidLease>,
+        handback: Option<ScratchHandback>,
         recorders: Option<super::explain::Recorders>,
     ) -> Self {
         LinuxResources {
@@ -494,7 +531,8 @@ impl LinuxResources {
             leader: AtomicU64::new(0),
             egress,
             recorders,
-            _uid: uid,
+            handback,
+            uid,
         }
     }
 }

@@ -29,9 +29,11 @@
 //! namespace. In tier landlock (no namespaces) the fresh scratch dir is
 //! owned by the sandbox's uid while it runs (`wrap.rs`); before its uid is
 //! released the host hands the scratch back (its top dir chowned to the
-//! caller) and removes it. A host that is killed leaves that scratch, of
-//! the uid, on disk, and its lock dies with it: the uid can be leased
-//! again while the scratch is still there.
+//! caller) and removes it, and the uid stays leased for the host's life
+//! if the handback fails. A host that is killed leaves that scratch, of
+//! the uid, on disk, and its lock dies with it: so a uid's new holder
+//! runs only once the dead scratch dirs of that uid beside its own
+//! scratch are handed to the caller (`wrap.rs`).
 //!
 //! **Checks at start** ([`UidPool::check`], once per process and pool):
 //! the range must not hold 0, the 16-bit ids (`nobody` and `(uid_t)-1`

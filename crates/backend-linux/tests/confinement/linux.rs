@@ -30,6 +30,8 @@ mod limits;
 mod own_uid;
 #[path = "pools.rs"]
 mod pools;
+#[path = "scratch.rs"]
+mod scratch;
 
 const SCENARIO_ENV: &str = "CORDON_LINUX_SCENARIO";
 /// Set (to `container`) in a scenario the driver started under the
@@ -60,6 +62,7 @@ fn scenarios() -> Vec<Scenario> {
     use limits::*;
     use own_uid::*;
     use pools::*;
+    use scratch::*;
     macro_rules! s {
         ($name:ident, $nobody:expr) => {
             Scenario {
@@ -133,6 +136,8 @@ fn scenarios() -> Vec<Scenario> {
         s!(limit_cpu_fork_chain, true),
         s!(limit_disk_fill, true),
         s!(rename_tricks_denied, true),
+        s!(scratch_deeper_than_the_fd_limit_is_removed, true),
+        s!(a_reused_uid_finds_nothing_of_its_last_holder, false),
         s!(read_only_inside_writable_refused, true),
         s!(bad_grant_is_a_clear_error, true),
         s!(gate_opens_when_available, true),

@@ -361,19 +361,8 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
     };
     let mut services = services;
     if let Some(path) = &args.notify_file {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Never through a link (another user's, in a shared dir), never
-        // into anything but a regular file.
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .and_then(|f| match f.metadata()?.is_file() {
-                true => Ok(f),
-                false => Err(std::io::Error::other("not a regular file")),
-            })
+        // A log in a dir another user may share: hostfs's rules.
+        let file = cordon_core::hostfs::open_append(path)
             .map_err(|e| format!("--notify-file {}: {e}", path.display()))?;
         let lines = JsonLinesNotifier::new(file)?;
         services.notifier = Some(Arc::new(lines.clone()));

@@ -47,7 +47,7 @@ impl ScratchGuard {
             _lock: if keep {
                 None
             } else {
-                lock_dir(dir.path(), libc::LOCK_EX).ok().flatten()
+                lock_dir(&canonical, libc::LOCK_EX).ok().flatten()
             },
             path: canonical,
             owned: Some(dir),
@@ -76,50 +76,52 @@ impl ScratchGuard {
 
     pub(crate) fn remove(&mut self) {
         if let Some(dir) = self.owned.take() {
-            let path = dir.path().to_path_buf();
-            // `keep`: the dir is ours to remove from here on, also if
-            // the first try fails.
-            let path_kept = dir.keep();
-            if let Err(e) = remove_tree(&path_kept) {
-                tracing::warn!(path = %path.display(), error = %e, "could not remove scratch dir");
+            // `keep`: the dir is ours to remove from here on, by its
+            // canonical path (no link in it to refuse), also if this try
+            // fails (a later sweep comes back for it).
+            let _ = dir.keep();
+            if let Err(e) = crate::hostfs::remove_tree(&self.path) {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not remove scratch dir");
             }
         }
     }
 }
 
 /// How every fresh scratch dir's name starts; a discarded one's goes on
-/// with its creator's pid and `-` (`cordon-scratch-4242-Xy3…`), a kept
-/// one's with the random part only.
-pub(crate) const SCRATCH_PREFIX: &str = "cordon-scratch-";
+/// with its creator's pid, `-` and six random letters or digits
+/// (`cordon-scratch-4242-Xy3aB9`), a kept one's with the random part only.
+pub const SCRATCH_PREFIX: &str = "cordon-scratch-";
 
-/// Removes `dir` and everything under it, links not followed. The sandbox
-/// may have left a dir it cannot be entered or emptied through (mode 0500,
-/// say): it is the caller's (or root's) own, so each dir gets its owner's
-/// rights back and the removal is tried once more.
-fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    let first = std::fs::remove_dir_all(dir);
-    // SAFETY: geteuid has no preconditions.
-    if first.is_ok() || unsafe { libc::geteuid() } == 0 {
-        // Root needs no permission bits, and must not chmod by path what
-        // someone else may have planted.
-        return first;
+/// The most names one sweep removes (from all the dead scratches it finds
+/// together): a planted tree of any size delays the sweep's thread by a
+/// bounded amount of work, and the rest waits for the next process.
+const SWEEP_BUDGET: u64 = 1_000_000;
+
+/// The pid a discarded scratch's name carries, if `name` has exactly the
+/// shape the spawner gives one.
+fn scratch_pid(name: &[u8]) -> Option<libc::pid_t> {
+    let rest = name.strip_prefix(SCRATCH_PREFIX.as_bytes())?;
+    let dash = rest.iter().position(|&b| b == b'-')?;
+    let (pid, random) = (&rest[..dash], &rest[dash + 1..]);
+    if random.len() != 6 || !random.iter().all(u8::is_ascii_alphanumeric) {
+        return None;
     }
-    make_dirs_removable(dir);
-    std::fs::remove_dir_all(dir)
+    std::str::from_utf8(pid)
+        .ok()?
+        .parse::<libc::pid_t>()
+        .ok()
+        .filter(|p| *p > 0)
 }
 
-/// `dir` opened (never through a link) and `flock`ed with `how`
-/// (`LOCK_EX`, with `LOCK_NB` to try): `Ok(None)` when someone else holds
-/// the lock; also the dir's owner for the caller's check.
-fn lock_dir(dir: &Path, how: libc::c_int) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+/// `dir` (a dir fd) `flock`ed with `how` (`LOCK_EX`, with `LOCK_NB` to
+/// try): `Ok(None)` when someone else holds the lock.
+fn lock_fd(
+    dir: std::os::fd::OwnedFd,
+    how: libc::c_int,
+) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir)?;
     // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), how) } != 0 {
+    if unsafe { libc::flock(dir.as_raw_fd(), how) } != 0 {
         let e = std::io::Error::last_os_error();
         return if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             Ok(None)
@@ -127,23 +129,33 @@ fn lock_dir(dir: &Path, how: libc::c_int) -> std::io::Result<Option<std::os::fd:
             Err(e)
         };
     }
-    Ok(Some(f.into()))
+    Ok(Some(dir))
+}
+
+/// `dir` opened (no link followed anywhere in it) and `flock`ed.
+fn lock_dir(dir: &Path, how: libc::c_int) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    lock_fd(crate::hostfs::open_dir(dir)?, how)
 }
 
 /// Removes, once per process and `base`, the discarded scratch dirs in
 /// `base` that nobody uses any more: a host killed before it could remove
 /// its child's scratch (a SIGKILL, a power cut before `/tmp` is not a
 /// tmpfs) leaves it behind, with whatever the sandbox wrote. Only real
-/// dirs (not links) named `cordon-scratch-<pid>-…` whose `<pid>` is no
-/// live process here, that no live host holds `flock`ed (its creator
-/// holds that lock while the child may use it: the pid alone would not
-/// tell a host in another PID namespace sharing `base`), owned by this
-/// user — or, for root, by root or by a uid above 65535, where the Linux
-/// backend's sandbox uids are (its tier landlock gives a root host's
-/// scratch to the sandbox's uid). On a background thread, off the spawn's
-/// path: a huge or slow tree (a FUSE mount in a planted dir) delays only
-/// the sweep.
-pub(crate) fn sweep_dead_scratches(base: &Path) {
+/// dirs (not links) named exactly as the spawner names a discarded
+/// scratch (`cordon-scratch-<pid>-` and six letters or digits) whose
+/// `<pid>` is no live process here, that no live host holds `flock`ed
+/// (its creator holds that lock while the child may use it: the pid alone
+/// would not tell a host in another PID namespace sharing `base`), owned
+/// by this user — or, for root, by a uid in `sandbox_uids`, the range the
+/// backend gives a root host's sandboxes (tier landlock gives such a
+/// scratch to the sandbox's uid while it runs). On a background thread,
+/// off the spawn's path; the removal is iterative and bounded
+/// ([`SWEEP_BUDGET`], `hostfs`), so no tree, however deep or wide, makes
+/// it abort or run on.
+pub(crate) fn sweep_dead_scratches(
+    base: &Path,
+    sandbox_uids: Option<std::ops::RangeInclusive<u32>>,
+) {
     static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
     {
         let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,28 +167,36 @@ pub(crate) fn sweep_dead_scratches(base: &Path) {
     let base = base.to_path_buf();
     let spawned = std::thread::Builder::new()
         .name("cordon-scratch-sweep".into())
-        .spawn(move || sweep(&base));
+        .spawn(move || sweep(&base, sandbox_uids));
     if let Err(e) = spawned {
         tracing::debug!(error = %e, "no scratch sweep: cannot start its thread");
     }
 }
 
-fn sweep(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
+/// One sweep of `base` (see [`sweep_dead_scratches`]); what it removed.
+pub(crate) fn sweep(base: &Path, sandbox_uids: Option<std::ops::RangeInclusive<u32>>) -> usize {
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
+    // The base is the operator's (its own links resolved); what is in it
+    // may be anyone's.
+    let Ok(base_fd) = std::fs::canonicalize(base).and_then(|b| crate::hostfs::open_dir(&b)) else {
+        return 0;
     };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
-            .filter(|pid| *pid > 0)
-        else {
+    let Ok(mut entries) = rustix::io::fcntl_dupfd_cloexec(&base_fd, 0)
+        .map_err(std::io::Error::from)
+        .and_then(|fd| Ok(rustix::fs::Dir::new(fd)?))
+    else {
+        return 0;
+    };
+    let mut budget = crate::hostfs::Budget {
+        entries: SWEEP_BUDGET,
+    };
+    let mut removed = 0;
+    while let Some(Ok(entry)) = entries.read() {
+        let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string();
+        let Some(pid) = scratch_pid(name.as_bytes()) else {
             continue;
         };
         // SAFETY: signal 0 only checks existence.
@@ -185,53 +205,40 @@ fn sweep(base: &Path) {
         if alive {
             continue;
         }
-        let path = entry.path();
         // Held until the removal is done: a host that reuses the name
         // meanwhile cannot lock it either.
-        let Ok(Some(lock)) = lock_dir(&path, libc::LOCK_EX | libc::LOCK_NB) else {
+        let Ok(Some(lock)) = crate::hostfs::open_dir_at(base_fd.as_fd(), &name)
+            .and_then(|fd| lock_fd(fd, libc::LOCK_EX | libc::LOCK_NB))
+        else {
             continue;
         };
-        let Ok(meta) = std::fs::File::from(lock.try_clone().expect("dup")).metadata() else {
+        let Ok(st) = rustix::fs::fstat(&lock) else {
             continue;
         };
-        let ours = meta.uid() == me || (me == 0 && meta.uid() > 65535);
-        if meta.is_dir() && ours {
-            match remove_tree(&path) {
-                Ok(()) => {
-                    tracing::info!(path = %path.display(), "removed a scratch dir a killed host left behind")
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "could not remove a scratch dir a killed host left behind")
-                }
+        let ours = st.st_uid == me
+            || (me == 0
+                && sandbox_uids
+                    .as_ref()
+                    .is_some_and(|r| r.contains(&st.st_uid)));
+        if !ours {
+            continue;
+        }
+        let shown = base.join(&name);
+        match crate::hostfs::remove_tree_at(base_fd.as_fd(), &name, &mut budget) {
+            Ok(()) => {
+                removed += 1;
+                tracing::info!(path = %shown.display(), "removed a scratch dir a killed host left behind")
+            }
+            Err(e) => {
+                tracing::warn!(path = %shown.display(), error = %e, "could not remove a scratch dir a killed host left behind")
             }
         }
         drop(lock);
-    }
-}
-/// Gives every dir under `dir` (itself included) `rwx` for its owner, on
-/// its own fd (opened without following a link), so that a tree a sandbox
-/// left can be removed.
-fn make_dirs_removable(dir: &Path) {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let Ok(f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-        .open(dir)
-    else {
-        return;
-    };
-    let Ok(meta) = f.metadata() else { return };
-    let _ = f.set_permissions(std::fs::Permissions::from_mode(
-        (meta.permissions().mode() & 0o7777) | 0o700,
-    ));
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            make_dirs_removable(&entry.path());
+        if budget.entries == 0 {
+            break;
         }
     }
+    removed
 }
 
 impl Drop for ScratchGuard {
