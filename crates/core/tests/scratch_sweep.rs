@@ -26,6 +26,15 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     // A chain deeper than any thread's stack and any fd limit (a recursive
     // sweep overflowed its 2 MiB stack on one 15 000 deep and aborted the
     // host): built as a sandbox builds it, renaming into a new top.
+    // Removed however the test ends: the temp dir's own recursive
+    // removal would overflow this thread's stack on the chain below.
+    struct Left(std::path::PathBuf);
+    impl Drop for Left {
+        fn drop(&mut self) {
+            let _ = cordon_core::hostfs::remove_tree(&self.0);
+        }
+    }
+    let _cleanup = Left(left.clone());
     let chain = left.join("chain");
     std::fs::create_dir(&chain).unwrap();
     for _ in 0..20_000 {
@@ -94,7 +103,10 @@ async fn a_dead_hosts_scratch_is_swept_and_nothing_else() {
     assert!(child.wait().await.unwrap().success());
 
     // The sweep runs beside the spawn, on a thread of its own.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // A generous bound: a loaded host (a build beside the tests) slows the
+    // sweep's 60 000 syscalls a lot, and the wait ends as soon as it is
+    // done.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while left.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
