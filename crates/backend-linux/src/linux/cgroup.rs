@@ -32,7 +32,7 @@
 //! per spawn on a 2-core Linux 6.18 host (against ~15 µs). On v2,
 //! where `tasks` does not exist, it is `cgroup.procs`. CPU time is read from
 //! `cpuacct.usage` (v1) or `cpu.stat` (v2) and enforced by the runner
-//! ([`SandboxResources::cpu_time`]). Without a cgroup, the CPU time of the
+//! (`SandboxResources::cpu_time`). Without a cgroup, the CPU time of the
 //! sandbox's process tree is summed from `/proc` instead (the init's
 //! subtree: every process of the sandbox is a descendant of the init, and
 //! what a reaped process used is in its reaper's `cutime`/`cstime`). That
@@ -49,11 +49,11 @@
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cordon_core::{Limits, SandboxResources};
+use cordon_core::Limits;
 
 mod keeper;
 pub(crate) mod pids;
@@ -399,7 +399,7 @@ impl SandboxCgroup {
     }
 
     /// The CPU time of this sandbox's processes.
-    fn cpu_time(&self) -> Option<Duration> {
+    pub(crate) fn cpu_time(&self) -> Option<Duration> {
         let set = self.set.as_ref()?;
         Some(set.cpu_time()?.saturating_sub(set.cpu_base))
     }
@@ -407,7 +407,7 @@ impl SandboxCgroup {
     /// Whether a thread of the sandbox is still in its cgroups (every
     /// process of the program's tree is; zombies are not listed): `tasks`
     /// (v1) or `cgroup.procs` (v2). `None` when they cannot be read.
-    fn processes_left(&self) -> Option<bool> {
+    pub(crate) fn processes_left(&self) -> Option<bool> {
         let set = self.set.as_ref()?;
         let members = if set.v1 { "tasks" } else { "cgroup.procs" };
         let mut left = false;
@@ -422,7 +422,7 @@ impl SandboxCgroup {
 
     /// Whether the cgroup's OOM killer killed any of this sandbox's
     /// processes.
-    fn oom_killed(&self) -> bool {
+    pub(crate) fn oom_killed(&self) -> bool {
         self.set
             .as_ref()
             .is_some_and(|s| s.oom_kills().is_some_and(|n| n > s.oom_base))
@@ -455,171 +455,4 @@ pub(crate) fn join(fds: &[libc::c_int]) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// What the Linux backend holds for one sandbox: its cgroups if any, the
-/// memory of its init (with a PID namespace), and the pid of the init,
-/// whose subtree is the sandbox.
-#[derive(Debug)]
-pub(crate) struct LinuxResources {
-    pub cgroup: Option<SandboxCgroup>,
-    /// With a PID namespace, the tree under the init holds every process
-    /// of the sandbox, so its CPU time can be summed from /proc.
-    pub tree_accounting: bool,
-    tree: Option<super::tree::TreeSlot>,
-    leader: AtomicU64,
-    /// With an egress allowlist: the proxy, started once the program runs
-    /// and stopped when the sandbox is gone (these resources are dropped).
-    egress: Option<super::net::EgressSession>,
-    /// In explain mode: what the sandbox's layers refused (`explain.rs`).
-    recorders: Option<super::explain::Recorders>,
-    /// A fresh scratch the sandbox's uid owns (tier landlock on a root
-    /// host): given back to the caller before the uid is released.
-    handback: Option<ScratchHandback>,
-    /// The sandbox's own uid (a root host): released last, once every
-    /// process of the sandbox is gone and its cgroup is empty, and never
-    /// while a scratch it owned could not be handed back.
-    uid: Option<super::uid::UidLease>,
-}
-
-/// A host dir the sandbox's leased uid owns while it runs (its fresh
-/// scratch in tier landlock): before that uid may go to another sandbox,
-/// the dir is handed to the caller (`hostfs::hand_over_dir`: 0700, the
-/// caller's), so whatever of the sandbox's is left below it (a removal
-/// that failed, a removal still to come) is out of the next holder's
-/// reach.
-#[derive(Debug)]
-pub(crate) struct ScratchHandback {
-    pub scratch: std::path::PathBuf,
-    pub sandbox_uid: u32,
-    pub caller: (u32, u32),
-}
-
-impl Drop for LinuxResources {
-    fn drop(&mut self) {
-        let Some(h) = self.handback.take() else {
-            return;
-        };
-        if let Err(e) = cordon_core::hostfs::hand_over_dir(&h.scratch, h.sandbox_uid, h.caller) {
-            // Fail closed: the uid stays leased (locked) for this process's
-            // life rather than go to a sandbox that could reach the dir.
-            tracing::error!(
-                path = %h.scratch.display(),
-                uid = h.sandbox_uid,
-                error = %e,
-                "cannot hand the scratch back from the sandbox's uid: the uid is not released"
-            );
-            std::mem::forget(self.uid.take());
-        }
-    }
-}
-
-impl LinuxResources {
-    pub(crate) fn new(
-        cgroup: Option<SandboxCgroup>,
-        tree_accounting: bool,
-        tree: Option<super::tree::TreeSlot>,
-        egress: Option<super::net::EgressSession>,
-        uid: Option<super::uid::UidLease>,
-        handback: Option<ScratchHandback>,
-        recorders: Option<super::explain::Recorders>,
-    ) -> Self {
-        LinuxResources {
-            cgroup,
-            tree_accounting,
-            tree,
-            leader: AtomicU64::new(0),
-            egress,
-            recorders,
-            handback,
-            uid,
-        }
-    }
-}
-
-impl SandboxResources for LinuxResources {
-    fn cpu_time(&self) -> Option<Duration> {
-        if let Some(cg) = &self.cgroup {
-            return cg.cpu_time();
-        }
-        if !self.tree_accounting {
-            return None;
-        }
-        match self.leader.load(Ordering::Relaxed) {
-            0 => Some(Duration::ZERO),
-            pid => Some(tree_cpu_time(pid as u32)),
-        }
-    }
-
-    fn memory_limit_hit(&self) -> bool {
-        self.cgroup.as_ref().is_some_and(SandboxCgroup::oom_killed)
-    }
-
-    fn explain(&self, log: &cordon_core::explain::DenialLog) -> bool {
-        if let Some(refusals) = self.egress.as_ref().and_then(|e| e.refusals.as_ref()) {
-            log.absorb(refusals);
-        }
-        if let Some(r) = &self.recorders {
-            r.finish(log);
-        }
-        true
-    }
-
-    fn processes_left(&self) -> Option<bool> {
-        self.cgroup.as_ref()?.processes_left()
-    }
-
-    fn started(&self, pid: u32) {
-        self.leader.store(u64::from(pid), Ordering::Relaxed);
-        if let Some(egress) = &self.egress {
-            egress.start();
-        }
-    }
-
-    fn exit_status(&self, _leader_status: i32) -> Option<i32> {
-        // The init exits 0 once it has recorded the program's status; if
-        // it ended otherwise (killed by the runner, or it could not start
-        // the program), its own status stands.
-        self.tree.as_ref()?.program_status()
-    }
-}
-
-/// User + system time of `pid` and every live descendant, each with what
-/// its reaped children used (`cutime`/`cstime`): every CPU second of the
-/// tree counted once, at any instant.
-fn tree_cpu_time(root: u32) -> Duration {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let mut ticks = 0u64;
-    let mut stack = vec![root];
-    let mut seen = 0;
-    while let Some(pid) = stack.pop() {
-        seen += 1;
-        if seen > 100_000 {
-            break;
-        }
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            if let Some((_, rest)) = stat.rsplit_once(')') {
-                // After the comm: state is field 3; utime 14, stime 15,
-                // cutime 16, cstime 17 (1-based).
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                for i in 11..15 {
-                    ticks += f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                }
-            }
-        }
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            if let Ok(children) = std::fs::read_to_string(t.path().join("children")) {
-                stack.extend(
-                    children
-                        .split_whitespace()
-                        .filter_map(|c| c.parse::<u32>().ok()),
-                );
-            }
-        }
-    }
-    Duration::from_millis(ticks * 1000 / hz)
 }

@@ -83,7 +83,7 @@ fn wrap_inner(
 
     let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;
     if ids.lease.is_some() {
-        reclaim_dead_scratches(&grants, ids.host.0, (euid, egid))?;
+        super::scratch::reclaim_dead_scratches(&grants.scratch, ids.host.0, (euid, egid))?;
     }
     // Without a mount namespace (tier landlock; test layers) a fresh
     // scratch is the host's dir itself, given to the sandbox's uid and
@@ -91,7 +91,7 @@ fn wrap_inner(
     let (mounts, handback) = if landlock_tier || !layers.mount_namespace {
         (
             None,
-            give_fresh_scratch(policy, &grants, &ids, (euid, egid))?,
+            super::scratch::ScratchHandback::give(policy, &grants.scratch, &ids, (euid, egid))?,
         )
     } else {
         (mount_plan(policy, &grants, &ids, (euid, egid))?, None)
@@ -272,7 +272,7 @@ fn wrap_inner(
         || ids.lease.is_some()
         || recorders.is_some();
     Ok(holds_something.then(|| {
-        Box::new(cgroup::LinuxResources::new(
+        Box::new(super::resources::LinuxResources::new(
             cgroup,
             layers.sandbox_limits && tree_mode.is_some(),
             tree,
@@ -379,61 +379,6 @@ fn landlock_tier_admits(policy: &SandboxPolicy, root_host: bool) -> Result<(), W
         ));
     }
     Ok(())
-}
-
-/// What an earlier holder of the leased `uid` left beside this sandbox's
-/// scratch (a tier-landlock scratch of a host that was killed, so no
-/// handback ran) goes to the caller before this sandbox may run as the
-/// uid: in either tier a read-only grant could reach it otherwise.
-/// Holding the lease, no process of the uid is alive, so every such dir
-/// is dead (the sweep removes it later).
-fn reclaim_dead_scratches(grants: &Grants, uid: u32, caller: (u32, u32)) -> Result<(), WrapError> {
-    let Some(base) = grants.scratch.parent() else {
-        return Ok(());
-    };
-    cordon_core::hostfs::hand_over_dirs_in(base, cordon_core::SCRATCH_PREFIX, uid, caller)
-        .map(drop)
-        .map_err(|e| {
-            wrap_err(format!(
-                "cannot hand an earlier sandbox's scratch dirs in `{}` from uid {uid} back: {e}",
-                base.display()
-            ))
-            .with_source(e)
-        })
-}
-
-/// Tier landlock (and the test layers without a mount namespace): a fresh
-/// scratch is the host dir itself, which the sandbox's uid must own. It is
-/// core's private 0700 dir, removed after the sandbox; the returned
-/// handback gives it back to the caller before the uid is released
-/// (`cgroup::LinuxResources`), so a later sandbox of the same uid finds
-/// nothing of this one's, even where the removal failed.
-fn give_fresh_scratch(
-    policy: &SandboxPolicy,
-    grants: &Grants,
-    ids: &SandboxIds,
-    caller: (u32, u32),
-) -> Result<Option<cgroup::ScratchHandback>, WrapError> {
-    if !(ids.root_host && policy.scratch_is_fresh) {
-        return Ok(None);
-    }
-    let (uid, gid) = ids.host;
-    let cannot = |why: String| {
-        wrap_err(format!(
-            "cannot give the scratch dir `{}` to uid {uid}: {why}",
-            grants.scratch.display()
-        ))
-    };
-    match cordon_core::hostfs::hand_over_dir(&grants.scratch, caller.0, (uid, gid)) {
-        Ok(true) => {}
-        Ok(false) => return Err(cannot(format!("it is gone or not uid {}'s", caller.0))),
-        Err(e) => return Err(cannot(e.to_string()).with_source(e)),
-    }
-    Ok(Some(cgroup::ScratchHandback {
-        scratch: grants.scratch.clone(),
-        sandbox_uid: uid,
-        caller,
-    }))
 }
 
 /// The mount namespace's plan. On a root host every host directory the
