@@ -825,6 +825,18 @@ fn grant_and_victim(who: &str, dir: &Path) -> (std::path::PathBuf, std::path::Pa
     (w, victim)
 }
 
+/// Runs `code` (which prints `planted` when done) in a sandbox that
+/// may write `w`: what an earlier run of the caller's leaves there.
+fn plant_in_grant(who: &str, dir: &Path, w: &Path, code: &str) {
+    let out =
+        run(cordon_as(who, dir).args(["run", "--rw", w.to_str().unwrap(), "--", PY, "-c", code]));
+    assert!(
+        text(&out.stdout).contains("planted"),
+        "{who}: {}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
     // Run 1 turns `W/logs` into a link to a dir of the caller's outside
@@ -839,20 +851,7 @@ fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
             l = logs.to_str().unwrap(),
             v = victim.parent().unwrap().to_str().unwrap()
         );
-        let out = run(cordon_as(who, dir.path()).args([
-            "run",
-            "--rw",
-            w.to_str().unwrap(),
-            "--",
-            PY,
-            "-c",
-            &plant,
-        ]));
-        assert!(
-            text(&out.stdout).contains("planted"),
-            "{who}: {}",
-            text(&out.stderr)
-        );
+        plant_in_grant(who, dir.path(), &w, &plant);
         assert!(logs.symlink_metadata().unwrap().file_type().is_symlink());
         let json = logs.join("explain.json");
         let out = run(cordon_as(who, dir.path()).args([
@@ -891,20 +890,7 @@ fn a_fifo_at_the_json_files_path_does_not_hang_cordon() {
             "import os\nos.mkfifo({j:?})\nprint('planted')",
             j = json.to_str().unwrap()
         );
-        let out = run(cordon_as(who, dir.path()).args([
-            "run",
-            "--rw",
-            w.to_str().unwrap(),
-            "--",
-            PY,
-            "-c",
-            &plant,
-        ]));
-        assert!(
-            text(&out.stdout).contains("planted"),
-            "{who}: {}",
-            text(&out.stderr)
-        );
+        plant_in_grant(who, dir.path(), &w, &plant);
         let mut child = spawn(
             cordon_as(who, dir.path())
                 .args([
