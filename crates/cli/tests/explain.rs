@@ -825,14 +825,37 @@ fn grant_and_victim(who: &str, dir: &Path) -> (std::path::PathBuf, std::path::Pa
     (w, victim)
 }
 
-/// Runs `code` (which prints `planted` when done) in a sandbox that
-/// may write `w`: what an earlier run of the caller's leaves there.
-fn plant_in_grant(who: &str, dir: &Path, w: &Path, code: &str) {
-    let out =
-        run(cordon_as(who, dir).args(["run", "--rw", w.to_str().unwrap(), "--", PY, "-c", code]));
+/// Who runs cordon with a `--rw` grant, in which tier: each caller in
+/// tier namespaces, and in tier landlock all but root (a root host
+/// refuses a writable host dir there: no idmapped mount).
+fn grant_runs() -> Vec<(&'static str, &'static str)> {
+    let mut runs = Vec::new();
+    for who in callers() {
+        runs.push((who, "namespaces"));
+        if who != "root" {
+            runs.push((who, "landlock"));
+        }
+    }
+    runs
+}
+
+/// Runs `code` (which prints `planted` when done) in a sandbox of `tier`
+/// that may write `w`: what an earlier run of the caller's leaves there.
+fn plant_in_grant(who: &str, tier: &str, dir: &Path, w: &Path, code: &str) {
+    let out = run(cordon_as(who, dir).args([
+        "run",
+        "--tier",
+        tier,
+        "--rw",
+        w.to_str().unwrap(),
+        "--",
+        PY,
+        "-c",
+        code,
+    ]));
     assert!(
         text(&out.stdout).contains("planted"),
-        "{who}: {}",
+        "{who}, tier {tier}: {}",
         text(&out.stderr)
     );
 }
@@ -842,20 +865,24 @@ fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
     // Run 1 turns `W/logs` into a link to a dir of the caller's outside
     // every grant; run 2, the operator's usual `--explain-json
     // W/logs/explain.json`, must not write there.
-    for who in callers() {
+    for (who, tier) in grant_runs() {
+        let who = &format!("{who}, tier {tier}");
+        let caller = who.split(',').next().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let (w, victim) = grant_and_victim(who, dir.path());
+        let (w, victim) = grant_and_victim(caller, dir.path());
         let logs = w.join("logs");
         let plant = format!(
             "import os, shutil\nshutil.rmtree({l:?}, ignore_errors=True)\nos.symlink({v:?}, {l:?})\nprint('planted')",
             l = logs.to_str().unwrap(),
             v = victim.parent().unwrap().to_str().unwrap()
         );
-        plant_in_grant(who, dir.path(), &w, &plant);
+        plant_in_grant(caller, tier, dir.path(), &w, &plant);
         assert!(logs.symlink_metadata().unwrap().file_type().is_symlink());
         let json = logs.join("explain.json");
-        let out = run(cordon_as(who, dir.path()).args([
+        let out = run(cordon_as(caller, dir.path()).args([
             "run",
+            "--tier",
+            tier,
             "--rw",
             w.to_str().unwrap(),
             "--explain-json",
@@ -881,20 +908,24 @@ fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
 
 #[test]
 fn a_fifo_at_the_json_files_path_does_not_hang_cordon() {
-    for who in callers() {
+    for (who, tier) in grant_runs() {
+        let who = &format!("{who}, tier {tier}");
+        let caller = who.split(',').next().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let (w, _) = grant_and_victim(who, dir.path());
+        let (w, _) = grant_and_victim(caller, dir.path());
         let json = w.join("explain.json");
         // An earlier sandbox with the same grant left a FIFO there.
         let plant = format!(
             "import os\nos.mkfifo({j:?})\nprint('planted')",
             j = json.to_str().unwrap()
         );
-        plant_in_grant(who, dir.path(), &w, &plant);
+        plant_in_grant(caller, tier, dir.path(), &w, &plant);
         let mut child = spawn(
-            cordon_as(who, dir.path())
+            cordon_as(caller, dir.path())
                 .args([
                     "run",
+                    "--tier",
+                    tier,
                     "--timeout",
                     "5",
                     "--rw",
