@@ -562,8 +562,8 @@ pub(crate) fn live_group_members(pgid: u32) -> usize {
 
 #[path = "child/scratch.rs"]
 mod scratch;
-pub(crate) use scratch::{sweep_dead_scratches, ScratchGuard};
 pub use scratch::SCRATCH_PREFIX;
+pub(crate) use scratch::{sweep_dead_scratches, ScratchGuard};
 
 #[cfg(test)]
 #[path = "child/tests.rs"]
