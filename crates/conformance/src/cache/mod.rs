@@ -16,6 +16,12 @@
 //! unreadable, malformed, for another key or not conforming is ignored and
 //! the suite runs again.
 //!
+//! One backend's file keeps a report per variant of its key, up to
+//! [`MAX_ENTRIES`] of this boot and binary: an operator who alternates
+//! tiers (`--tier namespaces`, `--tier landlock`) or uid ranges changes the
+//! backend's facts, and with one report per backend every switch would
+//! replace the other's report and run the probes again.
+//!
 //! # Why a cached report can be trusted
 //!
 //! The cache decides whether untrusted code runs: a forged "conforms" report
@@ -64,6 +70,9 @@ use sha2::Digest;
 
 /// The largest cache file that is read (a real one is a few KiB).
 pub const MAX_CACHE_BYTES: u64 = 1 << 20;
+
+/// How many reports (each for another key) one backend's file keeps.
+pub const MAX_ENTRIES: usize = 8;
 
 /// What a cached report is valid for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -445,14 +454,15 @@ fn open_private(dir: BorrowedFd<'_>, name: &CStr) -> Option<std::fs::File> {
     Some(std::fs::File::from(fd))
 }
 
-/// Reads a cache file in `dir` that is private to this user and well formed.
-fn read_private(dir: BorrowedFd<'_>, name: &CStr) -> Option<CacheFile> {
+/// Reads the entries of a cache file in `dir` that is private to this user
+/// and well formed.
+fn read_private(dir: BorrowedFd<'_>, name: &CStr) -> Option<Vec<CacheFile>> {
     let mut text = String::new();
     open_private(dir, name)?
         .take(MAX_CACHE_BYTES)
         .read_to_string(&mut text)
         .ok()?;
-    match serde_json::from_str(&text) {
+    match entries::parse(&text) {
         Ok(f) => Some(f),
         Err(e) => {
             tracing::warn!(file = ?name, error = %e, "ignoring unreadable conformance cache");
@@ -476,7 +486,7 @@ fn create_new(dir: BorrowedFd<'_>, name: &CStr) -> std::io::Result<std::fs::File
 }
 
 /// Stores `file` as `name` in `dir`: temp file, sync, rename.
-fn write_private(dir: BorrowedFd<'_>, name: &CStr, file: &CacheFile) -> std::io::Result<()> {
+fn write_private(dir: BorrowedFd<'_>, name: &CStr, file: &Stored) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(file)?;
     let tmp = temp_name()?;
     let mut f = create_new(dir, &tmp)?;
@@ -525,14 +535,25 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
             _ => None,
         };
         let place = dir.as_ref().zip(name.as_deref());
-        let cached = place.and_then(|(dir, name)| read_private(dir.as_fd(), name));
-        let known = cached.as_ref().map(|f| (&f.exe, f.key.exe_sha256.as_str()));
+        let cached = place
+            .and_then(|(dir, name)| read_private(dir.as_fd(), name))
+            .unwrap_or_default();
+        // The binary's hash from an entry made by this very file, if any.
+        let current = std::env::current_exe()
+            .and_then(|p| ExeIdentity::of(&p))
+            .ok();
+        let known = cached
+            .iter()
+            .find(|f| Some(&f.exe) == current.as_ref())
+            .map(|f| (&f.exe, f.key.exe_sha256.as_str()));
         let key = CacheKey::for_backend(backend.as_ref(), known).ok();
         if let (Some(_), Some((key, _))) = (place, &key) {
             if !self.recheck {
-                let accepted = cached
-                    .filter(|f| f.key == *key)
-                    .map(|f| f.report.accepting_unproven(self.accept_unproven.clone()));
+                let accepted = cached.iter().find(|f| f.key == *key).map(|f| {
+                    f.report
+                        .clone()
+                        .accepting_unproven(self.accept_unproven.clone())
+                });
                 if let Some(report) = accepted.filter(ConformanceReport::conforms) {
                     set(CacheOutcome::Hit);
                     tracing::debug!(dir = ?self.dir, "conformance cache hit");
@@ -548,11 +569,14 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
             .accepting_unproven(self.accept_unproven.clone());
         if let (Some((dir, name)), Some((key, exe))) = (place, key) {
             if report.conforms() {
-                let file = CacheFile {
-                    key,
-                    exe,
-                    report: report.clone(),
-                };
+                let file = entries::merged(
+                    cached,
+                    CacheFile {
+                        key,
+                        exe,
+                        report: report.clone(),
+                    },
+                );
                 if let Err(e) = write_private(dir.as_fd(), name, &file) {
                     tracing::warn!(dir = ?self.dir, error = %e, "could not write conformance cache");
                 }
@@ -561,6 +585,9 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
         report
     }
 }
+
+mod entries;
+use entries::Stored;
 
 #[cfg(test)]
 mod tests;

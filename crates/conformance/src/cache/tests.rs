@@ -144,3 +144,91 @@ fn file_names_are_plain() {
     assert!(file_name("../x").is_none());
     assert!(file_name("").is_none());
 }
+
+/// A backend that confines nothing, under one name, whose facts say which
+/// tier (and uid range) it runs in: what `cordon` sees when an operator
+/// alternates `--tier`. It is never spawned through.
+#[derive(Debug)]
+struct Tiered(&'static str, &'static str);
+
+impl SandboxBackend for Tiered {
+    fn name(&self) -> &str {
+        "tiered"
+    }
+    fn availability(&self) -> cordon_core::Availability {
+        cordon_core::Availability::Available
+    }
+    fn host_facts(&self) -> std::collections::BTreeMap<String, String> {
+        [("tier", self.0), ("sandbox_uids", self.1)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+    fn wrap(
+        &self,
+        _cmd: &mut cordon_core::ChildCommand,
+        _policy: &cordon_core::SandboxPolicy,
+    ) -> Result<cordon_core::WrapResources, cordon_core::WrapError> {
+        Err(cordon_core::WrapError::new("tiered", "never spawned"))
+    }
+}
+
+/// A suite whose every report conforms, counting its runs: a cache miss
+/// is a run.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl ConformanceSuite for Counting {
+    async fn run(&self, backend: Arc<dyn SandboxBackend>) -> ConformanceReport {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let probes = cordon_core::ProbeId::REQUIRED
+            .iter()
+            .map(|id| {
+                let check = crate::verdict::pass("stand-in", "a conforming stand-in report");
+                crate::verdict::fold(*id, "stand-in", vec![check], 1, std::time::Instant::now())
+            })
+            .collect();
+        let host = cordon_core::HostFacts::collect(backend.as_ref());
+        let report =
+            ConformanceReport::new(backend.name(), backend.availability(), host, probes, 0.0);
+        assert!(report.conforms(), "the stand-in report must conform");
+        report
+    }
+}
+
+#[tokio::test]
+async fn alternating_tiers_and_uid_ranges_reuse_each_report() {
+    let (_t, d) = private();
+    let suite = CachedSuite::new(
+        Counting(std::sync::atomic::AtomicUsize::new(0)),
+        Some(d.clone()),
+        false,
+    );
+    let variants = [
+        ("namespaces", "100000-165535"),
+        ("landlock", "100000-165535"),
+        ("namespaces", "200000-265535"),
+    ];
+    for round in 0..3 {
+        for (tier, uids) in variants {
+            let report = suite.run(Arc::new(Tiered(tier, uids))).await;
+            assert!(report.conforms());
+            let outcome = suite.outcome.lock().unwrap().clone();
+            let want = if round == 0 {
+                CacheOutcome::Miss
+            } else {
+                CacheOutcome::Hit
+            };
+            assert_eq!(outcome, want, "round {round}, tier {tier}, uids {uids}");
+        }
+    }
+    // One probe run per variant, however they alternate.
+    let runs = suite.inner.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(runs, variants.len());
+    // A changed key is still a miss: the cache does not answer for a
+    // variant it never ran.
+    suite
+        .run(Arc::new(Tiered("landlock", "300000-365535")))
+        .await;
+    assert_eq!(*suite.outcome.lock().unwrap(), CacheOutcome::Miss);
+}
