@@ -15,16 +15,23 @@
 //! alone (0700, `ProbeContext::new`). And it must die with the host:
 //! the backend's one hook executes the probe binary as the control's
 //! keeper (`keeper.rs`), a subreaper that starts the probe child and kills
-//! every process below it when the child ends or the host dies.
+//! every process below it when the child ends or the host dies. Before
+//! that exec the hook moves the process into the gate's cgroup
+//! (`gate_cgroup.rs`) where there is one, which the suite, its watchdog or
+//! the next gate kill whole, whatever became of the keeper.
 
 use cordon_core::ChildCommand;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::gate_cgroup::GateCgroup;
 
 use cordon_core::{Availability, SandboxBackend, SandboxPolicy, WrapError};
 
 /// A backend that confines nothing. Private to the suite: it exists only
-/// to run the baseline, and no runner can ever be given it.
-pub(crate) struct Unconfined;
+/// to run the baseline, and no runner can ever be given it. Its processes
+/// join the gate's cgroup, if the suite has one.
+pub(crate) struct Unconfined(pub Option<Arc<GateCgroup>>);
 
 impl SandboxBackend for Unconfined {
     fn name(&self) -> &str {
@@ -44,14 +51,15 @@ impl SandboxBackend for Unconfined {
         cmd: &mut ChildCommand,
         _policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
-        keep(cmd).map_err(|e| WrapError::new(self.name(), e))?;
+        keep(cmd, self.0.clone()).map_err(|e| WrapError::new(self.name(), e))?;
         Ok(None)
     }
 }
 
 /// Makes `cmd` execute the keeper instead of the probe child: the same
-/// program in `keeper` mode, the child's argv in its environment.
-fn keep(cmd: &mut ChildCommand) -> Result<(), String> {
+/// program in `keeper` mode, the child's argv in its environment; in
+/// `cgroup` first, if any.
+fn keep(cmd: &mut ChildCommand, cgroup: Option<Arc<GateCgroup>>) -> Result<(), String> {
     use std::ffi::{CString, OsString};
     use std::os::unix::ffi::OsStrExt;
     let c = |b: &[u8]| CString::new(b).map_err(|_| "a NUL byte in the command".to_string());
@@ -84,6 +92,7 @@ fn keep(cmd: &mut ChildCommand) -> Result<(), String> {
         _env: Vec<CString>,
         argp: Vec<*const libc::c_char>,
         envpp: Vec<*const libc::c_char>,
+        cgroup: Option<Arc<GateCgroup>>,
     }
     // SAFETY: the pointers point into the CStrings the struct owns, which
     // move with it unchanged (heap data).
@@ -91,8 +100,14 @@ fn keep(cmd: &mut ChildCommand) -> Result<(), String> {
     // SAFETY: as above; the hook only reads it.
     unsafe impl Sync for Exec {}
     impl Exec {
-        /// Executes the keeper; returns only its failure.
+        /// Joins the cgroup and executes the keeper; returns only its
+        /// failure (nothing runs unconfined outside the gate's cgroup).
         fn run(&self) -> std::io::Error {
+            if let Some(cg) = &self.cgroup {
+                if let Err(e) = crate::gate_cgroup::join(cg.join_fd()) {
+                    return e;
+                }
+            }
             // SAFETY: NUL-terminated strings and NULL-terminated arrays
             // owned by `self`.
             unsafe { libc::execve(self.path.as_ptr(), self.argp.as_ptr(), self.envpp.as_ptr()) };
@@ -105,9 +120,10 @@ fn keep(cmd: &mut ChildCommand) -> Result<(), String> {
         _env: envp,
         argp,
         envpp,
+        cgroup,
     };
-    // SAFETY: the hook only calls execve on data prepared here (it returns
-    // only when that fails): async-signal-safe.
+    // SAFETY: the hook only writes to an fd and calls execve on data
+    // prepared here (it returns only when that fails): async-signal-safe.
     unsafe {
         cmd.pre_exec(move |_| Err(exec.run()));
     }

@@ -203,9 +203,15 @@ pub(crate) fn create_new_file(path: &Path) -> std::io::Result<std::fs::File> {
 
 impl ProbeContext {
     /// Prepares the suite dir: the package dir with a copy of the probe
-    /// executable, and the world-accessible dirs holding the targets.
+    /// executable, the world-accessible dirs holding the targets, and the
+    /// dir the children's scratch dirs are made in, which `spawner` is
+    /// given. The suite dir is registered with `watchdog` before it is
+    /// made, so that it cannot outlive this process, nor can the scratch
+    /// dirs in it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        spawner: Spawner,
+        spawner: impl FnOnce(PathBuf) -> Spawner,
+        watchdog: Option<std::sync::Arc<crate::watchdog::Watchdog>>,
         probe_exe: &Path,
         timeout: Duration,
         sandbox: Ids,
@@ -215,13 +221,23 @@ impl ProbeContext {
     ) -> std::io::Result<ProbeContext> {
         // World-readable dirs, so that only the sandbox — not file
         // permissions — stands between the child and the canaries.
+        let name = format!("cordon-conformance-{}", random_token());
+        if let Some(w) = &watchdog {
+            w.guard_dir(&std::env::temp_dir().join(&name))?;
+        }
         let root = tempfile::Builder::new()
-            .prefix("cordon-conformance-")
+            .prefix(&name)
+            .rand_bytes(0)
             .tempdir()?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))?;
         }
+        // The children's scratch dirs: removed with the suite dir however
+        // this process ends. Sticky and world-writable, as the temp dir
+        // they would otherwise be made in.
+        let scratch_base = root.path().join("scratch");
+        mkdir_mode(&scratch_base, 0o1777)?;
         let pkg_dir = root.path().join("package");
         mkdir_mode(&pkg_dir, 0o755)?;
         let exe = pkg_dir.join("cordon-probe");
@@ -243,7 +259,7 @@ impl ProbeContext {
         let root = root.path().canonicalize().map(|_| root)?;
         let conditions = crate::expected::HostConditions::of_host(&scopes);
         Ok(ProbeContext {
-            spawner,
+            spawner: spawner(scratch_base),
             pkg_dir: pkg_dir.canonicalize()?,
             exe: exe.canonicalize()?,
             package_file: package_file.canonicalize()?,
@@ -259,7 +275,7 @@ impl ProbeContext {
             kernel,
             scopes,
             baseline,
-            watchdog: None,
+            watchdog,
             conditions,
             gives_up: Default::default(),
             root,
@@ -274,6 +290,22 @@ impl ProbeContext {
             Some(w) => w
                 .guard(token)
                 .map_err(|e| format!("cannot register {token} with the suite's watchdog: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Registers a file a probe's child may make in the host's temp dir
+    /// (`cordon-p5-*`) with the watchdog, so that it cannot outlive this
+    /// process: the host removes it after the probe, the watchdog if the
+    /// host dies first.
+    pub(crate) fn guard_path(&self, path: &Path) -> Result<(), String> {
+        match &self.watchdog {
+            Some(w) => w.guard_path(path).map_err(|e| {
+                format!(
+                    "cannot register {} with the suite's watchdog: {e}",
+                    path.display()
+                )
+            }),
             None => Ok(()),
         }
     }

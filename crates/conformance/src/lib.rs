@@ -153,6 +153,8 @@ mod child;
 #[cfg(target_os = "linux")]
 mod expected;
 #[cfg(target_os = "linux")]
+mod gate_cgroup;
+#[cfg(target_os = "linux")]
 pub mod given_up;
 #[cfg(target_os = "linux")]
 mod harness;

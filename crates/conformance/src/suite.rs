@@ -152,11 +152,12 @@ impl StandardSuite {
         }
     }
 
-    /// The spawner for one side: `backend` confined, with the test-only
-    /// hygiene overrides if any.
+    /// The spawner for one side: `backend` confined, its scratch dirs made
+    /// in `scratch_base`, with the test-only hygiene overrides if any.
     #[cfg(target_os = "linux")]
-    fn spawner(&self, backend: Arc<dyn SandboxBackend>) -> Spawner {
+    fn spawner(&self, backend: Arc<dyn SandboxBackend>, scratch_base: PathBuf) -> Spawner {
         let config = RunnerConfig {
+            scratch_base,
             // The ceiling lets the one check that needs more wall time
             // than the per-probe timeout have it (each spawn's own
             // deadline is the timeout unless its probe says otherwise).
@@ -321,11 +322,20 @@ impl StandardSuite {
         // The baseline checks each limit at the same scope, so that a
         // sandbox-wide check is marked only if it passes without a sandbox.
         let scopes = LimitScopes::from_facts(&host.backend_facts);
+        // Every process of the baseline runs in the gate's cgroup, killed
+        // whole when this run ends, however it ends (`gate_cgroup.rs`).
+        let cgroup = crate::gate_cgroup::GateCgroup::create().map(Arc::new);
         let contexts = self.probe_exe().and_then(|exe| {
             let kernel = KernelFacts::learn(&exe);
             let watchdog = Arc::new(crate::watchdog::Watchdog::start(&exe, sandbox)?);
+            if let Some(cg) = &cgroup {
+                watchdog.guard_cgroup(cg.path())?;
+            }
+            // The unconfined control runs, the host-side targets of both
+            // sides and the suite dirs must not outlive this process.
             let mut real = ProbeContext::new(
-                self.spawner(backend),
+                |scratch| self.spawner(backend, scratch),
+                Some(Arc::clone(&watchdog)),
                 &exe,
                 self.timeout,
                 sandbox,
@@ -333,8 +343,9 @@ impl StandardSuite {
                 scopes.clone(),
                 false,
             )?;
-            let mut base = ProbeContext::new(
-                self.spawner(Arc::new(Unconfined)),
+            let base = ProbeContext::new(
+                |scratch| self.spawner(Arc::new(Unconfined(cgroup.clone())), scratch),
+                Some(watchdog),
                 &exe,
                 self.timeout,
                 sandbox,
@@ -343,12 +354,6 @@ impl StandardSuite {
                 true,
             )?;
             real.gives_up = crate::given_up::GivenUp::from_facts(&host.backend_facts);
-            // The unconfined control runs, the host-side targets of both
-            // sides and the suite dirs must not outlive this process.
-            watchdog.guard_dir(real.root.path())?;
-            watchdog.guard_dir(base.root.path())?;
-            real.watchdog = Some(Arc::clone(&watchdog));
-            base.watchdog = Some(watchdog);
             Ok((real, base))
         });
         match contexts {
@@ -390,6 +395,11 @@ impl StandardSuite {
                 // In the order asked for.
                 real_results.sort_by_key(|p| ids.iter().position(|id| *id == p.id));
                 crate::verdict::mark(&mut real_results, &base_results);
+                // What the controls left (a keeper killed by its deadline
+                // cannot kill its orphans): gone before the report is.
+                if let Some(cg) = &cgroup {
+                    cg.kill();
+                }
                 real_results
             }
             Err(e) => ids

@@ -12,7 +12,12 @@
 //! host is gone: the watchdog SIGKILLs every process that bears one of
 //! those tokens, pass after pass until none is left, removes the IPC
 //! objects under those tokens (P1's sacrificial targets and what its
-//! control run leaves on purpose) and the suite's temp dirs, and exits.
+//! control run leaves on purpose), the suite's temp dirs and the files a
+//! probe made in the host's temp dir, and exits. It kills the gate's
+//! cgroup (`gate_cgroup.rs`), which holds every process of the baseline
+//! whatever its ancestry or argv, in either case: on `done` the suite has
+//! already done so, unless it was dropped while its children ran. As
+//! root, it is the last process the OOM killer would choose.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -67,13 +72,21 @@ impl Watchdog {
         self.send(&format!("{IDS} {} {}", ids.uid, ids.gid))
     }
 
+    /// Registers the gate's cgroup, to kill whole when the suite ends.
+    pub(crate) fn guard_cgroup(&self, dir: &Path) -> std::io::Result<()> {
+        self.send(&format!("{CGROUP} {}", one_line(dir)?))
+    }
+
+    /// Registers a file a probe may make in the host's temp dir (named
+    /// `cordon-p5-*`), to remove if the host dies before it does.
+    pub(crate) fn guard_path(&self, path: &Path) -> std::io::Result<()> {
+        self.send(&format!("{PATH} {}", one_line(path)?))
+    }
+
     /// Registers a suite dir (a `cordon-conformance-*` temp dir, with its
     /// copy of the probe executable) to remove if the host dies.
     pub(crate) fn guard_dir(&self, dir: &Path) -> std::io::Result<()> {
-        let dir = dir.to_str().filter(|d| !d.contains('\n')).ok_or_else(|| {
-            std::io::Error::other("the suite dir's path is not one line of UTF-8")
-        })?;
-        self.send(&format!("{DIR} {dir}"))
+        self.send(&format!("{DIR} {}", one_line(dir)?))
     }
 
     fn send(&self, line: &str) -> std::io::Result<()> {
@@ -85,12 +98,54 @@ impl Watchdog {
     }
 }
 
+/// `path` as one line of UTF-8.
+fn one_line(path: &Path) -> std::io::Result<&str> {
+    path.to_str()
+        .filter(|d| !d.contains('\n'))
+        .ok_or_else(|| std::io::Error::other("a path that is not one line of UTF-8"))
+}
+
+/// The line prefix of the gate's cgroup.
+const CGROUP: &str = "cgroup";
+/// The line prefix of a probe's file in the host's temp dir.
+const PATH: &str = "path";
 /// The line prefix of a token to guard.
 const TOKEN: &str = "token";
 /// The line prefix of a suite dir to remove.
 const DIR: &str = "dir";
 /// The line prefix of ids a program ran as.
 const IDS: &str = "ids";
+
+/// Whether `path` is a probe's file the watchdog may remove: an absolute
+/// path with no `..`, named `cordon-p5-*` (P5's targets in the temp dir).
+fn is_probe_path(path: &Path) -> bool {
+    use std::path::Component;
+    path.is_absolute()
+        && path
+            .components()
+            .all(|c| !matches!(c, Component::ParentDir))
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("cordon-p5-"))
+}
+
+/// Removes a probe's file (or dir) at `path`, never through a link, if
+/// one of `owners` owns it.
+fn remove_probe_path(path: &Path, owners: &[u32]) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = path.symlink_metadata() else {
+        return;
+    };
+    if !owners.contains(&m.uid()) {
+        return;
+    }
+    let _ = if m.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+}
 
 /// Whether `dir` is a suite dir the watchdog may remove: an absolute path
 /// with no `..`, named `cordon-conformance-*` (`ProbeContext::new` makes them).
@@ -117,7 +172,10 @@ impl Drop for Watchdog {
 /// The watchdog process: collects tokens until its stdin ends; without the
 /// `done` line, kills every process bearing one of them.
 pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
+    // Best effort (root only): the OOM killer takes anything before it.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     let (mut tokens, mut dirs, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cgroups, mut paths) = (Vec::new(), Vec::new());
     let mut done = false;
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -128,6 +186,8 @@ pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
             }
             Some((TOKEN, t)) => tokens.push(t.to_owned()),
             Some((DIR, d)) if is_suite_dir(Path::new(d)) => dirs.push(d.to_owned()),
+            Some((CGROUP, d)) => cgroups.push(d.to_owned()),
+            Some((PATH, p)) if is_probe_path(Path::new(p)) => paths.push(p.to_owned()),
             Some((IDS, v)) => {
                 let mut n = v.split(' ').filter_map(|x| x.parse::<u32>().ok());
                 if let (Some(uid), Some(gid)) = (n.next(), n.next()) {
@@ -137,25 +197,12 @@ pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
             _ => {}
         }
     }
-    if done {
-        return 0;
+    // Whole, however the suite ended (a gate dropped mid-run says `done`
+    // too): every process of the baseline, forks racing the kill included.
+    let mut clean = true;
+    for c in &cgroups {
+        clean &= crate::gate_cgroup::kill_path(Path::new(c));
     }
-    // Forks may appear while we kill: repeat until a pass finds nothing.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut clean = false;
-    while Instant::now() < deadline && !clean {
-        let mut found = 0;
-        for t in &tokens {
-            found += crate::harness::kill_token_survivors(t);
-        }
-        clean = found == 0;
-        if !clean {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    // The IPC objects under those tokens (P1's sacrificial targets, what
-    // its control run leaves on purpose): the host would have removed
-    // them after the probe.
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     let id = |k: &str| args.get(k).and_then(|v| v.parse().ok()).unwrap_or(me);
@@ -163,19 +210,74 @@ pub(crate) fn run(args: &std::collections::BTreeMap<String, String>) -> i32 {
         uid: id("sandbox_uid"),
         gid: id("sandbox_gid"),
     };
+    let owners: Vec<u32> = [me, sandbox.uid]
+        .into_iter()
+        .chain(ids.iter().map(|i| i.uid))
+        .collect();
+    // The suite ends what bears its tokens and removes its probes' IPC
+    // objects and files after each probe, and its dirs when it ends; one
+    // dropped mid-probe (a panic) did none of it but the dirs.
+    let mut clean_tokens = true;
+    if done {
+        if cgroups.is_empty() {
+            kill_bearers(&tokens);
+        }
+    } else {
+        // Forks may appear while we kill: repeat until a pass finds nothing.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        clean_tokens = false;
+        while Instant::now() < deadline && !clean_tokens {
+            let mut found = 0;
+            for t in &tokens {
+                found += crate::harness::kill_token_survivors(t);
+            }
+            clean_tokens = found == 0;
+            if !clean_tokens {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    // The IPC objects under those tokens (P1's sacrificial targets, what
+    // its control run leaves on purpose).
     for t in &tokens {
         for owner in std::iter::once(sandbox).chain(ids.iter().copied()) {
             crate::probes::p1::ipc::remove_for_token(t, owner, me);
         }
     }
-    // The suite dirs (each holds a copy of the probe executable).
-    for d in &dirs {
-        let _ = std::fs::remove_dir_all(d);
+    // The suite dirs (each holds a copy of the probe executable), and the
+    // probes' files in the host's temp dir.
+    if !done {
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
-    if clean {
-        0
-    } else {
-        1
+    for p in &paths {
+        remove_probe_path(Path::new(p), &owners);
+    }
+    i32::from(!(clean && clean_tokens))
+}
+
+/// One pass over `/proc`: SIGKILLs every process bearing one of `tokens`.
+fn kill_bearers(tokens: &[String]) {
+    use crate::inspect::TOKEN_ARG;
+    let wanted: std::collections::BTreeSet<Vec<u8>> = tokens
+        .iter()
+        .map(|t| format!("{TOKEN_ARG}{t}").into_bytes())
+        .collect();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|b| *b == 0).any(|a| wanted.contains(a)) {
+            // SAFETY: SIGKILL to a process that bore a suite token just now.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 }
 

@@ -101,6 +101,14 @@ impl Probe for P5 {
         args.push(("exe".into(), ctx.exe.display().to_string()));
         args.push(("package_file".into(), ctx.package_file.display().to_string()));
         let mut checks = Vec::new();
+        // What the child may make in the host's temp dir must not outlive
+        // the host (the baseline's child makes them, unconfined).
+        for (_, path) in targets.iter().filter(|(_, p)| p.starts_with(&tmp_dir)) {
+            if let Err(e) = ctx.guard_path(path) {
+                checks.push(unreachable("host-out_tmp-absent", e));
+                return checks;
+            }
+        }
         let meta_path = ctx.outside_dir.join(format!("meta-{token}.txt"));
         let meta_before = match plant_meta(&meta_path, ctx.sandbox, ctx.host_uid) {
             Ok(m) => {
@@ -131,9 +139,13 @@ impl Probe for P5 {
 
         for (key, path) in &targets {
             let name = format!("host-{key}-absent");
-            if path.symlink_metadata().is_ok() {
+            if let Ok(m) = path.symlink_metadata() {
                 checks.push(fail(&name, format!("the child created {}", path.display())));
-                let _ = std::fs::remove_file(path);
+                let _ = if m.is_dir() {
+                    std::fs::remove_dir_all(path)
+                } else {
+                    std::fs::remove_file(path)
+                };
             } else {
                 checks.push(pass(&name, "nothing was created"));
             }
