@@ -115,6 +115,8 @@ pub struct ChildRun {
     /// The backend's sandbox-wide memory limit killed a process of the
     /// child's sandbox (a cgroup's OOM event, as the runner sees it).
     pub(crate) memory_limit_hit: bool,
+    /// What the runner's sandbox-wide CPU watch saw, if it ran.
+    pub(crate) cpu_watch: Option<cordon_core::CpuWatchStats>,
 }
 
 impl ChildRun {
@@ -128,6 +130,7 @@ impl ChildRun {
             outcome: None,
             stderr: String::new(),
             memory_limit_hit: false,
+            cpu_watch: None,
         }
     }
 
@@ -485,6 +488,7 @@ impl ProbeContext {
         let (_, outcome) = tokio::join!(read, child.wait());
         run.outcome = outcome.ok();
         run.memory_limit_hit = child.memory_limit_hit();
+        run.cpu_watch = child.cpu_watch();
         run.stderr = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
         run
     }

@@ -91,9 +91,12 @@
 //! and `ShdPnd`), not from when the scheduler acts on it; a process tree
 //! counts as gone when every process of it is a zombie or has a SIGKILL
 //! pending. What remains is the runner's own cadence: it reads the
-//! sandbox's CPU time every 100 ms, so `sandbox-cpu-limit` allows 500 ms
-//! of CPU past the limit (the chains burn 250 ms per link); and the
-//! deadline check sets a 150 ms deadline, which only has to fire.
+//! sandbox's CPU time every 100 ms on a thread of its own and reports, when
+//! it kills, how long and how much the sandbox ran since its last read at
+//! or under the limit, so `sandbox-cpu-limit` allows what that span let it
+//! burn (plus 40 ms) past the limit: measured, so a loaded host widens it
+//! by what its delay allowed and no more (the chains burn 50 ms per link);
+//! and the deadline check sets a 150 ms deadline, which only has to fire.
 //!
 //! ## Using it in an application
 //! The probe child is the application's own executable re-invoked in probe

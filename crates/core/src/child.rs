@@ -102,14 +102,18 @@ pub struct RunningChild {
     outcome: Option<ExitOutcome>,
     label: Option<String>,
     /// What the backend holds for this child; dropped once every process of
-    /// the sandbox is gone.
-    resources: crate::backend::WrapResources,
+    /// the sandbox is gone (shared with the CPU watch's thread until then).
+    resources: Option<Arc<dyn crate::backend::SandboxResources>>,
     /// Whether the sandbox-wide memory limit killed a process, as the
     /// resources said just before they were released.
     memory_limit_hit: bool,
     /// The sandbox-wide CPU limit, enforced when `resources` accounts for
     /// CPU time.
     cpu_limit: Option<std::time::Duration>,
+    /// The thread that enforces it (`cpu_watch.rs`), until the leader is
+    /// reaped; then what it saw.
+    cpu_watch: Option<CpuWatch>,
+    cpu_stats: Option<CpuWatchStats>,
     /// With [`ChildSpec::explain`](crate::ChildSpec::explain): the record,
     /// and the limits it names; the explanation once waited for.
     explain: Option<Box<(crate::explain::DenialLog, crate::Limits)>>,
@@ -157,6 +161,16 @@ impl RunningChild {
                 }
             })
         });
+        let resources: Option<Arc<dyn crate::backend::SandboxResources>> = resources.map(Arc::from);
+        let cpu_limit = limits.cpu_ms.map(std::time::Duration::from_millis);
+        // Where the resources account for CPU time; if no thread can be
+        // started, `reap` falls back to polling on the runtime.
+        let cpu_watch = match (&resources, cpu_limit) {
+            (Some(r), Some(limit)) if r.cpu_time().is_some() => {
+                CpuWatch::start(Arc::clone(r), pid, limit)
+            }
+            _ => None,
+        };
         RunningChild {
             pid,
             stdin,
@@ -172,7 +186,9 @@ impl RunningChild {
             label,
             resources,
             memory_limit_hit: false,
-            cpu_limit: limits.cpu_ms.map(std::time::Duration::from_millis),
+            cpu_limit,
+            cpu_watch,
+            cpu_stats: None,
             explain: explain.then(|| Box::new((crate::explain::DenialLog::new(), *limits))),
             explanation: None,
         }
@@ -222,6 +238,15 @@ impl RunningChild {
                 .resources
                 .as_ref()
                 .is_some_and(|r| r.memory_limit_hit())
+    }
+
+    /// What the sandbox-wide CPU limit's watch saw (how long the sandbox
+    /// ran at most without a read of its CPU time, whether it was killed
+    /// for it): its final figures once [`wait`](Self::wait) returned, its
+    /// figures so far before. `None` when no limit was watched on a thread.
+    pub fn cpu_watch(&self) -> Option<CpuWatchStats> {
+        self.cpu_stats
+            .or_else(|| self.cpu_watch.as_ref().map(CpuWatch::stats))
     }
 
     /// What the sandbox refused, once [`wait`](Self::wait) returned, for a
@@ -298,15 +323,25 @@ impl RunningChild {
         let deadline = self
             .deadline
             .unwrap_or_else(|| tokio::time::Instant::now() + FOREVER);
-        let cpu_watch = match (&self.resources, self.cpu_limit) {
-            (Some(r), Some(limit)) => Some((r.as_ref(), limit)),
+        // Without the watch's thread (none could be started), the runtime
+        // polls.
+        let fallback = match (&self.resources, self.cpu_limit, &self.cpu_watch) {
+            (Some(r), Some(limit), None) => Some((r.as_ref(), limit)),
             _ => None,
         };
-        let ended = tokio::select! {
+        let mut ended = tokio::select! {
             r = leader_exited(&self.leader) => { r?; Ended::Exited }
             _ = tokio::time::sleep_until(deadline) => Ended::Deadline,
-            _ = watch_cpu(cpu_watch) => Ended::CpuTime,
+            _ = watch_cpu(fallback) => Ended::CpuTime,
         };
+        // Before the leader is reaped: no kill of the watch's may follow.
+        if let Some(mut w) = self.cpu_watch.take() {
+            let stats = w.stop();
+            if stats.fired && ended == Ended::Exited {
+                ended = Ended::CpuTime;
+            }
+            self.cpu_stats = Some(stats);
+        }
         let deadline_hit = ended == Ended::Deadline;
         // The leader has exited but is not reaped yet (on Linux, where we
         // watch a pidfd): its pid cannot be reused, so the group id still
@@ -368,26 +403,6 @@ enum Ended {
 
 /// A deadline far enough away to mean "none" without overflowing.
 const FOREVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// How often the sandbox's CPU time is read against its limit.
-const CPU_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Resolves once the sandbox's CPU time passes `limit`; never without a
-/// watch.
-async fn watch_cpu(watch: Option<(&dyn crate::backend::SandboxResources, std::time::Duration)>) {
-    let Some((resources, limit)) = watch else {
-        return std::future::pending().await;
-    };
-    // The first reading one poll after spawn: nothing to see before that.
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + CPU_POLL, CPU_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if resources.cpu_time().is_some_and(|used| used > limit) {
-            return;
-        }
-    }
-}
 
 /// Resolves once the leader has exited: on Linux without reaping it (its
 /// pidfd polls readable), elsewhere by reaping it.
@@ -455,6 +470,11 @@ pub(crate) async fn reap_leader(leader: &mut Leader) -> std::io::Result<i32> {
 
 impl Drop for RunningChild {
     fn drop(&mut self) {
+        // Before the leader may be reaped (below): no kill of the watch's
+        // may follow.
+        if let Some(w) = &mut self.cpu_watch {
+            w.stop();
+        }
         if self.reaped.is_none() {
             kill_group(self.pid);
             // Elsewhere tokio reaps a dropped child.
@@ -559,6 +579,11 @@ pub(crate) fn live_group_members(pgid: u32) -> usize {
         })
         .count()
 }
+
+#[path = "child/cpu_watch.rs"]
+mod cpu_watch;
+pub use cpu_watch::CpuWatchStats;
+use cpu_watch::{watch_cpu, CpuWatch};
 
 #[path = "child/scratch.rs"]
 mod scratch;

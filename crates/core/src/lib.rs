@@ -61,7 +61,7 @@ mod spec;
 pub mod sys;
 
 pub use backend::{Availability, SandboxBackend, SandboxResources, WrapError, WrapResources};
-pub use child::{ExitOutcome, RunningChild, SCRATCH_PREFIX};
+pub use child::{CpuWatchStats, ExitOutcome, RunningChild, SCRATCH_PREFIX};
 pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use launch::LaunchError;

@@ -12,13 +12,29 @@
 //! reports its chain's total every [`STEP_MS`] of its own CPU time. Each
 //! chain stops by itself at its share of [`CAP_MS`].
 //!
-//! - **Fail**: the chains report more than the limit + [`SLACK_MS`] of CPU
+//! - **Fail**: the chains report more than the limit + the slack of CPU
 //!   together, however the sandbox ended.
 //! - **Pass**: they report at most that, and the sandbox was ended for its
 //!   CPU time: the runner's `CpuTimeExceeded` (which the host observes), or
 //!   the program killed by `SIGXCPU` or `SIGKILL`.
-//! - Anything else (the wall-clock deadline came first, a fork failed) is
-//!   inconclusive.
+//! - Anything else (the wall-clock deadline came first, a fork failed, a
+//!   watch so late that the slack reaches the chains' cap) is inconclusive.
+//!
+//! The slack is measured, not assumed. The runner's watch reads the
+//! sandbox's CPU time on a thread of its own; when it kills, it reports
+//! the span since its last read at or under the limit
+//! (`CpuWatchStats::final_span`) and what the backend counted the sandbox
+//! burn in it, by a read right after the kill (`burn_to_kill`; failing
+//! that, up to the read that found it over, `final_burn`, plus the time
+//! from that read to the kill, `read_to_kill`, times the CPUs). Past the
+//! limit the sandbox can have used at most the span times
+//! `min(chains, CPUs)`, and at most that burn as the backend counts it;
+//! the slack is the smaller, plus [`MARGIN_MS`]. A busy host that
+//! delays the watch widens it by what the delay let the sandbox burn, and
+//! by no more. A backend that does not count the sandbox whole (a sum that
+//! misses auto-reaped processes) counts a smaller burn than the chains
+//! report and reaches the limit late or never: it fails whatever the
+//! host's load.
 //!
 //! The totals are the chains' own `CLOCK_PROCESS_CPUTIME_ID`: they leave
 //! out the program and the backend's helpers and at most one step of each
@@ -44,16 +60,19 @@ const CHAINS: u64 = 2;
 const LINK_MS: u64 = 50;
 /// How often (in a process's own CPU time) a chain reports its total.
 const STEP_MS: u64 = 10;
-/// What the chains may report above the limit. The runner reads the
-/// sandbox's CPU time every 100 ms (`CPU_POLL`, cordon-core's child.rs):
-/// two chains on two cores burn up to 200 ms between two reads; killing
-/// the sandbox takes a few ms more; `/proc` counts whole ticks (10 ms per
-/// process); and the reports lag by one step. 500 ms covers that with
-/// room for a busy host.
-const SLACK_MS: u64 = 500;
-/// Where the chains stop by themselves: past limit + slack, so a sandbox
-/// that is never stopped fails, without burning more than that.
-const CAP_MS: u64 = LIMIT_MS + SLACK_MS + 4 * STEP_MS;
+/// What the chains may report above the limit besides what the watch's
+/// unwatched span allows: the kernel adds a running task's time to its
+/// cgroup's count at the next tick or switch (up to 10 ms per CPU behind
+/// the read), and the kill reaches a running link a moment after the read.
+const MARGIN_MS: u64 = 40;
+/// The watch's nominal cadence (cordon-core's `CPU_POLL`), taken as the
+/// final span when the runner reports no kill of its watch's (the check is
+/// then no looser than a watch on time would make it).
+const NOMINAL_UNWATCHED: Duration = Duration::from_millis(100);
+/// Where the chains stop by themselves, for all chains together: the limit
+/// plus room for 540 ms of slack. A sandbox that is never stopped fails,
+/// without burning more than that.
+const CAP_MS: u64 = LIMIT_MS + 2 * 250 + MARGIN_MS;
 
 /// The wall time the check may take: the chains need about
 /// [`CAP_MS`] of CPU, which a loaded host may give them slowly (a host
@@ -96,16 +115,37 @@ pub(crate) async fn host(ctx: &ProbeContext) -> Option<CheckResult> {
         |h: &Hold<'_>| vec![unreachable(NAME, format!("unexpected HOLD {}", h.label))];
     let started = tokio::time::Instant::now();
     let run = ctx.collect(spawned, &mut on_hold).await;
+    let figures = run.cpu_watch.filter(|w| w.fired).map(|w| Figures {
+        span: w.final_span,
+        burn: w.final_burn,
+        read_to_kill: w.read_to_kill,
+        burn_to_kill: w.burn_to_kill,
+    });
     if let Some(c) = run.checks.into_iter().next() {
         return Some(c);
     }
-    Some(verdict(&run.info, run.outcome, started.elapsed()))
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    Some(verdict(&run.info, run.outcome, started.elapsed(), figures, cpus))
 }
 
+/// What the runner's watch saw when it killed the sandbox
+/// (`CpuWatchStats`).
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    span: Duration,
+    burn: Duration,
+    read_to_kill: Duration,
+    burn_to_kill: Option<Duration>,
+}
+
+/// The check from the chains' reports, how the sandbox ended, the wall
+/// time, the watch's figures and the host's CPU count.
 fn verdict(
     info: &BTreeMap<String, String>,
     outcome: Option<ExitOutcome>,
     wall: Duration,
+    figures: Option<Figures>,
+    cpus: u64,
 ) -> CheckResult {
     let (mut total, mut links) = (0u64, 0u64);
     for c in 0..CHAINS {
@@ -117,11 +157,37 @@ fn verdict(
             links += link.parse::<u64>().unwrap_or(0);
         }
     }
+    let ms = |d: Duration| d.as_millis() as u64;
+    let n = CHAINS.min(cpus.max(1));
+    let (by_span, by_burn, how) = match figures {
+        Some(f) => (
+            n * ms(f.span),
+            Some(
+                f.burn_to_kill
+                    .map_or(ms(f.burn) + n * ms(f.read_to_kill), ms),
+            ),
+            format!(
+                "the runner's watch killed it {} ms after its last read at or under the limit, \
+                 counting {} ms burned to its next read ({} ms before the kill) and {} to the kill",
+                ms(f.span),
+                ms(f.burn),
+                ms(f.read_to_kill),
+                f.burn_to_kill
+                    .map_or("no read".to_string(), |b| format!("{} ms", ms(b))),
+            ),
+        ),
+        None => (
+            n * ms(NOMINAL_UNWATCHED),
+            None,
+            format!("no kill of the runner's watch: its nominal {} ms", ms(NOMINAL_UNWATCHED)),
+        ),
+    };
+    let slack = by_burn.map_or(by_span, |b| b.min(by_span)) + MARGIN_MS;
     let ran = format!(
         "{CHAINS} chains of {links} auto-reaped processes, each burning {LINK_MS} ms (RLIMIT_CPU 1 s \
-         each), reported {total} ms of CPU together in {:.1} s (limit {LIMIT_MS} ms + \
-         {SLACK_MS} ms slack); outcome {outcome:?}",
-        wall.as_secs_f64()
+         each), reported {total} ms of CPU together in {:.1} s (limit {LIMIT_MS} ms + {slack} ms \
+         slack on {n} CPUs: {how}; + {MARGIN_MS} ms); outcome {outcome:?}",
+        wall.as_secs_f64(),
     );
     let stopped = matches!(
         outcome,
@@ -131,8 +197,15 @@ fn verdict(
                 | ExitOutcome::Signaled(libc::SIGKILL)
         )
     );
-    if total > LIMIT_MS + SLACK_MS {
+    if total > LIMIT_MS + slack {
         fail(NAME, ran)
+    } else if stopped && LIMIT_MS + slack >= CAP_MS {
+        // The chains stop at their cap: a slack that reaches it could not
+        // tell a sandbox never stopped from one stopped in time.
+        unreachable(
+            NAME,
+            format!("the runner's watch was too late for the check to decide: {ran}"),
+        )
     } else if stopped {
         // The stop is the host's to see; that the chains stayed within the
         // limit rests on what they reported.
@@ -373,18 +446,60 @@ mod tests {
         };
         let wall = Duration::from_millis(600);
         let stopped = Some(ExitOutcome::CpuTimeExceeded);
-        // Limit 200 ms, slack 500 ms: at most 700 ms reported together.
-        let ok = verdict(&info("160,3", "150,3"), stopped, wall);
-        assert_eq!(ok.status, cordon_core::ProbeStatus::Pass, "{}", ok.detail);
-        let late = verdict(&info("360,7", "350,7"), stopped, wall);
-        assert_eq!(late.status, cordon_core::ProbeStatus::Fail);
-        let never = verdict(&info("370,8", "370,8"), Some(ExitOutcome::Exited(0)), wall);
-        assert_eq!(never.status, cordon_core::ProbeStatus::Fail);
-        let slow = verdict(
-            &info("60,2", "60,2"),
-            Some(ExitOutcome::DeadlineExceeded),
-            wall,
-        );
-        assert_eq!(slow.status, cordon_core::ProbeStatus::Unreachable);
+        let watch = |span, burn, read_to_kill| {
+            Some(Figures {
+                span: Duration::from_millis(span),
+                burn: Duration::from_millis(burn),
+                read_to_kill: Duration::from_millis(read_to_kill),
+                burn_to_kill: None,
+            })
+        };
+        let counted = |span, burn_to_kill| {
+            Some(Figures {
+                span: Duration::from_millis(span),
+                burn: Duration::ZERO,
+                read_to_kill: Duration::from_millis(span),
+                burn_to_kill: Some(Duration::from_millis(burn_to_kill)),
+            })
+        };
+        let status = |a, b, outcome, figures, cpus| {
+            let c = verdict(&info(a, b), outcome, wall, figures, cpus);
+            eprintln!("{}", c.detail);
+            c.status
+        };
+        use cordon_core::ProbeStatus::{Fail, Pass, Unreachable};
+        // Limit 200 ms; a watch on time (105 ms) on 2 CPUs that counted
+        // 200 ms burned: the span bounds it, 2 × 105 + 40 ms slack.
+        let on_time = watch(105, 200, 1);
+        assert_eq!(status("220,5", "220,5", stopped, on_time, 2), Pass);
+        assert_eq!(status("230,5", "230,5", stopped, on_time, 2), Fail);
+        // On one CPU the chains burn half as much in the same span.
+        assert_eq!(status("180,4", "180,4", stopped, on_time, 1), Fail);
+        // A watch delayed to 400 ms on a loaded host where the sandbox
+        // burned 60 ms in it (+ 2 × 2 ms to the kill): 104 ms slack.
+        let late = watch(400, 60, 2);
+        assert_eq!(status("150,3", "150,3", stopped, late, 2), Pass);
+        assert_eq!(status("160,3", "160,3", stopped, late, 2), Fail);
+        // The read after the kill counted 120 ms in a 320 ms span whose
+        // read took 216 ms: 160 ms slack, whatever the read's delay.
+        let slow_read = counted(320, 120);
+        assert_eq!(status("180,4", "180,4", stopped, slow_read, 2), Pass);
+        assert_eq!(status("190,4", "190,4", stopped, slow_read, 2), Fail);
+        // No figures: the nominal cadence, never looser.
+        assert_eq!(status("230,5", "230,5", stopped, None, 2), Fail);
+        assert_eq!(status("200,4", "200,4", stopped, None, 2), Pass);
+        // A backend that counts half of what the chains burn: it fires
+        // when they burned 400 ms, having counted 20 ms of the last span.
+        let undercounts = watch(105, 20, 1);
+        assert_eq!(status("200,4", "200,4", stopped, undercounts, 2), Fail);
+        // A watch so late, with so much counted, that the slack reaches
+        // the cap: undecidable.
+        let starved = watch(2000, 600, 1);
+        assert_eq!(status("100,2", "100,2", stopped, starved, 2), Unreachable);
+        // Never stopped: the chains reach their cap and fail.
+        let never = Some(ExitOutcome::Exited(0));
+        assert_eq!(status("370,8", "370,8", never, on_time, 2), Fail);
+        let slow = Some(ExitOutcome::DeadlineExceeded);
+        assert_eq!(status("60,2", "60,2", slow, None, 2), Unreachable);
     }
 }
