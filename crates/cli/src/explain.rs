@@ -84,19 +84,19 @@ fn remedy(r: &Remedy) -> serde_json::Value {
     serde_json::json!({"remedy": kind, "value": value})
 }
 
-/// Makes the `--explain-json` output before the program runs (its path
-/// checked then: a path the sandbox may shape is refused, see
-/// `cordon_core::hostfs::OutputFile`); written and moved over its name
-/// by [`write_json_file`] once the program has ended.
+/// Checks the `--explain-json` path before the program runs (a path the
+/// sandbox may shape is refused, see `cordon_core::hostfs::OutputFile`);
+/// [`write_json_file`] makes the file once the program has ended.
 pub(crate) fn open_json(path: &std::path::Path) -> std::io::Result<OutputFile> {
     OutputFile::create(path)
 }
 
-/// Writes the explanation into the output [`open_json`] made and moves
-/// it over its name.
-pub(crate) fn write_json_file(e: &Explanation, mut out: OutputFile) -> std::io::Result<()> {
-    write_json(e, std::io::BufWriter::new(out.file()))?;
-    out.commit()
+/// Writes the explanation as a new file moved over the name
+/// [`open_json`] checked.
+pub(crate) fn write_json_file(e: &Explanation, out: OutputFile) -> std::io::Result<()> {
+    let mut bytes = Vec::new();
+    write_json(e, &mut bytes)?;
+    out.commit(&bytes)
 }
 
 /// The same as JSON lines: one object per denial (`kind`, `object`,

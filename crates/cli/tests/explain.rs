@@ -991,3 +991,50 @@ fn roots_json_file_is_never_written_into_another_users_file() {
     let m = std::fs::metadata(&planted).unwrap();
     assert_eq!((m.uid(), m.len()), (65534, 0), "root wrote into it");
 }
+
+#[test]
+fn the_program_cannot_forge_the_json_file() {
+    // The program looks for the output beside its name while it runs, to
+    // append a forged denial to it, swap it or leave a FIFO: the file is
+    // made only once it has ended, so there is nothing to find.
+    const FORGED: &str = "FORGED-DENIAL";
+    for (who, tier) in grant_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, _) = grant_and_victim(who, dir.path());
+        let json = w.join("explain.json");
+        let forge = format!(
+            "import os\nfound = [n for n in os.listdir({w:?}) if n != 'explain.json']\n\
+             for n in found:\n    with open(os.path.join({w:?}, n), 'a') as f:\n        \
+             f.write('{{\"kind\":\"{FORGED}\"}}\\n')\nprint('found', len(found))",
+            w = w.to_str().unwrap()
+        );
+        let out = run(cordon_as(who, dir.path()).args([
+            "run",
+            "--tier",
+            tier,
+            "--rw",
+            w.to_str().unwrap(),
+            "--explain-json",
+            json.to_str().unwrap(),
+            "--",
+            PY,
+            "-c",
+            &forge,
+        ]));
+        let err = text(&out.stderr);
+        assert_eq!(text(&out.stdout), "found 0\n", "{who}, tier {tier}: {err}");
+        let written = std::fs::read_to_string(&json)
+            .unwrap_or_else(|e| panic!("{who}, tier {tier}: no JSON file ({e}): {err}"));
+        assert!(!written.contains(FORGED), "{who}, tier {tier}: {written}");
+        let names: Vec<_> = std::fs::read_dir(&w)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            names.len(),
+            1,
+            "{who}, tier {tier}: left beside it: {names:?}"
+        );
+    }
+}

@@ -51,6 +51,13 @@ const DIR: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
+/// A directory on the way to the one wanted: on Linux `O_PATH`, so that a
+/// dir the caller may search but not read (mode 0711) can be passed.
+#[cfg(target_os = "linux")]
+const STEP: OFlags = DIR.union(OFlags::PATH);
+#[cfg(not(target_os = "linux"))]
+const STEP: OFlags = DIR;
+
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
@@ -61,9 +68,14 @@ fn euid() -> u32 {
 /// A link in the way fails with an error that names it.
 pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     let start = if path.is_absolute() { "/" } else { "." };
-    let mut fd = rfs::open(start, DIR, Mode::empty())?;
+    let mut fd = rfs::open(start, STEP, Mode::empty())?;
     let mut walked = PathBuf::from(if path.is_absolute() { "/" } else { "" });
-    for c in path.components() {
+    let mut names = path.components().peekable();
+    // The last component is opened for reading (a listing, a lock); the
+    // others only to be passed.
+    let mut last_opened = false;
+    while let Some(c) = names.next() {
+        let last = names.peek().is_none();
         match c {
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
             Component::ParentDir => {
@@ -78,9 +90,17 @@ pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
             }
             Component::Normal(name) => {
                 walked.push(name);
-                fd = open_dir_at(fd.as_fd(), name).map_err(|e| name_link(e, &walked))?;
+                check_name(name)?;
+                let flags = if last { DIR } else { STEP };
+                fd = rfs::openat(fd.as_fd(), name, flags, Mode::empty())
+                    .map_err(|e| name_link(e.into(), &walked))?;
+                last_opened = last;
             }
         }
+    }
+    if !last_opened {
+        // `/`, `.`: the start itself, now for reading.
+        fd = rfs::openat(fd.as_fd(), ".", DIR, Mode::empty())?;
     }
     Ok(fd)
 }
@@ -196,80 +216,102 @@ fn kind_name(kind: FileType) -> &'static str {
 }
 
 /// An output file the host writes for the operator (`--explain-json`):
-/// made as a new 0600 file beside its name when created, moved over the
-/// name by [`commit`](Self::commit), removed if dropped uncommitted.
+/// its path checked (and its directory opened) by
+/// [`create`](Self::create) before the program runs; the file itself made
+/// only by [`commit`](Self::commit), once the program has ended, as a
+/// new 0600 file beside its name that is moved over the name. Nothing of
+/// it exists while the program runs, so a program that may write that
+/// directory has nothing to write into, swap or replace with a FIFO.
 #[derive(Debug)]
 pub struct OutputFile {
     dir: OwnedFd,
     name: OsString,
-    temp: OsString,
-    file: File,
     shown: PathBuf,
-    done: bool,
 }
 
 impl OutputFile {
-    /// Checks `path` and makes its temporary file. Refused: a path with a
-    /// link or `..` in it, and a name that holds anything but a regular
-    /// file of this user's (a FIFO, a link, a directory, another user's
-    /// file).
+    /// Checks `path`: refused, a path with a link or `..` in it, and a
+    /// name that holds anything but a regular file of this user's (a
+    /// FIFO, a link, a directory, another user's file).
     pub fn create(path: &Path) -> io::Result<OutputFile> {
         let (dir, name) = split(path)?;
         check_replaceable(dir.as_fd(), &name, path)?;
+        Ok(OutputFile {
+            dir,
+            name,
+            shown: path.to_path_buf(),
+        })
+    }
+
+    /// Writes `bytes` as a new file beside the name (in the directory
+    /// opened at [`create`](Self::create), whatever the path names now)
+    /// and moves it over the name, after checking once more that the name
+    /// holds nothing it must not replace. A file found in its place
+    /// afterwards (swapped by a process that may write the directory) is
+    /// an error.
+    pub fn commit(self, bytes: &[u8]) -> io::Result<()> {
+        check_replaceable(self.dir.as_fd(), &self.name, &self.shown)?;
         let flags = OFlags::WRONLY
             | OFlags::CREATE
             | OFlags::EXCL
             | OFlags::NOFOLLOW
             | OFlags::NONBLOCK
             | OFlags::CLOEXEC;
+        let mut made = None;
         for attempt in 0..16u32 {
             let mut temp = OsString::from(".");
-            temp.push(&name);
+            temp.push(&self.name);
             temp.push(format!(".cordon-{}-{}", std::process::id(), nonce(attempt)));
-            match rfs::openat(dir.as_fd(), &temp, flags, Mode::from_raw_mode(0o600)) {
+            match rfs::openat(self.dir.as_fd(), &temp, flags, Mode::from_raw_mode(0o600)) {
                 Ok(fd) => {
-                    return Ok(OutputFile {
-                        dir,
-                        name,
-                        temp,
-                        file: File::from(fd),
-                        shown: path.to_path_buf(),
-                        done: false,
-                    })
+                    made = Some((temp, File::from(fd)));
+                    break;
                 }
                 Err(rustix::io::Errno::EXIST) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("cannot make a temporary file beside `{}`", path.display()),
-        ))
-    }
-
-    /// The file to write to.
-    pub fn file(&mut self) -> &mut File {
-        &mut self.file
-    }
-
-    /// Moves the written file over its name (in the directory opened at
-    /// [`create`](Self::create), whatever the path names now), after
-    /// checking once more that the name holds nothing it must not
-    /// replace.
-    pub fn commit(mut self) -> io::Result<()> {
-        check_replaceable(self.dir.as_fd(), &self.name, &self.shown)?;
-        rfs::renameat(self.dir.as_fd(), &self.temp, self.dir.as_fd(), &self.name)?;
-        self.done = true;
-        Ok(())
+        let Some((temp, mut file)) = made else {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "cannot make a temporary file beside `{}`",
+                    self.shown.display()
+                ),
+            ));
+        };
+        let written = io::Write::write_all(&mut file, bytes)
+            .and_then(|()| same_file(self.dir.as_fd(), &temp, &file))
+            .and_then(|()| {
+                Ok(rfs::renameat(
+                    self.dir.as_fd(),
+                    &temp,
+                    self.dir.as_fd(),
+                    &self.name,
+                )?)
+            });
+        if let Err(e) = written {
+            let _ = rfs::unlinkat(self.dir.as_fd(), &temp, AtFlags::empty());
+            return Err(e);
+        }
+        same_file(self.dir.as_fd(), &self.name, &file).map_err(|_| {
+            io::Error::other(format!(
+                "`{}` was replaced while cordon wrote it (a process that may write its \
+                 directory): do not trust what it holds",
+                self.shown.display()
+            ))
+        })
     }
 }
 
-impl Drop for OutputFile {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = rfs::unlinkat(self.dir.as_fd(), &self.temp, AtFlags::empty());
-        }
+/// Whether `name` in `dir` is `file` (the same inode, one link).
+fn same_file(dir: BorrowedFd<'_>, name: &OsStr, file: &File) -> io::Result<()> {
+    let at = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    let ours = rfs::fstat(file)?;
+    if (at.st_dev, at.st_ino) != (ours.st_dev, ours.st_ino) || ours.st_nlink != 1 {
+        return Err(io::Error::other("not the file written"));
     }
+    Ok(())
 }
 
 /// A few random-enough characters for a temporary name (the name is made
@@ -377,18 +419,34 @@ pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr, budget: &mut Budget)
     }
     let top = open_for_removal(parent, name)?;
     // Each pass empties what it can reach; a pass that moved deep dirs up
-    // to the top leaves them for the next. A pass that removed nothing and
-    // left the top non-empty cannot end: an error, not a loop.
+    // to the top leaves them for the next, so a removal needs at most one
+    // pass more than it moved dirs up. Past that (or after a pass that
+    // removed nothing), something keeps refilling the tree (another user
+    // with a cwd inside it): an error, not a loop.
+    let mut hoists = Hoists::default();
+    let mut passes = 0u64;
     loop {
         let before = budget.entries;
-        empty(top.as_fd(), budget)?;
+        empty(top.as_fd(), budget, &mut hoists)?;
+        passes += 1;
         match rfs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
             Err(rustix::io::Errno::NOTEMPTY) | Err(rustix::io::Errno::EXIST)
-                if budget.entries != before => {}
+                if budget.entries != before && passes <= hoists.moved + MAX_REFILLS => {}
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// How many passes a removal makes beyond one per dir moved up before it
+/// takes the tree as refilled by someone else and gives up.
+const MAX_REFILLS: u64 = 16;
+
+/// The dirs a removal moved up to its top: how many, and the next name.
+#[derive(Default)]
+struct Hoists {
+    moved: u64,
+    next: u64,
 }
 
 fn ignore_gone(r: rustix::io::Result<()>) -> io::Result<()> {
@@ -405,14 +463,7 @@ fn open_for_removal(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd>
     let me = euid();
     let fd = match rfs::openat(parent, name, DIR, Mode::empty()) {
         Err(rustix::io::Errno::ACCESS) if me != 0 => {
-            // Not followed by fchmodat on Linux before 6.6: checked to be
-            // a dir of ours first; whoever could swap it meanwhile is this
-            // uid, which may chmod its own files anyway.
-            let st = rfs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
-            if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != me {
-                return Err(rustix::io::Errno::ACCESS.into());
-            }
-            rfs::chmodat(parent, name, Mode::from_raw_mode(0o700), AtFlags::empty())?;
+            chmod_unreadable_dir(parent, name, me)?;
             rfs::openat(parent, name, DIR, Mode::empty())?
         }
         r => r?,
@@ -426,6 +477,32 @@ fn open_for_removal(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd>
     Ok(fd)
 }
 
+/// Gives a dir of `me`'s that cannot be opened for reading `rwx` for its
+/// owner, never by name (`fchmodat` follows a link put there meanwhile):
+/// on Linux it is opened `O_PATH` (no permission needed), checked on that
+/// fd and changed through `/proc/self/fd`; elsewhere it is refused.
+fn chmod_unreadable_dir(parent: BorrowedFd<'_>, name: &OsStr, me: u32) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = rfs::openat(parent, name, STEP, Mode::empty())?;
+        let st = rfs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != me {
+            return Err(rustix::io::Errno::ACCESS.into());
+        }
+        rfs::chmod(
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+            Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700),
+        )?;
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (parent, name, me);
+        Err(rustix::io::Errno::ACCESS.into())
+    }
+}
+
 /// One level of the walk: the directory and its name in the level above.
 struct Level {
     dir: rfs::Dir,
@@ -435,7 +512,7 @@ struct Level {
 /// Empties `top` as far as one pass goes: depth-first, at most
 /// [`HELD_DIRS`] levels open; a directory below that is renamed up into
 /// `top` under a fresh name.
-fn empty(top: BorrowedFd<'_>, budget: &mut Budget) -> io::Result<()> {
+fn empty(top: BorrowedFd<'_>, budget: &mut Budget, hoists: &mut Hoists) -> io::Result<()> {
     let top_dup = rustix::io::fcntl_dupfd_cloexec(top, 0)?;
     let mut first = rfs::Dir::new(top_dup)?;
     first.rewind();
@@ -443,7 +520,6 @@ fn empty(top: BorrowedFd<'_>, budget: &mut Budget) -> io::Result<()> {
         dir: first,
         name: None,
     }];
-    let mut hoisted = 0u64;
     loop {
         let depth = stack.len();
         let Some(level) = stack.last_mut() else {
@@ -488,7 +564,7 @@ fn empty(top: BorrowedFd<'_>, budget: &mut Budget) -> io::Result<()> {
             continue;
         }
         if depth >= HELD_DIRS {
-            hoist(fd, &name, top, &mut hoisted)?;
+            hoist(fd, &name, top, hoists, budget)?;
             continue;
         }
         let child = open_for_removal(fd, &name)?;
@@ -501,24 +577,31 @@ fn empty(top: BorrowedFd<'_>, budget: &mut Budget) -> io::Result<()> {
 }
 
 /// Moves the directory `name` in `from` up into `top` under a name not in
-/// use there.
-fn hoist(from: BorrowedFd<'_>, name: &OsStr, top: BorrowedFd<'_>, n: &mut u64) -> io::Result<()> {
-    for _ in 0..64 {
-        *n += 1;
-        let to = format!(".cordon-removing-{n}");
+/// use there (one counter for the whole removal, with this process's pid:
+/// a name the tree already holds costs a try, charged to the budget).
+fn hoist(
+    from: BorrowedFd<'_>,
+    name: &OsStr,
+    top: BorrowedFd<'_>,
+    hoists: &mut Hoists,
+    budget: &mut Budget,
+) -> io::Result<()> {
+    loop {
+        hoists.next += 1;
+        let to = format!(".cordon-removing-{}-{}", std::process::id(), hoists.next);
         match rfs::renameat(from, name, top, to.as_str()) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {
+                hoists.moved += 1;
+                return Ok(());
+            }
             // A name the tree already holds: try the next.
             Err(rustix::io::Errno::NOTEMPTY)
             | Err(rustix::io::Errno::EXIST)
             | Err(rustix::io::Errno::NOTDIR)
-            | Err(rustix::io::Errno::ISDIR) => continue,
+            | Err(rustix::io::Errno::ISDIR) => budget.spend()?,
             Err(e) => return Err(e.into()),
         }
     }
-    Err(io::Error::other(
-        "cannot move a deep directory up: every name tried is taken",
-    ))
 }
 
 /// Gives the directory `path` (walked as [`open_dir`] does) to `owner`
@@ -538,46 +621,6 @@ pub fn hand_over_dir(path: &Path, from: u32, owner: (u32, u32)) -> io::Result<bo
     rfs::fchown(&fd, Some(uid), Some(gid))?;
     rfs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
     Ok(true)
-}
-
-/// Gives every directory in `base` whose name starts with `prefix` and
-/// that belongs to `from` to `owner` (see [`hand_over_dir`]): before a
-/// uid goes to a new holder, what an earlier holder left in `base` (a
-/// scratch of a host that was killed) is put out of its reach. Returns
-/// how many were handed over.
-pub fn hand_over_dirs_in(
-    base: &Path,
-    prefix: &str,
-    from: u32,
-    owner: (u32, u32),
-) -> io::Result<usize> {
-    let base_fd = open_dir(base)?;
-    let mut entries = rfs::Dir::new(rustix::io::fcntl_dupfd_cloexec(&base_fd, 0)?)?;
-    let mut n = 0;
-    while let Some(e) = entries.read() {
-        let e = e?;
-        let name = OsStr::from_bytes(e.file_name().to_bytes());
-        if !name.as_bytes().starts_with(prefix.as_bytes()) {
-            continue;
-        }
-        let fd = match open_dir_at(base_fd.as_fd(), name) {
-            Ok(fd) => fd,
-            // Not a dir (or gone): nothing to hand over.
-            Err(_) => continue,
-        };
-        let st = rfs::fstat(&fd)?;
-        if st.st_uid != from {
-            continue;
-        }
-        rfs::fchown(
-            &fd,
-            Some(rfs::Uid::from_raw(owner.0)),
-            Some(rfs::Gid::from_raw(owner.1)),
-        )?;
-        rfs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
-        n += 1;
-    }
-    Ok(n)
 }
 
 #[cfg(test)]

@@ -195,24 +195,60 @@ fn another_users_file_is_neither_written_nor_replaced() {
 }
 
 #[test]
-fn output_is_written_beside_and_moved_over_the_name() {
+fn output_is_made_at_commit_and_moved_over_the_name() {
     let base = tempfile::tempdir().unwrap();
     let path = base.path().join("explain.json");
     std::fs::write(&path, b"old").unwrap();
-    let mut out = OutputFile::create(&path).unwrap();
-    std::io::Write::write_all(out.file(), b"new").unwrap();
-    // Until committed, the old file stands.
+    let out = OutputFile::create(&path).unwrap();
+    // Until committed nothing of it exists: nothing to write into or swap.
+    assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 1);
     assert_eq!(std::fs::read(&path).unwrap(), b"old");
-    out.commit().unwrap();
+    out.commit(b"new").unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), b"new");
     let m = std::fs::metadata(&path).unwrap();
     assert_eq!(m.permissions().mode() & 0o777, 0o600);
     assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 1);
-    // Dropped uncommitted: the temporary file goes, the name is untouched.
+    // What was put at the name meanwhile is checked again at commit.
     let out = OutputFile::create(&path).unwrap();
-    drop(out);
-    assert_eq!(std::fs::read(&path).unwrap(), b"new");
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", &path).unwrap();
+    let e = out.commit(b"x").unwrap_err();
+    assert!(e.to_string().contains("symbolic link"), "{e}");
     assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn a_deep_wide_tree_needs_no_more_names_than_it_has() {
+    // 70 dirs below the held depth, each holding a chain that must be
+    // moved up: a removal whose names for moved dirs restarted each pass
+    // (or ran out after 64) failed on it for good.
+    let base = tempfile::tempdir().unwrap();
+    let mut deep = base.path().join("t");
+    for _ in 0..HELD_DIRS {
+        deep.push("c");
+    }
+    for i in 0..70 {
+        let mut d = deep.join(format!("d{i}"));
+        for _ in 0..40 {
+            d.push("x");
+        }
+        std::fs::create_dir_all(&d).unwrap();
+    }
+    remove_tree(&base.path().join("t")).unwrap();
+    assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_dir_is_reached_through_one_that_may_only_be_searched() {
+    // A 0711 dir on the way: passed with O_PATH, never read.
+    let base = tempfile::tempdir().unwrap();
+    let through = base.path().join("through");
+    std::fs::create_dir_all(through.join("inner/tree/a")).unwrap();
+    std::fs::set_permissions(&through, std::fs::Permissions::from_mode(0o111)).unwrap();
+    let r = remove_tree(&through.join("inner/tree"));
+    std::fs::set_permissions(&through, std::fs::Permissions::from_mode(0o755)).unwrap();
+    r.unwrap();
+    assert!(!through.join("inner/tree").exists());
 }
 
 #[test]

@@ -41,7 +41,11 @@ impl Drop for LinuxResources {
         // leased (locked) for this process's life rather than go to a
         // sandbox that could reach the dir.
         if let Some(h) = self.handback.take() {
-            if !h.hand_back() {
+            if h.hand_back() {
+                if let Some(lease) = &self.uid {
+                    lease.clear_scratch();
+                }
+            } else {
                 std::mem::forget(self.uid.take());
             }
         }

@@ -1,9 +1,9 @@
 //! A fresh scratch the sandbox's leased uid owns while it runs (tier
 //! landlock, and the test layers without a mount namespace, on a root
 //! host): given to the uid at wrap, handed back to the caller before the
-//! uid is released, and what a killed host left of an earlier holder of
-//! the uid handed back before a new one runs. Every touch is
-//! `cordon_core::hostfs`'s (no link followed).
+//! uid is released (and recorded in the uid's lease first, so that if the
+//! host is killed the uid's next holder hands it back before it runs,
+//! `uid.rs`). Every touch is `cordon_core::hostfs`'s (no link followed).
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +38,12 @@ impl ScratchHandback {
             return Ok(None);
         }
         let (uid, gid) = ids.host;
+        if let Some(lease) = &ids.lease {
+            lease.record_scratch(scratch).map_err(|e| {
+                wrap_err(format!("cannot record the scratch given to uid {uid}: {e}"))
+                    .with_source(e)
+            })?;
+        }
         let cannot = |why: String| {
             wrap_err(format!(
                 "cannot give the scratch dir `{}` to uid {uid}: {why}",
@@ -72,29 +78,4 @@ impl ScratchHandback {
             }
         }
     }
-}
-
-/// What an earlier holder of the leased `uid` left beside this sandbox's
-/// `scratch` (a tier-landlock scratch of a host that was killed, so no
-/// handback ran) goes to the caller before this sandbox may run as the
-/// uid: in either tier a read-only grant could reach it otherwise.
-/// Holding the lease, no process of the uid is alive, so every such dir
-/// is dead (the sweep removes it later).
-pub(crate) fn reclaim_dead_scratches(
-    scratch: &Path,
-    uid: u32,
-    caller: (u32, u32),
-) -> Result<(), WrapError> {
-    let Some(base) = scratch.parent() else {
-        return Ok(());
-    };
-    cordon_core::hostfs::hand_over_dirs_in(base, cordon_core::SCRATCH_PREFIX, uid, caller)
-        .map(drop)
-        .map_err(|e| {
-            wrap_err(format!(
-                "cannot hand an earlier sandbox's scratch dirs in `{}` from uid {uid} back: {e}",
-                base.display()
-            ))
-            .with_source(e)
-        })
 }

@@ -31,9 +31,11 @@
 //! released the host hands the scratch back (its top dir chowned to the
 //! caller) and removes it, and the uid stays leased for the host's life
 //! if the handback fails. A host that is killed leaves that scratch, of
-//! the uid, on disk, and its lock dies with it: so a uid's new holder
-//! runs only once the dead scratch dirs of that uid beside its own
-//! scratch are handed to the caller (`wrap.rs`).
+//! the uid, on disk, and its lock dies with it: so the scratch is
+//! recorded in the uid's lock file before the uid gets it
+//! ([`UidLease::record_scratch`]), and [`UidLease::acquire`] hands a
+//! recorded one back to root before it gives the uid out again (a uid
+//! whose leftover cannot be handed back is skipped).
 //!
 //! **Checks at start** ([`UidPool::check`], once per process and pool):
 //! the range must not hold 0, the 16-bit ids (`nobody` and `(uid_t)-1`
@@ -303,6 +305,14 @@ impl UidLease {
                 busy_processes += 1;
                 continue;
             }
+            // A scratch an earlier holder was given and never handed back
+            // (its host was killed): handed to root first, wherever it is;
+            // a uid whose leftover cannot be is not free.
+            if let Err(e) = reclaim_recorded_scratch(&lock, uid) {
+                tracing::warn!(uid, error = %e, "a sandbox uid's leftover scratch cannot be handed back: the uid is skipped");
+                busy_processes += 1;
+                continue;
+            }
             let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
             if held.contains(&uid) {
                 continue;
@@ -328,6 +338,38 @@ impl UidLease {
     pub(crate) fn uid(&self) -> u32 {
         self.uid
     }
+
+    /// Records in the uid's lock file (root's own dir) that `scratch` is
+    /// given to the uid, before it is: if the host is killed before the
+    /// handback, the next holder's [`acquire`](Self::acquire) hands it
+    /// back first, wherever it is.
+    pub(crate) fn record_scratch(&self, scratch: &Path) -> std::io::Result<()> {
+        rustix::fs::ftruncate(&self._lock, 0)?;
+        let bytes = scratch.as_os_str().as_bytes();
+        if rustix::io::pwrite(&self._lock, bytes, 0)? != bytes.len() {
+            return Err(std::io::Error::other("short write to the uid's lock file"));
+        }
+        Ok(())
+    }
+
+    /// The recorded scratch was handed back.
+    pub(crate) fn clear_scratch(&self) {
+        let _ = rustix::fs::ftruncate(&self._lock, 0);
+    }
+}
+
+/// Hands the scratch recorded in a uid's lock file back to root (if it is
+/// still there and the uid's) and clears the record.
+fn reclaim_recorded_scratch(lock: &OwnedFd, uid: u32) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::io::pread(lock, &mut buf, 0)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let path = Path::new(std::ffi::OsStr::from_bytes(&buf[..n]));
+    cordon_core::hostfs::hand_over_dir(path, uid, (0, 0))?;
+    rustix::fs::ftruncate(lock, 0)?;
+    Ok(())
 }
 
 impl Drop for UidLease {

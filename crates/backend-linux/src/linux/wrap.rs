@@ -82,9 +82,6 @@ fn wrap_inner(
     }
 
     let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;
-    if ids.lease.is_some() {
-        super::scratch::reclaim_dead_scratches(&grants.scratch, ids.host.0, (euid, egid))?;
-    }
     // Without a mount namespace (tier landlock; test layers) a fresh
     // scratch is the host's dir itself, given to the sandbox's uid and
     // handed back before that uid is released.

@@ -193,6 +193,9 @@ pub fn main() {
         if name == pools::HELPER {
             pools::helper();
         }
+        if name == scratch::HOLDER_HELPER {
+            scratch::holder_helper();
+        }
         let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
             eprintln!("unknown scenario {name}");
             std::process::exit(2);
