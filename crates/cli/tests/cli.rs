@@ -353,6 +353,19 @@ fn cache_file(cache: &Path) -> PathBuf {
     cache.join("cordon").join("conformance-linux.json")
 }
 
+/// Applies `edit` to every report the cache file holds (one per key, in
+/// its `entries`).
+fn edit_cache(file: &Path, edit: impl Fn(&mut serde_json::Value)) {
+    let json = std::fs::read_to_string(file).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let entries = v["entries"]
+        .as_array_mut()
+        .expect("the cache file's entries");
+    assert!(!entries.is_empty());
+    entries.iter_mut().for_each(edit);
+    std::fs::write(file, serde_json::to_string(&v).unwrap()).unwrap();
+}
+
 fn cache_outcome(cache: &Path) -> String {
     let out = run(cordon(cache).args(["-vv", "run", "--", "true"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -373,25 +386,18 @@ fn report_cache_hit_miss_and_corruption() {
     assert_eq!(cache_outcome(cache.path()), "hit");
 
     // A changed key (here: another kernel release) is a miss and is rewritten.
-    let json = std::fs::read_to_string(&file).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    v["key"]["kernel_release"] = "0.0.0-other".into();
-    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    edit_cache(&file, |v| v["key"]["kernel_release"] = "0.0.0-other".into());
     assert_eq!(cache_outcome(cache.path()), "miss");
     assert_eq!(cache_outcome(cache.path()), "hit");
 
     // A binary that looks different on disk is hashed again: same hash, hit;
     // a stored hash that no longer matches the binary, miss.
-    let json = std::fs::read_to_string(&file).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    v["exe"]["ino"] = 1.into();
-    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    edit_cache(&file, |v| v["exe"]["ino"] = 1.into());
     assert_eq!(cache_outcome(cache.path()), "hit");
-    let json = std::fs::read_to_string(&file).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    v["exe"]["ino"] = 1.into();
-    v["key"]["exe_sha256"] = "00".into();
-    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    edit_cache(&file, |v| {
+        v["exe"]["ino"] = 1.into();
+        v["key"]["exe_sha256"] = "00".into();
+    });
     assert_eq!(cache_outcome(cache.path()), "miss");
 
     // A corrupted file is re-run, never trusted.
