@@ -267,6 +267,7 @@ fn wrap_inner(
         || tree.is_some()
         || egress_session.is_some()
         || ids.lease.is_some()
+        || handback.is_some()
         || recorders.is_some();
     Ok(holds_something.then(|| {
         Box::new(super::resources::LinuxResources::new(
