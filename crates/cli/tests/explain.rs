@@ -860,14 +860,24 @@ fn plant_in_grant(who: &str, tier: &str, dir: &Path, w: &Path, code: &str) {
     );
 }
 
+/// `cordon run --tier TIER --rw W --explain-json JSON` as `caller`, for
+/// the program given after it.
+fn explaining_into(caller: &str, tier: &str, dir: &Path, w: &Path, json: &Path) -> Command {
+    let mut c = cordon_as(caller, dir);
+    c.args(["run", "--tier", tier, "--rw"])
+        .arg(w)
+        .arg("--explain-json")
+        .arg(json);
+    c
+}
+
 #[test]
 fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
     // Run 1 turns `W/logs` into a link to a dir of the caller's outside
     // every grant; run 2, the operator's usual `--explain-json
     // W/logs/explain.json`, must not write there.
-    for (who, tier) in grant_runs() {
-        let who = &format!("{who}, tier {tier}");
-        let caller = who.split(',').next().unwrap();
+    for (caller, tier) in grant_runs() {
+        let who = &format!("{caller}, tier {tier}");
         let dir = tempfile::tempdir().unwrap();
         let (w, victim) = grant_and_victim(caller, dir.path());
         let logs = w.join("logs");
@@ -879,17 +889,8 @@ fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
         plant_in_grant(caller, tier, dir.path(), &w, &plant);
         assert!(logs.symlink_metadata().unwrap().file_type().is_symlink());
         let json = logs.join("explain.json");
-        let out = run(cordon_as(caller, dir.path()).args([
-            "run",
-            "--tier",
-            tier,
-            "--rw",
-            w.to_str().unwrap(),
-            "--explain-json",
-            json.to_str().unwrap(),
-            "--",
-            "/bin/true",
-        ]));
+        let out =
+            run(explaining_into(caller, tier, dir.path(), &w, &json).args(["--", "/bin/true"]));
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{who}: the run went on: {err}");
         assert!(err.contains("symbolic link"), "{who}: {err}");
@@ -908,9 +909,8 @@ fn a_link_the_sandbox_left_in_the_json_files_path_is_refused() {
 
 #[test]
 fn a_fifo_at_the_json_files_path_does_not_hang_cordon() {
-    for (who, tier) in grant_runs() {
-        let who = &format!("{who}, tier {tier}");
-        let caller = who.split(',').next().unwrap();
+    for (caller, tier) in grant_runs() {
+        let who = &format!("{caller}, tier {tier}");
         let dir = tempfile::tempdir().unwrap();
         let (w, _) = grant_and_victim(caller, dir.path());
         let json = w.join("explain.json");
@@ -921,20 +921,8 @@ fn a_fifo_at_the_json_files_path_does_not_hang_cordon() {
         );
         plant_in_grant(caller, tier, dir.path(), &w, &plant);
         let mut child = spawn(
-            cordon_as(caller, dir.path())
-                .args([
-                    "run",
-                    "--tier",
-                    tier,
-                    "--timeout",
-                    "5",
-                    "--rw",
-                    w.to_str().unwrap(),
-                    "--explain-json",
-                    json.to_str().unwrap(),
-                    "--",
-                    "/bin/true",
-                ])
+            explaining_into(caller, tier, dir.path(), &w, &json)
+                .args(["--timeout", "5", "--", "/bin/true"])
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped()),
         );
@@ -1008,19 +996,8 @@ fn the_program_cannot_forge_the_json_file() {
              f.write('{{\"kind\":\"{FORGED}\"}}\\n')\nprint('found', len(found))",
             w = w.to_str().unwrap()
         );
-        let out = run(cordon_as(who, dir.path()).args([
-            "run",
-            "--tier",
-            tier,
-            "--rw",
-            w.to_str().unwrap(),
-            "--explain-json",
-            json.to_str().unwrap(),
-            "--",
-            PY,
-            "-c",
-            &forge,
-        ]));
+        let out =
+            run(explaining_into(who, tier, dir.path(), &w, &json).args(["--", PY, "-c", &forge]));
         let err = text(&out.stderr);
         assert_eq!(text(&out.stdout), "found 0\n", "{who}, tier {tier}: {err}");
         let written = std::fs::read_to_string(&json)
