@@ -95,8 +95,11 @@
 //! it kills, how long and how much the sandbox ran since its last read at
 //! or under the limit, so `sandbox-cpu-limit` allows what that span let it
 //! burn (plus 40 ms) past the limit: measured, so a loaded host widens it
-//! by what its delay allowed and no more (the chains burn 50 ms per link);
-//! and the deadline check sets a 150 ms deadline, which only has to fire.
+//! by what its delay allowed and no more (the chains burn 50 ms per link),
+//! up to 300 ms, past which the check decides nothing. A stop that is not
+//! the runner's own kill (a backend's `SIGKILL` or `SIGXCPU`) earns only
+//! the 40 ms. The deadline check sets a 150 ms deadline, which only has to
+//! fire.
 //!
 //! ## Using it in an application
 //! The probe child is the application's own executable re-invoked in probe

@@ -163,3 +163,99 @@ async fn claiming_sandbox_scope_without_holding_it_fails_p6() {
         assert_eq!(c.evidence, cordon_core::Evidence::Host, "{name}");
     }
 }
+
+/// A test double for "a backend that enforces the CPU limit itself, late":
+/// the whole Linux backend, whose resources hide the sandbox's CPU time
+/// from the runner (so the runner's watch never fires) and instead kill
+/// the sandbox's leader with `SIGKILL` once the backend counts twice the
+/// limit. Only the runner's own kill, whose lateness it measures, may
+/// excuse an overshoot: this one must fail `sandbox-cpu-limit` (it passed
+/// while any `SIGKILL` earned the watch's nominal slack).
+struct KillsLate(LinuxBackend);
+
+/// The double's resources: the backend's own, behind a killer thread.
+#[derive(Debug)]
+struct LateKiller {
+    inner: Arc<dyn cordon_core::SandboxResources>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl cordon_core::SandboxResources for LateKiller {
+    fn memory_limit_hit(&self) -> bool {
+        self.inner.memory_limit_hit()
+    }
+    fn processes_left(&self) -> Option<bool> {
+        self.inner.processes_left()
+    }
+    fn exit_status(&self, leader_status: i32) -> Option<i32> {
+        self.inner.exit_status(leader_status)
+    }
+    fn started(&self, pid: u32) {
+        self.inner.started(pid);
+        // A pidfd names this very process, whatever later reuses its pid.
+        // SAFETY: pidfd_open on the pid the runner just spawned.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+        assert!(fd >= 0, "pidfd_open of the sandbox's leader");
+        let (inner, done) = (Arc::clone(&self.inner), Arc::clone(&self.done));
+        std::thread::spawn(move || {
+            let twice = std::time::Duration::from_millis(2 * 200);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if inner.cpu_time().is_some_and(|t| t > twice) {
+                    // SAFETY: a signal through our own pidfd.
+                    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGKILL, 0, 0) };
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            // SAFETY: closing our own fd.
+            unsafe { libc::close(fd) };
+        });
+    }
+}
+
+impl Drop for LateKiller {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl SandboxBackend for KillsLate {
+    fn name(&self) -> &str {
+        "kills-late"
+    }
+
+    fn availability(&self) -> Availability {
+        self.0.availability()
+    }
+
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        self.0.host_facts()
+    }
+
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        policy: &SandboxPolicy,
+    ) -> Result<WrapResources, WrapError> {
+        Ok(self.0.wrap(cmd, policy)?.map(|inner| {
+            Box::new(LateKiller {
+                inner: Arc::from(inner),
+                done: Arc::default(),
+            }) as Box<dyn cordon_core::SandboxResources>
+        }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_limit_the_backend_enforces_late_itself_fails_p6() {
+    if !common::is_root() {
+        // Without a cgroup the backend counts no sandbox-wide CPU time
+        // for the double to kill on (and claims no sandbox scope).
+        eprintln!("not run: needs root, for the backend's cgroup");
+        return;
+    }
+    let backend = KillsLate(LinuxBackend::new());
+    let report = common::run(common::suite().only(vec![ProbeId::P6]), Arc::new(backend)).await;
+    let c = common::p6_check(&report, "sandbox-cpu-limit").expect("the check is made");
+    assert_eq!(c.status, ProbeStatus::Fail, "{}", common::dump(&report));
+}
