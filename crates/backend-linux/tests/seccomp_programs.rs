@@ -790,6 +790,67 @@ int main(void) {
                 )),
                 // One event of the host's AIO pool, freed when the probe
                 // exits.
+                "mmap_hugetlb" | "mmap_plain" => {
+                    let huge = if name == "mmap_hugetlb" {
+                        libc::MAP_HUGETLB
+                    } else {
+                        0
+                    };
+                    let len = 2 << 20;
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | huge,
+                        -1,
+                        0,
+                    );
+                    if p == libc::MAP_FAILED {
+                        return errno_name(errno());
+                    }
+                    libc::munmap(p, len);
+                    "ok".into()
+                }
+                "memfd_hugetlb" => {
+                    let fd = libc::memfd_create(c"cordon".as_ptr(), libc::MFD_HUGETLB);
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                    res(fd as i64)
+                }
+                "shmget_hugetlb" => {
+                    let flags = libc::IPC_CREAT | 0o600 | libc::SHM_HUGETLB;
+                    let id = libc::shmget(libc::IPC_PRIVATE, 2 << 20, flags);
+                    if id >= 0 {
+                        // The probe's own new segment, removed at once.
+                        libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+                    }
+                    res(id as i64)
+                }
+                "fcntl_setlease" | "fcntl_setlk" => {
+                    // A file of the probe's own, open only here.
+                    let fd = libc::memfd_create(c"cordon".as_ptr(), 0);
+                    if fd < 0 {
+                        return format!("memfd={}", errno_name(errno()));
+                    }
+                    let r = if name == "fcntl_setlease" {
+                        let r = libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK);
+                        let e = errno();
+                        libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK);
+                        (r, e)
+                    } else {
+                        let mut lock: libc::flock = std::mem::zeroed();
+                        lock.l_type = libc::F_WRLCK as libc::c_short;
+                        lock.l_whence = libc::SEEK_SET as libc::c_short;
+                        (libc::fcntl(fd, libc::F_SETLK, &lock), errno())
+                    };
+                    libc::close(fd);
+                    if r.0 >= 0 {
+                        "ok".into()
+                    } else {
+                        errno_name(r.1)
+                    }
+                }
                 "io_setup" => {
                     let mut ctx: libc::c_ulong = 0;
                     res(libc::syscall(libc::SYS_io_setup, 1u32, &mut ctx))
@@ -1086,6 +1147,13 @@ int main(void) {
             ("prlimit_self", "read=ok set=ok", Design),
             ("prlimit_parent", "read=ok set=EPERM", Differs),
             ("ioprio_parent", "EPERM", Differs),
+            // Pools the whole host shares, refused by flag (`POOL_FLAGS`).
+            ("mmap_hugetlb", "EPERM", Differs),
+            ("mmap_plain", "ok", Design),
+            ("memfd_hugetlb", "EPERM", Differs),
+            ("shmget_hugetlb", "EPERM", DiffersAsRoot),
+            ("fcntl_setlease", "EPERM", Differs),
+            ("fcntl_setlk", "ok", Design),
         ];
         let d = scratch();
         let exe = std::env::current_exe().unwrap();

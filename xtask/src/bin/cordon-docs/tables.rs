@@ -155,6 +155,7 @@ fn host_pools() -> String {
         Held::Runs => "run",
         Held::Refused => "refused (`EPERM`)",
         Held::Unlisted => "unlisted (`ENOSYS`)",
+        Held::FlagRefused => "run; refused (`EPERM`) with the flag",
     };
     let mut s = String::from(
         "| pool | calls | tier namespaces | tier landlock, root host | tier landlock, another user | what bounds the sandbox's part | shown by |\n|---|---|---|---|---|---|---|\n",

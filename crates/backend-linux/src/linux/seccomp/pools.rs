@@ -21,6 +21,9 @@ pub enum Held {
     /// Not listed: `ENOSYS`, as if the kernel lacked them, so programs
     /// take their fallback.
     Unlisted,
+    /// They run, but refused (`EPERM`) with the flag or command that
+    /// takes from the pool (`POOL_FLAGS`, `F_SETLEASE` in `rules.rs`).
+    FlagRefused,
 }
 
 /// One pool, the calls that take from it, and how each filter holds it.
@@ -47,7 +50,9 @@ pub struct HostPool {
 use Held::*;
 
 /// The pools. A call may take from several (a pipe is an open file and
-/// pipe buffers); its entries must then agree on how each filter holds it.
+/// pipe buffers); its entries must then agree on how each filter holds it,
+/// except that a call refused only with one pool's flag runs for the
+/// others.
 pub const HOST_POOLS: &[HostPool] = &[
     HostPool {
         pool: "kernel AIO events (`fs.aio-max-nr`: one count for the host)",
@@ -328,15 +333,43 @@ pub const HOST_POOLS: &[HostPool] = &[
         test: "`limit_memory_memfd`",
     },
     HostPool {
-        pool: "file locks and leases (no count since Linux 2.6; each is kernel memory of the \
-               memory cgroup)",
-        syscalls: &["flock", "fcntl"],
+        pool: "file locks (`flock`, and `fcntl`'s `F_SETLK`/`F_OFD_SETLK`: no count since \
+               Linux 2.6; each is kernel memory of the memory cgroup)",
+        syscalls: &["flock"],
         namespaces: Runs,
         egress: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
-        bound: "open files; a lease needs a file the sandbox owns",
+        bound: "one lock per open file and range, so open files bound them; advisory: a host \
+                program that locks a file granted to a sandbox waits for the sandbox's lock, \
+                as for any other process's",
         test: "none fills it",
+    },
+    HostPool {
+        pool: "file leases (`fcntl(F_SETLEASE)`: a host process that opens the leased file for \
+               writing waits up to `fs.lease-break-time`)",
+        syscalls: &["fcntl"],
+        namespaces: FlagRefused,
+        egress: FlagRefused,
+        landlock: FlagRefused,
+        landlock_caller_uid: FlagRefused,
+        bound: "`F_SETLEASE` refused; every other command runs",
+        test: "`seccomp_programs` `denials_hold` (`fcntl_setlease`)",
+    },
+    HostPool {
+        pool: "huge pages (`vm.nr_hugepages`: one pool for the host; not charged to a v1 \
+               memory cgroup)",
+        syscalls: &["mmap", "memfd_create", "shmget"],
+        namespaces: FlagRefused,
+        egress: FlagRefused,
+        landlock: FlagRefused,
+        landlock_caller_uid: FlagRefused,
+        bound: "`MAP_HUGETLB`, `MFD_HUGETLB` and `SHM_HUGETLB` refused (`shmget` is refused \
+                whole in tier landlock); without them, `mmap` takes the sandbox's own memory, \
+                under the memory limit; a hugetlbfs mount granted to a sandbox would still \
+                reach the pool: grant none",
+        test: "`seccomp_programs` `denials_hold` (`mmap_hugetlb`, `memfd_hugetlb`, \
+               `shmget_hugetlb`)",
     },
 ];
 

@@ -251,6 +251,51 @@ pub(crate) fn checked() -> Vec<Checked> {
         deny: vec![vec![Cond::ne(0, 0), Cond::ne64(2, 0)]],
     });
 
+    v.extend(pool_checks());
+    v
+}
+
+/// The flags that take from a pool the whole host shares, each refused
+/// (`EPERM`) on the call that carries it (the inventory's `FlagRefused`):
+/// `MAP_HUGETLB` (`mmap`'s flags, argument 3), `MFD_HUGETLB`
+/// (`memfd_create`'s, argument 1) and `SHM_HUGETLB` (`shmget`'s, argument
+/// 2) take from the host's huge page pool (`vm.nr_hugepages`), which no
+/// namespace or uid divides and a v1 memory cgroup does not charge;
+/// `F_SETLEASE` (`fcntl`'s command, argument 1) makes every host process
+/// that opens the file for writing wait for the lease holder (up to
+/// `fs.lease-break-time`). Each call runs without its flag.
+pub(crate) const POOL_FLAGS: [(&str, u8, u64); 3] = [
+    ("mmap", 3, libc::MAP_HUGETLB as u64),
+    ("memfd_create", 1, libc::MFD_HUGETLB as u64),
+    ("shmget", 2, libc::SHM_HUGETLB as u64),
+];
+
+/// `fcntl`'s command that takes a lease.
+pub(crate) const F_SETLEASE: u64 = libc::F_SETLEASE as u64;
+
+/// The checks of [`POOL_FLAGS`] and of `fcntl(F_SETLEASE)`. Part of
+/// [`checked`]; `allowed` leaves these calls out.
+pub(crate) fn pool_checks() -> Vec<Checked> {
+    let calls = sys![SYS_mmap, SYS_memfd_create, SYS_shmget, SYS_fcntl];
+    let find = |name: &str| {
+        *calls
+            .iter()
+            .find(|s| s.name() == name)
+            .expect("listed above")
+    };
+    let mut v: Vec<Checked> = POOL_FLAGS
+        .iter()
+        .map(|(name, arg, flag)| Checked {
+            sys: find(name),
+            allow: vec![vec![Cond::masked_eq(*arg, *flag, 0)]],
+            deny: vec![vec![Cond::masked_eq(*arg, *flag, *flag)]],
+        })
+        .collect();
+    v.push(Checked {
+        sys: find("fcntl"),
+        allow: vec![vec![Cond::ne(1, F_SETLEASE)]],
+        deny: vec![vec![Cond::eq(1, F_SETLEASE)]],
+    });
     v
 }
 

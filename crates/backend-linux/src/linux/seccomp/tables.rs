@@ -389,6 +389,9 @@ pub(super) fn allowed_arch() -> Vec<Sys> {
 pub(crate) fn allowed() -> Vec<Sys> {
     let mut v = allowed_common();
     v.extend(allowed_arch());
+    // Argument-checked for the flags that take from a host pool instead.
+    let pooled = super::pool_checks();
+    v.retain(|s| !pooled.iter().any(|c| c.sys.nr == s.nr));
     v
 }
 

@@ -102,7 +102,6 @@ pub const NO_HOST_POOL: &[(&str, &[&str])] = &[
         "its own memory: the memory limit",
         &[
             "brk",
-            "mmap",
             "munmap",
             "mremap",
             "mprotect",
