@@ -173,6 +173,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(shebang_arguments_grant_nothing, true),
         s!(a_stopped_setup_is_killed_and_fails, true),
         s!(aio_pool_stays_the_hosts, true),
+        s!(filled_pools_leave_the_host_its_share, true),
     ]
 }
 

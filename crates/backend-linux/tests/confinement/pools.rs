@@ -5,6 +5,10 @@
 use super::own_uid::{helper_copy, start_held};
 use super::*;
 
+#[path = "pool_fills.rs"]
+mod fills;
+pub(super) use fills::filled_pools_leave_the_host_its_share;
+
 /// The helper mode of the in-sandbox programs here (this binary,
 /// re-executed).
 pub(super) const HELPER: &str = "pools_helper";
@@ -38,7 +42,12 @@ pub(super) fn helper() -> ! {
     let out = match act.as_str() {
         "aio-drain" if !confined() => "unconfined: not draining".to_string(),
         "aio-drain" => aio_drain(),
-        _ => format!("unknown act {act:?}"),
+        a if a.starts_with("fill-") && !confined() => format!("unconfined: not filling ({a})"),
+        a => match (a.strip_prefix("fill-"), a.strip_prefix("take-")) {
+            (Some(pool), _) => fills::fill(pool),
+            (_, Some(pool)) => fills::take(pool),
+            _ => format!("unknown act {act:?}"),
+        },
     };
     println!("{out}");
     use std::io::Write;

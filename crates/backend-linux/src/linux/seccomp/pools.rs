@@ -124,7 +124,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock_caller_uid: Runs,
         bound: "tier namespaces: 8192 in its own user namespace; tier landlock: its own uid's \
                 (root host), or none to add to (the caller's uid: no instance)",
-        test: "none fills it (the instances' test shows the same quota files hold)",
+        test: "`filled_pools_leave_the_host_its_share` (`inotify-watches`: 8192 then `ENOSPC` in tier namespaces)",
     },
     HostPool {
         pool: "fanotify groups and marks (per user namespace and uid)",
@@ -208,7 +208,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock_caller_uid: Runs,
         bound: "`RLIMIT_NOFILE` = `open_files` per process, so `open_files` × `max_processes` \
                 held (16 384 by default) plus those in flight (below)",
-        test: "none fills it (`fs.file-max` is millions; the bound is the limits')",
+        test: "`filled_pools_leave_the_host_its_share` (`open-files`: `EMFILE` at the open-files limit; `fs.file-max` is millions)",
     },
     HostPool {
         pool: "pidfds (open files)",
@@ -230,8 +230,9 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "a root host's sandbox counts under its own uid; an unprivileged host's under \
-                the caller's: up to `open_files` + 253 (Kernel quotas)",
-        test: "none fills it",
+                the caller's: up to `open_files` + 253 (Kernel quotas), **so a second sandbox \
+                of an unprivileged host is refused while one holds them**",
+        test: "`filled_pools_leave_the_host_its_share` (`fds-in-flight`: `ETOOMANYREFS` at 506)",
     },
     HostPool {
         pool: "pipe buffers (`fs.pipe-user-pages-soft`, per uid)",
@@ -253,7 +254,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock_caller_uid: Runs,
         bound: "a root host's sandbox: its own uid's; an unprivileged host's: the caller's \
                 (Kernel quotas)",
-        test: "none fills it (5.5 million watches take about 1 GiB of kernel memory)",
+        test: "`filled_pools_leave_the_host_its_share` (`epoll-watches`: one process's most, 15 360; 5.5 million watches take about 1 GiB of kernel memory)",
     },
     HostPool {
         pool: "AF_UNIX socket buffers (no count: each socket's queue is bounded by its send \
@@ -263,9 +264,11 @@ pub const HOST_POOLS: &[HostPool] = &[
         egress: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
-        bound: "`SO_SNDBUF` at most 2 × `net.core.wmem_max` per socket (more takes \
-                `CAP_NET_ADMIN`), times the sockets open files allow",
-        test: "none fills it",
+        bound: "charged to the sandbox's memory cgroup where it has one (a root host: the fill \
+                is killed at the memory limit); without one, `SO_SNDBUF` at most 2 × \
+                `net.core.wmem_max` per socket (more takes `CAP_NET_ADMIN`), times the sockets \
+                open files allow",
+        test: "`filled_pools_leave_the_host_its_share` (`unix-buffers`)",
     },
     HostPool {
         pool: "TCP memory (`net.ipv4.tcp_mem`: one count for the host) and ports (per network \
@@ -319,7 +322,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "8 MiB per process (Kernel quotas)",
-        test: "none fills it",
+        test: "`filled_pools_leave_the_host_its_share` (`locked-memory`: `ENOMEM` at 8 MiB)",
     },
     HostPool {
         pool: "the kernel's internal tmpfs behind memfds (no size or inode limit of its own)",
@@ -340,10 +343,13 @@ pub const HOST_POOLS: &[HostPool] = &[
         egress: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
-        bound: "one lock per open file and range, so open files bound them; advisory: a host \
-                program that locks a file granted to a sandbox waits for the sandbox's lock, \
-                as for any other process's",
-        test: "none fills it",
+        bound: "each lock (one per open file for `flock`, one per byte range for `fcntl`) is \
+                kernel memory the memory cgroup charges (a root host); without one, the kernel \
+                walks a file's whole list on every lock, so ranges pile up slowly (5 000 on one \
+                file take a moment; 100 000 did not finish in 60 s). Advisory: a host program \
+                that locks a file granted to a sandbox waits for the sandbox's lock, as for \
+                any other process's",
+        test: "`filled_pools_leave_the_host_its_share` (`file-locks`)",
     },
     HostPool {
         pool: "file leases (`fcntl(F_SETLEASE)`: a host process that opens the leased file for \
