@@ -117,6 +117,9 @@ pub struct ChildRun {
     pub(crate) memory_limit_hit: bool,
     /// What the runner's sandbox-wide CPU watch saw, if it ran.
     pub(crate) cpu_watch: Option<cordon_core::CpuWatchStats>,
+    /// Every `INFO` line with when the host read it (no earlier than the
+    /// child wrote it).
+    pub(crate) timeline: Vec<(std::time::Instant, String, String)>,
 }
 
 impl ChildRun {
@@ -131,6 +134,7 @@ impl ChildRun {
             stderr: String::new(),
             memory_limit_hit: false,
             cpu_watch: None,
+            timeline: Vec::new(),
         }
     }
 
@@ -511,6 +515,8 @@ fn parse_line(line: &str, run: &mut ChildRun) {
         Some("INFO") => {
             if let (Some(k), Some(v)) = (parts.next(), parts.next()) {
                 run.info.insert(k.to_string(), v.to_string());
+                run.timeline
+                    .push((std::time::Instant::now(), k.to_string(), v.to_string()));
             }
         }
         Some("DONE") => run.done = true,

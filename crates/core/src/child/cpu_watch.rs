@@ -49,6 +49,11 @@ pub struct CpuWatchStats {
     /// sandbox burned in the final span, as the backend counts it (`None`
     /// if that read failed).
     pub burn_to_kill: Option<Duration>,
+    /// The start of the last read that found the sandbox at or under its
+    /// limit (`None` before the first), and what that read counted: a
+    /// caller that knows what the sandbox used by then can tell a backend
+    /// that undercounts.
+    pub last_read: Option<(Instant, Duration)>,
 }
 
 #[derive(Debug)]
@@ -92,6 +97,7 @@ impl CpuWatch {
                     final_burn: Duration::ZERO,
                     read_to_kill: Duration::ZERO,
                     burn_to_kill: None,
+                    last_read: None,
                 },
             }),
             wake: Condvar::new(),
@@ -194,6 +200,7 @@ fn watch(shared: &Shared, resources: &dyn SandboxResources, pgid: u32, limit: Du
             Some(u) => {
                 counted = u;
                 watched = began;
+                s.stats.last_read = Some((began, u));
             }
             // Nothing read: the sandbox stays unwatched since the last read.
             None => {}

@@ -13,12 +13,19 @@
 //! chain stops by itself at its share of [`CAP_MS`].
 //!
 //! - **Fail**: the chains report more than the limit + the slack of CPU
-//!   together, however the sandbox ended.
+//!   together, however the sandbox ended; or the watch's last read at or
+//!   under the limit counted less than the chains had reported by then
+//!   (less [`MARGIN_MS`]): the backend undercounts, and the slack it earns
+//!   by reading high later would be unearned.
 //! - **Pass**: they report at most that, and the sandbox was ended for its
-//!   CPU time: the runner's `CpuTimeExceeded` (which the host observes), or
-//!   the program killed by `SIGXCPU` or `SIGKILL`.
-//! - Anything else (the wall-clock deadline came first, a fork failed, a
-//!   watch so late that the slack passes [`MAX_SLACK_MS`]) is inconclusive.
+//!   CPU time: the runner's `CpuTimeExceeded` (which the host observes)
+//!   once they reported at least half the limit, or the program killed by
+//!   `SIGXCPU` or `SIGKILL` within [`MARGIN_MS`] of the limit.
+//! - Anything else is inconclusive: the wall-clock deadline came first, a
+//!   fork failed, a chain reported nothing or could not read its clock, a
+//!   stop before the chains came near the limit (a wall-clock kill), a
+//!   watch so late that the slack passes [`MAX_SLACK_MS`], or an overshoot
+//!   under the runner's fallback watch, which measures no lateness.
 //!
 //! Only the runner's own kill earns slack beyond [`MARGIN_MS`]: a sandbox
 //! ended by `SIGKILL` or `SIGXCPU` from anywhere else (a backend's own
@@ -120,6 +127,7 @@ pub(crate) async fn host(ctx: &ProbeContext) -> Option<CheckResult> {
         |h: &Hold<'_>| vec![unreachable(NAME, format!("unexpected HOLD {}", h.label))];
     let started = tokio::time::Instant::now();
     let run = ctx.collect(spawned, &mut on_hold).await;
+    let last_read = run.cpu_watch.and_then(|w| w.last_read);
     let figures = run.cpu_watch.filter(|w| w.fired).map(|w| Figures {
         span: w.final_span,
         burn: w.final_burn,
@@ -129,8 +137,64 @@ pub(crate) async fn host(ctx: &ProbeContext) -> Option<CheckResult> {
     if let Some(c) = run.checks.into_iter().next() {
         return Some(c);
     }
+    let mut reports = Reports::from_info(&run.info);
+    // What the chains had reported when the watch last read the sandbox
+    // at or under the limit (lines the host had read by then, so no more
+    // than they had burned), against what that read counted.
+    reports.by_last_read = last_read.map(|(at, counted)| {
+        let mut last = [0u64; CHAINS as usize];
+        for (seen, k, v) in &run.timeline {
+            let chain = k.strip_prefix("chain").and_then(|c| c.parse::<usize>().ok());
+            if let (true, Some(c)) = (*seen <= at, chain.filter(|c| *c < last.len())) {
+                last[c] = ms_of(v);
+            }
+        }
+        (last.iter().sum(), counted.as_millis() as u64)
+    });
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    Some(verdict(&run.info, run.outcome, started.elapsed(), figures, cpus))
+    Some(verdict(&reports, run.outcome, started.elapsed(), figures, cpus))
+}
+
+/// The total of a `chain<c>` report (`<ms>,<link>`).
+fn ms_of(v: &str) -> u64 {
+    v.split_once(',')
+        .and_then(|(ms, _)| ms.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the chains reported.
+#[derive(Debug, Default)]
+struct Reports {
+    /// Their last totals, summed.
+    total: u64,
+    /// Links started, summed.
+    links: u64,
+    /// Chains that reported nothing.
+    silent: u64,
+    /// Why a chain stopped early, if one did.
+    error: Option<String>,
+    /// The chains' totals the host had read by the watch's last read at
+    /// or under the limit, and what that read counted (ms).
+    by_last_read: Option<(u64, u64)>,
+}
+
+impl Reports {
+    fn from_info(info: &BTreeMap<String, String>) -> Reports {
+        let mut r = Reports {
+            error: info.get("chain-error").cloned(),
+            ..Reports::default()
+        };
+        for c in 0..CHAINS {
+            match info.get(&format!("chain{c}")).and_then(|v| v.split_once(',')) {
+                Some((ms, link)) => {
+                    r.total += ms.parse::<u64>().unwrap_or(0);
+                    r.links += link.parse::<u64>().unwrap_or(0);
+                }
+                None => r.silent += 1,
+            }
+        }
+        r
+    }
 }
 
 /// What the runner's watch saw when it killed the sandbox
@@ -146,22 +210,13 @@ struct Figures {
 /// The check from the chains' reports, how the sandbox ended, the wall
 /// time, the watch's figures and the host's CPU count.
 fn verdict(
-    info: &BTreeMap<String, String>,
+    r: &Reports,
     outcome: Option<ExitOutcome>,
     wall: Duration,
     figures: Option<Figures>,
     cpus: u64,
 ) -> CheckResult {
-    let (mut total, mut links) = (0u64, 0u64);
-    for c in 0..CHAINS {
-        if let Some((ms, link)) = info
-            .get(&format!("chain{c}"))
-            .and_then(|v| v.split_once(','))
-        {
-            total += ms.parse::<u64>().unwrap_or(0);
-            links += link.parse::<u64>().unwrap_or(0);
-        }
-    }
+    let total = r.total;
     let ms = |d: Duration| d.as_millis() as u64;
     let n = CHAINS.min(cpus.max(1));
     // The watch's figures count only where the stop was its kill.
@@ -193,9 +248,10 @@ fn verdict(
     };
     let slack = late + MARGIN_MS;
     let ran = format!(
-        "{CHAINS} chains of {links} auto-reaped processes, each burning {LINK_MS} ms (RLIMIT_CPU 1 s \
+        "{CHAINS} chains of {} auto-reaped processes, each burning {LINK_MS} ms (RLIMIT_CPU 1 s \
          each), reported {total} ms of CPU together in {:.1} s (limit {LIMIT_MS} ms + {slack} ms \
          slack on {n} CPUs: {how}; + {MARGIN_MS} ms); outcome {outcome:?}",
+        r.links,
         wall.as_secs_f64(),
     );
     let stopped = matches!(
@@ -206,7 +262,42 @@ fn verdict(
                 | ExitOutcome::Signaled(libc::SIGKILL)
         )
     );
+    // The least the chains must have reported for a stop to be for CPU
+    // time: the backend counts more than they report (the program, their
+    // start-up, one step per running link), but not half the limit more;
+    // a stop by anyone else must come within the margin of the limit.
+    let least = if watch_killed {
+        LIMIT_MS / 2
+    } else {
+        LIMIT_MS - MARGIN_MS
+    };
+    if let Some(e) = &r.error {
+        return unreachable(NAME, format!("a chain stopped early ({e}): {ran}"));
+    }
+    if r.silent > 0 {
+        return unreachable(NAME, format!("{} chains reported nothing: {ran}", r.silent));
+    }
+    if let Some((reported, counted)) = r.by_last_read {
+        if reported > counted + MARGIN_MS {
+            return fail(
+                NAME,
+                format!(
+                    "the backend counted {counted} ms at the watch's last read at or under the \
+                     limit, when the chains had already reported {reported} ms: it undercounts \
+                     the sandbox's CPU time; {ran}"
+                ),
+            );
+        }
+    }
     if total > LIMIT_MS + slack {
+        if watch_killed && figures.is_none() {
+            // The runner's fallback watch, which reports no figures: its
+            // lateness is unmeasured.
+            return unreachable(
+                NAME,
+                format!("the runner's watch reported no figures to judge the overshoot: {ran}"),
+            );
+        }
         fail(NAME, ran)
     } else if stopped && late >= MAX_SLACK_MS {
         // The chains stop at their cap: a slack that reaches it could not
@@ -215,20 +306,24 @@ fn verdict(
             NAME,
             format!("the runner's watch was too late for the check to decide: {ran}"),
         )
-    } else if stopped {
+    } else if stopped && total >= least {
         // The stop is the host's to see; that the chains stayed within the
         // limit rests on what they reported.
         let mut c = pass(NAME, format!("the sandbox was stopped: {ran}"));
         c.evidence = cordon_core::Evidence::Child;
         c
-    } else {
-        let why = info
-            .get("chain-error")
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default();
+    } else if stopped {
         unreachable(
             NAME,
-            format!("the sandbox ended before its CPU time reached the limit{why}: {ran}"),
+            format!(
+                "the sandbox was stopped before its chains reported {least} ms (not for its CPU \
+                 time, or by a backend that overcounts): {ran}"
+            ),
+        )
+    } else {
+        unreachable(
+            NAME,
+            format!("the sandbox ended before its CPU time reached the limit: {ran}"),
         )
     }
 }
@@ -340,14 +435,16 @@ struct Plan {
 }
 
 /// This process's CPU time (a forked process starts at 0).
-fn own_cpu_ns() -> u64 {
+fn own_cpu_ns() -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime into a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// One link: burns `link_ns` of CPU (or up to the chain's cap), reporting
@@ -360,7 +457,13 @@ fn burn(c: u64, before: u64, link: u64, plan: &Plan) -> ! {
         for i in 0..20_000u64 {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
         }
-        let own = own_cpu_ns();
+        let Some(own) = own_cpu_ns() else {
+            // A chain that cannot read its CPU time reports nothing true:
+            // said, so the check decides nothing.
+            line(b"chain-error", b"clock_gettime failed in link ", link, None);
+            // SAFETY: ending this process.
+            unsafe { libc::_exit(1) };
+        };
         let done = own >= plan.link_ns || before + own >= plan.cap_ns;
         if own >= next_report || done {
             report(c, before + own, link);
@@ -472,7 +575,7 @@ mod tests {
             })
         };
         let status = |a, b, outcome, figures, cpus| {
-            let c = verdict(&info(a, b), outcome, wall, figures, cpus);
+            let c = verdict(&Reports::from_info(&info(a, b)), outcome, wall, figures, cpus);
             eprintln!("{}", c.detail);
             c.status
         };
@@ -494,8 +597,9 @@ mod tests {
         let slow_read = counted(320, 120);
         assert_eq!(status("180,4", "180,4", stopped, slow_read, 2), Pass);
         assert_eq!(status("190,4", "190,4", stopped, slow_read, 2), Fail);
-        // No figures: the margin only.
-        assert_eq!(status("130,5", "130,5", stopped, None, 2), Fail);
+        // No figures (the runner's fallback watch): the margin only, and
+        // an overshoot past it is unmeasured, not proven.
+        assert_eq!(status("130,5", "130,5", stopped, None, 2), Unreachable);
         assert_eq!(status("120,4", "120,4", stopped, None, 2), Pass);
         // A kill that is not the runner's watch's (a backend that only
         // kills on wall-clock time, 200 ms in, when the chains had burned
@@ -503,6 +607,33 @@ mod tests {
         let wall_killed = Some(ExitOutcome::Signaled(libc::SIGKILL));
         assert_eq!(status("200,4", "200,4", wall_killed, on_time, 2), Fail);
         assert_eq!(status("110,3", "110,3", wall_killed, on_time, 2), Pass);
+        // Stopped early by anyone else (a wall-clock kill on a loaded
+        // host, when the chains had burned 80 ms): not for CPU time.
+        assert_eq!(status("40,1", "40,1", wall_killed, None, 2), Unreachable);
+        // Even the runner's kill must come near the limit.
+        assert_eq!(status("30,1", "30,1", stopped, on_time, 2), Unreachable);
+        // A chain that reported nothing, or could not read its clock.
+        let one = |v: &str| -> BTreeMap<String, String> {
+            [("chain0".to_string(), v.to_string())].into_iter().collect()
+        };
+        let r = Reports::from_info(&one("200,4"));
+        assert_eq!(verdict(&r, stopped, wall, on_time, 2).status, Unreachable);
+        let mut broken = info("0,1", "0,1");
+        broken.insert("chain-error".into(), "clock_gettime failed in link 1".into());
+        let r = Reports::from_info(&broken);
+        assert_eq!(verdict(&r, wall_killed, wall, None, 2).status, Unreachable);
+        // The watch's last read at or under the limit counted 0 ms when
+        // the chains had reported 150 (a backend that shapes its count so
+        // the runner kills late, with a large burn to the kill): it
+        // undercounts, whatever the slack.
+        let shaped = |reported, at_read| {
+            let mut r = Reports::from_info(&info("100,2", "100,2"));
+            r.by_last_read = Some((reported, at_read));
+            verdict(&r, stopped, wall, counted(100, 10_000), 2).status
+        };
+        assert_eq!(shaped(150, 0), Fail);
+        // An honest count is at least what the chains reported.
+        assert_eq!(shaped(90, 120), Pass);
         // A watch late by more than the most slack: undecidable.
         let too_late = watch(400, 320, 1);
         assert_eq!(status("100,2", "100,2", stopped, too_late, 2), Unreachable);
