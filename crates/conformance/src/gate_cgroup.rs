@@ -117,9 +117,10 @@ pub(crate) fn join(fd: RawFd) -> std::io::Result<()> {
 /// children there have `cgroup.kill`, else its own v1 freezer cgroup.
 fn hierarchy() -> Option<(PathBuf, Kind)> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mounts = cordon_core::mountinfo::read().ok()?;
     for (controller, kind) in [(None, Kind::V2), (Some("freezer"), Kind::Freezer)] {
-        let Some(dir) = own_dir(&cgroups, &mountinfo, controller) else {
+        let Some(dir) = cordon_core::mountinfo::own_cgroup_dir(&cgroups, &mounts, controller)
+        else {
             continue;
         };
         if usable(&dir, kind) {
@@ -143,39 +144,6 @@ fn usable(dir: &Path, kind: Kind) -> bool {
     let ok = probe.join(file).exists();
     let _ = std::fs::remove_dir(&probe);
     ok
-}
-
-/// This process's own cgroup dir of `controller` (v1; `None`: v2): the path
-/// from `/proc/self/cgroup` below the hierarchy's mount point.
-fn own_dir(cgroups: &str, mountinfo: &str, controller: Option<&str>) -> Option<PathBuf> {
-    let mount = mountinfo.lines().find_map(|line| {
-        let (pre, post) = line.split_once(" - ")?;
-        let mut post = post.split_whitespace();
-        let fstype = post.next()?;
-        let _source = post.next()?;
-        let opts = post.next().unwrap_or("");
-        let root = pre.split_whitespace().nth(3)?;
-        let mount_point = pre.split_whitespace().nth(4)?;
-        let hit = match controller {
-            None => fstype == "cgroup2",
-            Some(c) => fstype == "cgroup" && opts.split(',').any(|o| o == c),
-        };
-        // A mount of the hierarchy's root only: below another root the
-        // path from /proc/self/cgroup would not line up.
-        (hit && root == "/").then(|| PathBuf::from(mount_point))
-    })?;
-    let path = cgroups.lines().find_map(|line| {
-        let mut f = line.splitn(3, ':');
-        let _id = f.next()?;
-        let list = f.next()?;
-        let path = f.next()?;
-        let hit = match controller {
-            None => list.is_empty(),
-            Some(c) => list.split(',').any(|x| x == c),
-        };
-        hit.then(|| path.to_string())
-    })?;
-    Some(mount.join(path.trim_start_matches('/')))
 }
 
 /// A process's start time (field 22 of `/proc/<pid>/stat`), which tells a

@@ -202,42 +202,9 @@ pub(crate) fn in_root(pid: i32, path: &Path) -> PathBuf {
 /// The mount that holds `path` in `pid`'s mount namespace, from
 /// `/proc/<pid>/mountinfo`: its mount point and its per-mount options.
 pub(crate) fn mount_of(pid: i32, path: &Path) -> Option<(String, String)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
-    // Field 5 is the mount point, field 6 the per-mount options. The last
-    // matching line wins: later mounts stack on top of earlier ones.
-    text.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            Some((unescape(f.get(4)?), f.get(5)?.to_string()))
-        })
-        .filter(|(mp, _)| path.starts_with(mp))
-        .fold(
-            None,
-            |best: Option<(String, String)>, (mp, opts)| match &best {
-                Some((b, _)) if b.len() > mp.len() => best,
-                _ => Some((mp, opts)),
-            },
-        )
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            let code: String = chars.by_ref().take(3).collect();
-            if let Ok(n) = u8::from_str_radix(&code, 8) {
-                out.push(n as char);
-                continue;
-            }
-            out.push('\\');
-            out.push_str(&code);
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    let mounts = cordon_core::mountinfo::read_of(&pid.to_string()).ok()?;
+    let m = cordon_core::mountinfo::holding(&mounts, path)?;
+    Some((m.at.to_string_lossy().into_owned(), m.options.clone()))
 }
 
 /// Whether the filesystem mount holding `path` has `nosuid` (from the
@@ -280,11 +247,6 @@ mod tests {
         let (mp, _) = mount_of(me, Path::new("/proc/self")).unwrap();
         assert_eq!(mp, "/proc");
         assert!(token_pids("no-such-token-anywhere").is_empty());
-    }
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape("/a\\040b"), "/a b");
     }
 }
 

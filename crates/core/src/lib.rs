@@ -49,6 +49,7 @@ mod error;
 pub mod explain;
 pub mod hostfs;
 mod launch;
+pub mod mountinfo;
 pub mod policy;
 mod probe_id;
 mod program;

@@ -85,8 +85,8 @@ pub(crate) fn hierarchy() -> Option<&'static Hierarchy> {
 /// one, where it may make children.
 fn detect() -> Option<Hierarchy> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let dir = |controller| own_dir(&cgroups, &mountinfo, controller);
+    let mounts = cordon_core::mountinfo::read().ok()?;
+    let dir = |controller| own_dir(&cgroups, &mounts, controller);
     if let (Some(memory), Some(cpuacct)) = (dir(Some("memory")), dir(Some("cpuacct"))) {
         return Some(Hierarchy::V1 { memory, cpuacct });
     }
@@ -97,32 +97,12 @@ fn detect() -> Option<Hierarchy> {
 /// This process's own cgroup of `controller` (v1; `None`: the v2 one), if
 /// this process may make children there: `/proc/self/cgroup` gives the
 /// path (controllers, path per line), mountinfo the mount point.
-fn own_dir(cgroups: &str, mountinfo: &str, controller: Option<&str>) -> Option<PathBuf> {
-    let mount = mountinfo.lines().find_map(|line| {
-        let (pre, post) = line.split_once(" - ")?;
-        let mut post = post.split_whitespace();
-        let fstype = post.next()?;
-        let _source = post.next()?;
-        let super_opts = post.next().unwrap_or("");
-        let mount_point = pre.split_whitespace().nth(4)?;
-        let hit = match controller {
-            None => fstype == "cgroup2",
-            Some(c) => fstype == "cgroup" && super_opts.split(',').any(|o| o == c),
-        };
-        hit.then(|| PathBuf::from(mount_point))
-    })?;
-    let path = cgroups.lines().find_map(|line| {
-        let mut f = line.splitn(3, ':');
-        let _id = f.next()?;
-        let list = f.next()?;
-        let path = f.next()?;
-        let hit = match controller {
-            None => list.is_empty(),
-            Some(c) => list.split(',').any(|x| x == c),
-        };
-        hit.then(|| path.to_string())
-    })?;
-    let dir = mount.join(path.trim_start_matches('/'));
+fn own_dir(
+    cgroups: &str,
+    mounts: &[cordon_core::mountinfo::Mount],
+    controller: Option<&str>,
+) -> Option<PathBuf> {
+    let dir = cordon_core::mountinfo::own_cgroup_dir(cgroups, mounts, controller)?;
     writable(&dir).then_some(dir)
 }
 

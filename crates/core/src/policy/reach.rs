@@ -174,15 +174,7 @@ impl Place {
     }
 }
 
-/// One mount of this process's mount namespace.
-pub(super) struct Mount {
-    id: u64,
-    dev: String,
-    /// The directory of its filesystem it shows.
-    root: PathBuf,
-    /// Where it is mounted.
-    at: PathBuf,
-}
+use crate::mountinfo::Mount;
 
 /// This process's mounts, from `/proc/self/mountinfo`.
 pub(super) struct Mounts(Vec<Mount>);
@@ -192,24 +184,11 @@ impl Mounts {
     /// that needs it must not pass without it); elsewhere there is none,
     /// and only inodes are compared.
     pub(super) fn read() -> Result<Mounts, String> {
-        let text = match std::fs::read_to_string("/proc/self/mountinfo") {
-            Ok(t) => t,
-            Err(_) if !cfg!(target_os = "linux") => String::new(),
-            Err(e) => return Err(format!("cannot read /proc/self/mountinfo: {e}")),
-        };
-        Ok(Mounts(
-            text.lines()
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split(' ').collect();
-                    Some(Mount {
-                        id: f.first()?.parse().ok()?,
-                        dev: f.get(2)?.to_string(),
-                        root: PathBuf::from(unescape(f.get(3)?)),
-                        at: PathBuf::from(unescape(f.get(4)?)),
-                    })
-                })
-                .collect(),
-        ))
+        match crate::mountinfo::read() {
+            Ok(m) => Ok(Mounts(m)),
+            Err(_) if !cfg!(target_os = "linux") => Ok(Mounts(Vec::new())),
+            Err(e) => Err(format!("cannot read /proc/self/mountinfo: {e}")),
+        }
     }
 
     /// The mount a real path is on: by its mount ID where the kernel says
@@ -221,10 +200,7 @@ impl Mounts {
                 return Some(m);
             }
         }
-        self.0
-            .iter()
-            .filter(|m| path.starts_with(&m.at))
-            .max_by_key(|m| m.at.components().count())
+        crate::mountinfo::holding(&self.0, path)
     }
 
     /// The device and the path inside its filesystem of a real path.
@@ -278,29 +254,4 @@ fn mount_id(path: &Path) -> Option<u64> {
 #[cfg(not(target_os = "linux"))]
 fn mount_id(_: &Path) -> Option<u64> {
     None
-}
-
-/// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> OsString {
-    use std::os::unix::ffi::OsStringExt;
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).and_then(|d| {
-            let d = std::str::from_utf8(d).ok()?;
-            u8::from_str_radix(d, 8).ok()
-        });
-        match (b[i], octal) {
-            (b'\\', Some(c)) => {
-                out.push(c);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    OsString::from_vec(out)
 }

@@ -30,9 +30,9 @@ fn parent() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let dir = super::own_dir(&cgroups, &mountinfo, Some("pids")).or_else(|| {
-            super::own_dir(&cgroups, &mountinfo, None).filter(|d| super::delegates(d, "pids"))
+        let mounts = cordon_core::mountinfo::read().ok()?;
+        let dir = super::own_dir(&cgroups, &mounts, Some("pids")).or_else(|| {
+            super::own_dir(&cgroups, &mounts, None).filter(|d| super::delegates(d, "pids"))
         })?;
         super::sweep_dir(&dir);
         Some(dir)
