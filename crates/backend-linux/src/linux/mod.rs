@@ -15,6 +15,7 @@ mod creds;
 mod explain;
 pub(crate) mod facts;
 mod fd_pass;
+mod grant_fs;
 mod landlock_rules;
 mod maps;
 mod masks;

@@ -328,6 +328,7 @@ impl Grants {
             }
         }
         landlock_rules::check_no_read_only_under_writable(&rules).map_err(wrap_err)?;
+        super::grant_fs::refuse_pooled(&rules, !policy.scratch_persists).map_err(wrap_err)?;
         // A scratch dir backed by a private tmpfs gets its Landlock rule in
         // the child, on the tmpfs root (landlock_rules::add_scratch_rule): a
         // rule on the host directory underneath would not apply to it.

@@ -174,6 +174,7 @@ fn scenarios() -> Vec<Scenario> {
         s!(a_stopped_setup_is_killed_and_fails, true),
         s!(aio_pool_stays_the_hosts, true),
         s!(filled_pools_leave_the_host_its_share, true),
+        s!(a_grant_reaching_huge_pages_is_refused, false),
     ]
 }
 

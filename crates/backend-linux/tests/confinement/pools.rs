@@ -179,3 +179,75 @@ pub(super) fn aio_pool_stays_the_hosts() -> Outcome {
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
+
+/// Huge pages (README "Kernel pools shared beyond the sandbox"): a file on
+/// hugetlbfs takes from the host's pool when mapped, with no flag for the
+/// filter to refuse, so no grant may reach one. A hugetlbfs mount of the
+/// test's own below a granted dir, and the mount itself as a grant, are
+/// refused before anything runs; with the mount gone the same grant runs
+/// (the control: what refused it was the mount).
+pub(super) fn a_grant_reaching_huge_pages_is_refused() -> Outcome {
+    if !is_root() {
+        return Err("this scenario needs root, to mount hugetlbfs (CI runs as root)".into());
+    }
+    let dir = existing_scratch();
+    let huge = dir.path().join("huge");
+    std::fs::create_dir(&huge).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(huge.to_str().unwrap()).unwrap();
+    // SAFETY: mounting a new hugetlbfs on the test's own empty dir.
+    let r = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c.as_ptr(),
+            c"hugetlbfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "cannot mount hugetlbfs for the test: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let marker = dir.path().join("ran");
+    let try_grant = |grant: &Path| {
+        let mut cfg = config();
+        cfg.read_only = vec![grant.to_path_buf()];
+        rt().block_on(async {
+            spawner_with(cfg)
+                .spawn(&sh(&format!("touch {}", marker.display())))
+                .map(|_| ())
+        })
+    };
+    let result = (|| {
+        for grant in [dir.path(), huge.as_path()] {
+            match try_grant(grant) {
+                Err(SpawnError::Wrap(e)) => {
+                    let msg = e.to_string();
+                    ensure(
+                        msg.contains("hugetlbfs") && msg.contains("huge page pool"),
+                        || format!("the refusal of {} does not say why: {msg}", grant.display()),
+                    )?;
+                }
+                Err(e) => return Err(format!("unexpected error kind: {e}")),
+                Ok(()) => {
+                    return Err(format!(
+                        "a grant of {} reaching a hugetlbfs mount was let through",
+                        grant.display()
+                    ))
+                }
+            }
+        }
+        ensure(!marker.exists(), || "the program ran".into())
+    })();
+    // SAFETY: unmounting the test's own mount.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    result?;
+    match try_grant(dir.path()) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(format!(
+            "control: without the mount the grant is refused: {e}"
+        )),
+    }
+}
