@@ -827,6 +827,16 @@ int main(void) {
                     }
                     res(id as i64)
                 }
+                "fcntl_notify" => {
+                    // dnotify on the probe's own cwd, removed at once.
+                    let fd = libc::open(c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                    // DN_CREATE (4).
+                    let r = libc::fcntl(fd, libc::F_NOTIFY, 4);
+                    let out = res(r as i64);
+                    libc::fcntl(fd, libc::F_NOTIFY, 0);
+                    libc::close(fd);
+                    out
+                }
                 "fcntl_setlease" | "fcntl_setlk" => {
                     // A file of the probe's own, open only here.
                     let fd = libc::memfd_create(c"cordon".as_ptr(), 0);
@@ -1153,6 +1163,7 @@ int main(void) {
             ("memfd_hugetlb", "EPERM", Differs),
             ("shmget_hugetlb", "EPERM", DiffersAsRoot),
             ("fcntl_setlease", "EPERM", Differs),
+            ("fcntl_notify", "EPERM", Differs),
             ("fcntl_setlk", "ok", Design),
         ];
         let d = scratch();

@@ -22,7 +22,7 @@ pub enum Held {
     /// take their fallback.
     Unlisted,
     /// They run, but refused (`EPERM`) with the flag or command that
-    /// takes from the pool (`POOL_FLAGS`, `F_SETLEASE` in `rules.rs`).
+    /// takes from the pool (`POOL_FLAGS`, `FCNTL_ALLOWED` in `rules.rs`).
     FlagRefused,
 }
 
@@ -352,15 +352,18 @@ pub const HOST_POOLS: &[HostPool] = &[
         test: "`filled_pools_leave_the_host_its_share` (`file-locks`)",
     },
     HostPool {
-        pool: "file leases (`fcntl(F_SETLEASE)`: a host process that opens the leased file for \
-               writing waits up to `fs.lease-break-time`)",
+        pool: "file leases and dnotify (`fcntl`'s `F_SETLEASE`, `F_SETDELEG`: a host process \
+               that opens the file, or changes the directory, waits up to \
+               `fs.lease-break-time`; `F_NOTIFY`: watches no quota counts)",
         syscalls: &["fcntl"],
         namespaces: FlagRefused,
         egress: FlagRefused,
         landlock: FlagRefused,
         landlock_caller_uid: FlagRefused,
-        bound: "`F_SETLEASE` refused; every other command runs",
-        test: "`seccomp_programs` `denials_hold` (`fcntl_setlease`)",
+        bound: "only the commands programs use run (`FCNTL_ALLOWED` in `rules.rs`: locks, \
+                flags, ownership, pipe sizes, seals); every other, and any a later kernel adds, \
+                is refused",
+        test: "`seccomp_programs` `denials_hold` (`fcntl_setlease`, `fcntl_notify`)",
     },
     HostPool {
         pool: "huge pages (`vm.nr_hugepages`: one pool for the host; not charged to a v1 \

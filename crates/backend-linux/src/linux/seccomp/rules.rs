@@ -261,19 +261,56 @@ pub(crate) fn checked() -> Vec<Checked> {
 /// (`memfd_create`'s, argument 1) and `SHM_HUGETLB` (`shmget`'s, argument
 /// 2) take from the host's huge page pool (`vm.nr_hugepages`), which no
 /// namespace or uid divides and a v1 memory cgroup does not charge;
-/// `F_SETLEASE` (`fcntl`'s command, argument 1) makes every host process
-/// that opens the file for writing wait for the lease holder (up to
-/// `fs.lease-break-time`). Each call runs without its flag.
+/// `F_SETLEASE` (`fcntl`'s command, argument 1; see [`FCNTL_ALLOWED`])
+/// makes every host process that opens the file for writing wait for the
+/// lease holder (up to `fs.lease-break-time`). Each call runs without its
+/// flag.
 pub(crate) const POOL_FLAGS: [(&str, u8, u64); 3] = [
     ("mmap", 3, libc::MAP_HUGETLB as u64),
     ("memfd_create", 1, libc::MFD_HUGETLB as u64),
     ("shmget", 2, libc::SHM_HUGETLB as u64),
 ];
 
-/// `fcntl`'s command that takes a lease.
-pub(crate) const F_SETLEASE: u64 = libc::F_SETLEASE as u64;
+/// The `fcntl` commands that run; every other is refused (`EPERM`). A
+/// list of what programs use rather than a list of refusals, so a command
+/// a later kernel adds is refused until it is looked at: `F_SETLEASE`
+/// (1024) and `F_SETDELEG` (Linux 6.19: a lease on a file or a directory)
+/// stall host processes, `F_NOTIFY` (1026, dnotify) adds watches no quota
+/// counts, `F_CANCELLK` is the kernel's own.
+pub(crate) const FCNTL_ALLOWED: [(u64, &str); 30] = [
+    (0, "F_DUPFD"),
+    (1, "F_GETFD"),
+    (2, "F_SETFD"),
+    (3, "F_GETFL"),
+    (4, "F_SETFL"),
+    (5, "F_GETLK"),
+    (6, "F_SETLK"),
+    (7, "F_SETLKW"),
+    (8, "F_SETOWN"),
+    (9, "F_GETOWN"),
+    (10, "F_SETSIG"),
+    (11, "F_GETSIG"),
+    (15, "F_SETOWN_EX"),
+    (16, "F_GETOWN_EX"),
+    (17, "F_GETOWNER_UIDS"),
+    (36, "F_OFD_GETLK"),
+    (37, "F_OFD_SETLK"),
+    (38, "F_OFD_SETLKW"),
+    (1025, "F_GETLEASE"),
+    (1027, "F_DUPFD_QUERY"),
+    (1028, "F_CREATED_QUERY"),
+    (1030, "F_DUPFD_CLOEXEC"),
+    (1031, "F_SETPIPE_SZ"),
+    (1032, "F_GETPIPE_SZ"),
+    (1033, "F_ADD_SEALS"),
+    (1034, "F_GET_SEALS"),
+    (1035, "F_GET_RW_HINT"),
+    (1036, "F_SET_RW_HINT"),
+    (1037, "F_GET_FILE_RW_HINT"),
+    (1038, "F_SET_FILE_RW_HINT"),
+];
 
-/// The checks of [`POOL_FLAGS`] and of `fcntl(F_SETLEASE)`. Part of
+/// The checks of [`POOL_FLAGS`] and of `fcntl` ([`FCNTL_ALLOWED`]). Part of
 /// [`checked`]; `allowed` leaves these calls out.
 pub(crate) fn pool_checks() -> Vec<Checked> {
     let calls = sys![SYS_mmap, SYS_memfd_create, SYS_shmget, SYS_fcntl];
@@ -291,10 +328,12 @@ pub(crate) fn pool_checks() -> Vec<Checked> {
             deny: vec![vec![Cond::masked_eq(*arg, *flag, *flag)]],
         })
         .collect();
+    let cmds: Vec<u64> = FCNTL_ALLOWED.iter().map(|(c, _)| *c).collect();
+    let (is, none) = one_of(1, &cmds);
     v.push(Checked {
         sys: find("fcntl"),
-        allow: vec![vec![Cond::ne(1, F_SETLEASE)]],
-        deny: vec![vec![Cond::eq(1, F_SETLEASE)]],
+        allow: is,
+        deny: none,
     });
     v
 }
