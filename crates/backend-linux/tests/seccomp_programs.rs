@@ -827,6 +827,18 @@ int main(void) {
                     }
                     res(id as i64)
                 }
+                "membarrier_global" => {
+                    // MEMBARRIER_CMD_GLOBAL_EXPEDITED: no registration needed.
+                    res(libc::syscall(libc::SYS_membarrier, 1 << 1, 0u32, 0))
+                }
+                "membarrier_private" => {
+                    // REGISTER_PRIVATE_EXPEDITED, then PRIVATE_EXPEDITED.
+                    let r = libc::syscall(libc::SYS_membarrier, 1 << 4, 0u32, 0);
+                    if r != 0 {
+                        return format!("register={}", errno_name(errno()));
+                    }
+                    res(libc::syscall(libc::SYS_membarrier, 1 << 3, 0u32, 0))
+                }
                 "fcntl_notify" => {
                     // dnotify on the probe's own cwd, removed at once.
                     let fd = libc::open(c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
@@ -1164,6 +1176,8 @@ int main(void) {
             ("shmget_hugetlb", "EPERM", DiffersAsRoot),
             ("fcntl_setlease", "EPERM", Differs),
             ("fcntl_notify", "EPERM", Differs),
+            ("membarrier_global", "EPERM", Differs),
+            ("membarrier_private", "ok", Design),
             ("fcntl_setlk", "ok", Design),
         ];
         let d = scratch();

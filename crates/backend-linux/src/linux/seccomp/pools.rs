@@ -366,6 +366,21 @@ pub const HOST_POOLS: &[HostPool] = &[
         test: "`seccomp_programs` `denials_hold` (`fcntl_setlease`, `fcntl_notify`)",
     },
     HostPool {
+        pool: "interrupts of the host's CPUs and the expedited-membarrier mutex (one for the \
+               host since Linux 6.7)",
+        syscalls: &["membarrier"],
+        namespaces: FlagRefused,
+        egress: FlagRefused,
+        landlock: FlagRefused,
+        landlock_caller_uid: FlagRefused,
+        bound: "the global commands, which interrupt every CPU running a registered host \
+                process, refused (`MEMBARRIER_ALLOWED` in `rules.rs`); the private ones \
+                interrupt only the sandbox's own CPUs, each holding the host's one mutex while \
+                it does: a loop of them delays other processes' expedited barriers by that \
+                long (microseconds) each",
+        test: "`seccomp_programs` `denials_hold` (`membarrier_global`, `membarrier_private`)",
+    },
+    HostPool {
         pool: "huge pages (`vm.nr_hugepages`: one pool for the host; not charged to a v1 \
                memory cgroup)",
         syscalls: &["mmap", "memfd_create", "shmget"],

@@ -310,10 +310,36 @@ pub(crate) const FCNTL_ALLOWED: [(u64, &str); 30] = [
     (1038, "F_SET_FILE_RW_HINT"),
 ];
 
-/// The checks of [`POOL_FLAGS`] and of `fcntl` ([`FCNTL_ALLOWED`]). Part of
-/// [`checked`]; `allowed` leaves these calls out.
+/// The `membarrier` commands that run: `QUERY` and the private ones,
+/// which interrupt only the CPUs running the caller's own threads.
+/// Refused: `GLOBAL` (a host-wide RCU grace period per call) and
+/// `GLOBAL_EXPEDITED`/`REGISTER_GLOBAL_EXPEDITED`, which interrupt every
+/// CPU running a registered process of the host's.
+pub(crate) const MEMBARRIER_ALLOWED: [(u64, &str); 8] = [
+    (0, "MEMBARRIER_CMD_QUERY"),
+    (1 << 3, "MEMBARRIER_CMD_PRIVATE_EXPEDITED"),
+    (1 << 4, "MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED"),
+    (1 << 5, "MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE"),
+    (
+        1 << 6,
+        "MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE",
+    ),
+    (1 << 7, "MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ"),
+    (1 << 8, "MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ"),
+    (1 << 9, "MEMBARRIER_CMD_GET_REGISTRATIONS"),
+];
+
+/// The checks of [`POOL_FLAGS`], of `fcntl` ([`FCNTL_ALLOWED`]) and of
+/// `membarrier` ([`MEMBARRIER_ALLOWED`]). Part of [`checked`]; `allowed`
+/// leaves these calls out.
 pub(crate) fn pool_checks() -> Vec<Checked> {
-    let calls = sys![SYS_mmap, SYS_memfd_create, SYS_shmget, SYS_fcntl];
+    let calls = sys![
+        SYS_mmap,
+        SYS_memfd_create,
+        SYS_shmget,
+        SYS_fcntl,
+        SYS_membarrier
+    ];
     let find = |name: &str| {
         *calls
             .iter()
@@ -328,13 +354,18 @@ pub(crate) fn pool_checks() -> Vec<Checked> {
             deny: vec![vec![Cond::masked_eq(*arg, *flag, *flag)]],
         })
         .collect();
-    let cmds: Vec<u64> = FCNTL_ALLOWED.iter().map(|(c, _)| *c).collect();
-    let (is, none) = one_of(1, &cmds);
-    v.push(Checked {
-        sys: find("fcntl"),
-        allow: is,
-        deny: none,
-    });
+    for (name, arg, list) in [
+        ("fcntl", 1, &FCNTL_ALLOWED[..]),
+        ("membarrier", 0, &MEMBARRIER_ALLOWED[..]),
+    ] {
+        let cmds: Vec<u64> = list.iter().map(|(c, _)| *c).collect();
+        let (is, none) = one_of(arg, &cmds);
+        v.push(Checked {
+            sys: find(name),
+            allow: is,
+            deny: none,
+        });
+    }
     v
 }
 
