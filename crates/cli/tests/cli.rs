@@ -696,3 +696,62 @@ fn a_writable_grant_holding_a_setuid_file_is_refused_as_root() {
         assert_eq!(text(&out.stdout), "rewritten\n", "{err}");
     }
 }
+
+/// A sandbox that could write the report cache could plant a report that
+/// admits a backend that does not conform (the noop one, say) for every
+/// later run of this user. Each way of granting it (the cache's parent,
+/// the cache dir, a dir inside it, a `--scratch` inside it) is refused
+/// before the program runs: the program, which would forge the report and
+/// leave a marker, never ran, and the cache file is unchanged. A grant
+/// beside the cache runs (the control).
+#[test]
+fn no_grant_reaches_the_report_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cordon(cache.path()).args(["run", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let file = cache_file(cache.path());
+    let before = std::fs::read(&file).expect("the first run cached its report");
+    let inside = cache.path().join("cordon/sub");
+    std::fs::create_dir(&inside).unwrap();
+    let beside = cache.path().join("beside");
+    std::fs::create_dir(&beside).unwrap();
+    let forge = format!(
+        "echo '{{\"entries\": []}}' > {file}; echo ran > {marker}",
+        file = file.display(),
+        marker = inside.join("ran").display(),
+    );
+    for (flag, path) in [
+        ("--rw", cache.path().to_path_buf()),
+        ("--rw", cache.path().join("cordon")),
+        ("--rw", inside.clone()),
+        ("--scratch", inside.clone()),
+    ] {
+        let out = run(cordon(cache.path())
+            .args(["run", flag])
+            .arg(&path)
+            .args(["--", "/bin/sh", "-c", &forge]));
+        let err = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{flag} {}: {err}",
+            path.display()
+        );
+        assert!(
+            err.contains("conformance report cache") && err.contains(&path.display().to_string()),
+            "{flag} {}: the refusal does not say why: {err}",
+            path.display()
+        );
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            before,
+            "the cache file changed"
+        );
+        assert!(!inside.join("ran").exists(), "{flag}: the program ran");
+    }
+    let out = run(cordon(cache.path())
+        .args(["run", "--rw"])
+        .arg(&beside)
+        .args(["--", "/bin/sh", "-c", "echo ok > ok"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

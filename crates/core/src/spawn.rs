@@ -77,6 +77,14 @@ pub struct RunnerConfig {
     /// hangs in its set-up cannot keep the spawning thread waiting.
     /// Default [`DEFAULT_SETUP_TIMEOUT`].
     pub setup_timeout: std::time::Duration,
+    /// Host paths no sandbox may write: a sandboxed spawn whose read-write
+    /// grant or kept scratch dir is one of them, lies inside one or holds
+    /// one is refused ([`SpawnError::InvalidSpec`]). The conformance
+    /// crate's `cache::admit` adds its report cache's dir: a sandbox that
+    /// could write there could plant a report that admits a backend that
+    /// does not conform, for every later run. Compared as real paths (a
+    /// path that does not exist yet by its nearest existing ancestor).
+    pub protected: Vec<PathBuf>,
 }
 
 /// The default [`RunnerConfig::setup_timeout`]: 10 s (a set-up takes a
@@ -96,8 +104,57 @@ impl Default for RunnerConfig {
             network: Network::Deny,
             stderr_ring_bytes: 64 * 1024,
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
+            protected: Vec::new(),
         }
     }
+}
+
+/// `path` made real: canonical where it exists, else its nearest existing
+/// ancestor's canonical path with the rest appended.
+fn real_path(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(c) = at.canonicalize() {
+            return rest.iter().rev().fold(c, |p, name| p.join(name));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Refuses a writable place of a sandbox that reaches a protected path
+/// ([`RunnerConfig::protected`]).
+fn refuse_protected<'a>(
+    protected: &[PathBuf],
+    writable: impl Iterator<Item = (&'static str, &'a Path)>,
+) -> Result<(), SpawnError> {
+    if protected.is_empty() {
+        return Ok(());
+    }
+    let protected: Vec<(PathBuf, &PathBuf)> = protected.iter().map(|p| (real_path(p), p)).collect();
+    for (what, w) in writable {
+        let real = real_path(w);
+        if let Some((_, p)) = protected
+            .iter()
+            .find(|(p, _)| real.starts_with(p) || p.starts_with(&real))
+        {
+            return Err(SpawnError::InvalidSpec(format!(
+                "the {what} `{}` reaches `{}`, which no sandbox may write (the conformance \
+                 report cache: a sandbox that wrote there could plant a report admitting a \
+                 backend that does not conform); grant a narrower path, or point \
+                 XDG_CACHE_HOME somewhere no grant reaches",
+                w.display(),
+                p.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Switches that turn baseline hygiene off. Only for proving that the
@@ -248,6 +305,18 @@ impl Spawner {
 
         let mut resources: crate::backend::WrapResources = None;
         if let Some(backend) = &self.backend {
+            let kept = match &spec.scratch {
+                Scratch::Fresh => None,
+                _ => Some(("scratch dir", scratch.path())),
+            };
+            refuse_protected(
+                &self.config.protected,
+                self.config
+                    .read_write
+                    .iter()
+                    .map(|p| ("read-write grant", p.as_path()))
+                    .chain(kept),
+            )?;
             // Programs expect a writable home and temp dir (git, gcc, pip):
             // inside a sandbox the only writable place is scratch.
             cmd.env("HOME", scratch.path())

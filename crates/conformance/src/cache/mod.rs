@@ -50,6 +50,11 @@
 //!   `O_NOFOLLOW|O_NONBLOCK`, then checked with `fstat` on that same fd (a
 //!   regular file owned by this user, no group or other permission bits, at
 //!   most [`MAX_CACHE_BYTES`]) and read from that fd.
+//! - **No sandbox of the runner writes it.** [`admit`] adds the dir to
+//!   [`RunnerConfig::protected`]: a read-write grant or kept scratch that
+//!   reaches it (the dir itself, one inside it, or one holding it, such as
+//!   `--rw ~`) is refused at spawn. Without that, one run's program could
+//!   plant a report for another key that a later run would trust.
 //! - **Writing** creates a temp file with a random name, `O_CREAT|O_EXCL|
 //!   O_NOFOLLOW`, mode 0600, relative to the dir fd, syncs it and
 //!   `renameat`s it onto the cache name in the same dir fd.
@@ -192,16 +197,21 @@ pub enum CacheOutcome {
 /// is there (`recheck` runs the suite anyway); returns the runner, or why
 /// not with the report, and how the cache was used. This is `cordon run`'s
 /// gate, for embedders that start many short-lived processes: call it once
-/// per process, not per spawn.
+/// per process, not per spawn. The runner refuses any sandbox whose
+/// read-write grant or kept scratch reaches the cache dir
+/// ([`RunnerConfig::protected`]).
 pub async fn admit(
     backend: Arc<dyn SandboxBackend>,
     recheck: bool,
     accept_unproven: &[cordon_core::ProbeId],
-    config: RunnerConfig,
+    mut config: RunnerConfig,
 ) -> (Result<SandboxRunner, SandboxUnavailable>, CacheOutcome) {
+    let dir = default_dir();
+    // No sandbox of this runner may write where the reports are read from.
+    config.protected.extend(dir.clone());
     let mut suite = CachedSuite::new(
         crate::StandardSuite::new().accept_unproven(accept_unproven.to_vec()),
-        default_dir(),
+        dir,
         recheck,
     );
     suite.accept_unproven = accept_unproven.to_vec();
