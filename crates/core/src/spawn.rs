@@ -587,11 +587,9 @@ fn prepare_scratch(scratch: &Scratch, base: &Path) -> Result<ScratchGuard, Spawn
                     path: dir.path().to_path_buf(),
                     source,
                 })?;
-            Ok(ScratchGuard::owned(
-                dir,
-                canonical,
-                matches!(scratch, Scratch::FreshKept),
-            ))
+            let path = canonical.clone();
+            ScratchGuard::owned(dir, canonical, matches!(scratch, Scratch::FreshKept))
+                .map_err(|source| SpawnError::Scratch { path, source })
         }
     }
 }

@@ -42,18 +42,34 @@ impl ScratchGuard {
         }
     }
 
-    pub(crate) fn owned(dir: tempfile::TempDir, canonical: PathBuf, keep: bool) -> Self {
-        ScratchGuard {
-            _lock: if keep {
-                None
-            } else {
-                lock_dir(&canonical, libc::LOCK_EX).ok().flatten()
-            },
+    /// A fresh dir of this runner's; a discarded one is locked first, and
+    /// a lock that cannot be taken fails the spawn: without it a host in
+    /// another PID namespace, to whom the pid in the name is dead, could
+    /// sweep a scratch in use.
+    pub(crate) fn owned(
+        dir: tempfile::TempDir,
+        canonical: PathBuf,
+        keep: bool,
+    ) -> std::io::Result<Self> {
+        let lock = if keep {
+            None
+        } else {
+            Some(
+                lock_dir(&canonical, libc::LOCK_EX | libc::LOCK_NB)?.ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "the fresh scratch dir is locked by someone else",
+                    )
+                })?,
+            )
+        };
+        Ok(ScratchGuard {
+            _lock: lock,
             path: canonical,
             owned: Some(dir),
             fresh: true,
             keep,
-        }
+        })
     }
 
     /// The child runs: a kept scratch is the caller's from now on.

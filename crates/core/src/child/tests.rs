@@ -21,3 +21,22 @@ fn the_ring_keeps_the_newest_bytes_and_counts_the_rest() {
     StderrRing::push(&empty, b"xyz");
     assert_eq!(contents(&empty), (Vec::new(), 3));
 }
+
+/// A fresh scratch someone else has locked (a sweeper in another PID
+/// namespace, to whom its creator's pid is dead, about to remove it) fails
+/// the spawn instead of being used unlocked.
+#[test]
+fn a_fresh_scratch_locked_by_someone_else_is_refused() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().canonicalize().unwrap();
+    let other = std::fs::File::open(&canonical).unwrap();
+    // SAFETY: flock on a file we opened.
+    assert_eq!(unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let refused = super::ScratchGuard::owned(dir, canonical.clone(), false);
+    assert!(refused.is_err(), "a scratch locked by someone else was used");
+    drop(other);
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().canonicalize().unwrap();
+    assert!(super::ScratchGuard::owned(dir, canonical, false).is_ok());
+}
