@@ -64,12 +64,14 @@
 
 mod address;
 mod allowlist;
+mod buffers;
 mod pattern;
 mod proxy;
 mod request;
 
 pub use address::{address_class, is_public_ip};
 pub use allowlist::{Access, Advice, Allowlist, Refusal};
+pub use buffers::SOCKET_BUFFER;
 pub use pattern::{HostPattern, HostPatternError, IpRange, IpRangeError, Scheme, TargetHost};
 pub use proxy::{EgressLimits, EgressProxy, EgressStats, RefusalObserver, RefusedRequest};
 

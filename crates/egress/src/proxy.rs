@@ -286,6 +286,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             refuse(shared, client, 503, "Service Unavailable", &Refusal(why));
             continue;
         }
+        super::buffers::fix(&client);
         let s = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("cordon-egress-conn".into())
@@ -351,6 +352,7 @@ fn connect_any(shared: &Shared, addrs: &[SocketAddr]) -> Option<TcpStream> {
             return None;
         }
         if let Ok(s) = TcpStream::connect_timeout(a, left) {
+            super::buffers::fix(&s);
             return Some(s);
         }
     }

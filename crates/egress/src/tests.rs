@@ -587,3 +587,169 @@ fn limits_refuse_connections_past_the_cap_and_stop_ends_everything() {
     );
     drop(p);
 }
+
+/// `/proc/net/sockstat`'s TCP `mem`: the pages TCP holds for the whole
+/// host (`net.ipv4.tcp_mem` counts against it).
+fn tcp_pages() -> u64 {
+    let s = std::fs::read_to_string("/proc/net/sockstat").unwrap();
+    let tcp = s.lines().find(|l| l.starts_with("TCP:")).unwrap();
+    let mut w = tcp.split_whitespace();
+    while let Some(k) = w.next() {
+        if k == "mem" {
+            return w.next().unwrap().parse().unwrap();
+        }
+    }
+    panic!("no mem in {tcp:?}")
+}
+
+/// The bytes queued in the fuller direction (send or receive) of each of
+/// this network namespace's IPv4 TCP sockets whose local port is `local`
+/// or remote port `remote` (`/proc/net/tcp`: `tx_queue:rx_queue`, in hex).
+fn queued_on(local: u16, remote: u16) -> Vec<u64> {
+    let s = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap(), 16).unwrap();
+    s.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (l_port, r_port) = (port(f[1]), port(f[2]));
+            (l_port == local || r_port == remote).then(|| {
+                let (tx, rx) = f[4].split_once(':').unwrap();
+                u64::from_str_radix(tx, 16)
+                    .unwrap()
+                    .max(u64::from_str_radix(rx, 16).unwrap())
+            })
+        })
+        .collect()
+}
+
+/// Opens tunnels through the proxy at `port` to `up` (as many as it
+/// lets be open), each then handed to `fill`; returns them.
+fn tunnels(port: u16, up: u16, n: usize, fill: impl Fn(&mut TcpStream)) -> Vec<TcpStream> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) else {
+            break;
+        };
+        c.write_all(format!("CONNECT localhost:{up} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).unwrap_or(0) == 1 {
+            head.push(b[0]);
+        }
+        if head.starts_with(b"HTTP/1.1 200") {
+            fill(&mut c);
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// TCP memory is one pool for the host (`net.ipv4.tcp_mem`), and a
+/// sandbox with an egress allowlist reaches it only through its proxy,
+/// which holds at most `max_open` tunnels and fixes its own sockets'
+/// buffers ([`SOCKET_BUFFER`]), so no autotuning grows them. Both ways a
+/// program can pin buffers: tunnels to a target that never reads, each
+/// written to until the send blocks; and downloads from a target that
+/// never stops, each read fast (so that autotuning would grow the
+/// buffers) and then left unread. Each of the proxy's sockets then holds
+/// at most its fixed buffer, and the host's own TCP still carries a MiB.
+#[test]
+fn tunnels_hold_the_tcp_pool_to_the_proxys_fixed_buffers() {
+    let limits = EgressLimits::default();
+    // A target that accepts and never reads, and one that never stops
+    // writing.
+    let hole = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hose = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (hole_port, hose_port) = (
+        hole.local_addr().unwrap().port(),
+        hose.local_addr().unwrap().port(),
+    );
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&held);
+    std::thread::spawn(move || {
+        for c in hole.incoming().flatten() {
+            h.lock().unwrap().push(c);
+        }
+    });
+    std::thread::spawn(move || {
+        for mut c in hose.incoming().flatten() {
+            std::thread::spawn(move || {
+                let chunk = vec![0u8; 1 << 16];
+                while c.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    let before = tcp_pages();
+    let mut report = Vec::new();
+    for (what, up, upload) in [("upload", hole_port, true), ("download", hose_port, false)] {
+        let (p, port) = proxy(&[&format!("localhost:{up}")], limits);
+        let open = tunnels(port, up, 2 * limits.max_open, |c| {
+            let chunk = vec![0u8; 1 << 16];
+            let started = std::time::Instant::now();
+            if upload {
+                c.set_nonblocking(true).unwrap();
+                let mut idle = 0;
+                while idle < 20 && started.elapsed() < std::time::Duration::from_secs(3) {
+                    if c.write(&chunk).is_ok() {
+                        idle = 0;
+                    } else {
+                        idle += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                }
+            } else {
+                // Read fast for a moment (16 MiB: within the proxy's
+                // byte limit for every tunnel), then never again.
+                let mut buf = vec![0u8; 1 << 16];
+                let mut got = 0;
+                while got < 16 << 20 && started.elapsed() < std::time::Duration::from_secs(3) {
+                    got += c.read(&mut buf).unwrap_or(0);
+                }
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let proxy_side = queued_on(port, up);
+        let most = proxy_side.iter().copied().max().unwrap_or(0);
+        report.push(format!(
+            "{what}: {} tunnels; the proxy's {} sockets hold {} bytes, at most {most} one way; \
+             TCP memory {} pages",
+            open.len(),
+            proxy_side.len(),
+            proxy_side.iter().sum::<u64>(),
+            tcp_pages()
+        ));
+        assert!(
+            open.len() <= limits.max_open,
+            "{what}: more tunnels than max_open"
+        );
+        // The kernel counts a buffer's overhead in it: the data queued one
+        // way stays under the fixed size.
+        assert!(
+            most <= SOCKET_BUFFER as u64,
+            "{what}: a proxy socket holds {most} bytes one way, past its fixed buffer: \
+             {report:?}"
+        );
+        drop(open);
+        drop(p);
+    }
+    // The host's own TCP meanwhile: a MiB there and back on loopback.
+    let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        if let Ok((mut c, _)) = echo.accept() {
+            let mut buf = vec![0u8; 1 << 20];
+            let _ = c.read_exact(&mut buf);
+            let _ = c.write_all(&buf);
+        }
+    });
+    let mut own = TcpStream::connect(("127.0.0.1", echo_port)).unwrap();
+    own.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    own.write_all(&vec![7u8; 1 << 20]).unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    own.read_exact(&mut back)
+        .expect("the host's own TCP was starved");
+    println!("TCP memory before: {before} pages; {}", report.join("; "));
+}

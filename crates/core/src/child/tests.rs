@@ -34,7 +34,10 @@ fn a_fresh_scratch_locked_by_someone_else_is_refused() {
     // SAFETY: flock on a file we opened.
     assert_eq!(unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX) }, 0);
     let refused = super::ScratchGuard::owned(dir, canonical.clone(), false);
-    assert!(refused.is_err(), "a scratch locked by someone else was used");
+    assert!(
+        refused.is_err(),
+        "a scratch locked by someone else was used"
+    );
     drop(other);
     let dir = tempfile::tempdir().unwrap();
     let canonical = dir.path().canonicalize().unwrap();

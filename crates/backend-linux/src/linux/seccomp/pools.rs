@@ -279,8 +279,13 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "only with an egress allowlist, in the sandbox's own network namespace (its own \
-                ports), to the host's proxy alone, which caps its connections",
-        test: "`sockets_denied_socketpair_allowed`; egress: none fills it",
+                ports), to the host's proxy alone: at most `max_open` (32) tunnels, each \
+                holding the sandbox's own socket (its namespace's `tcp_rmem`/`tcp_wmem`, or up \
+                to twice `net.core.rmem_max`/`wmem_max` by `setsockopt`) and the proxy's two, \
+                fixed at `SOCKET_BUFFER` (2 MiB) per direction, so no autotuning grows them",
+        test: "`sockets_denied_socketpair_allowed`; egress: the egress crate's \
+               `tunnels_hold_the_tcp_pool_to_the_proxys_fixed_buffers` (32 tunnels filled \
+               both ways: no proxy socket past 2 MiB one way)",
     },
     HostPool {
         pool: "SysV IPC ids and POSIX message queues (`kernel.msgmni`, `shmmni`, `shmall`, \

@@ -173,7 +173,8 @@ fn the_inventory_lists_no_call_twice_and_none_that_no_filter_runs() {
 }
 
 /// The test each entry names exists (a scenario's or a unit test's
-/// `fn`, a `seccomp_programs` case, or a test binary).
+/// `fn`, a `seccomp_programs` case, a test binary, or a test of the
+/// egress crate's).
 #[test]
 fn every_named_test_exists() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -184,6 +185,8 @@ fn every_named_test_exists() {
         dir.join("confinement"),
         root.join("src/linux/seccomp"),
         root.join("src/linux/seccomp/pools"),
+        // The proxy's own tests (the egress crate, beside this one).
+        root.join("../egress/src"),
     ] {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             if e.path().extension() == Some(std::ffi::OsStr::new("rs")) {
