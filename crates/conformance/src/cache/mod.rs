@@ -51,10 +51,8 @@
 //!   regular file owned by this user, no group or other permission bits, at
 //!   most [`MAX_CACHE_BYTES`]) and read from that fd.
 //! - **No sandbox of the runner writes it.** [`admit`] adds the dir to
-//!   [`RunnerConfig::protected`]: a read-write grant or kept scratch that
-//!   reaches it (the dir itself, one inside it, or one holding it, such as
-//!   `--rw ~`) is refused at spawn. Without that, one run's program could
-//!   plant a report for another key that a later run would trust.
+//!   [`RunnerConfig::protected`]: a grant or kept scratch that reaches it
+//!   (`--rw ~`, say) is refused at spawn, or a program could plant a report.
 //! - **Writing** creates a temp file with a random name, `O_CREAT|O_EXCL|
 //!   O_NOFOLLOW`, mode 0600, relative to the dir fd, syncs it and
 //!   `renameat`s it onto the cache name in the same dir fd.
@@ -197,8 +195,7 @@ pub enum CacheOutcome {
 /// is there (`recheck` runs the suite anyway); returns the runner, or why
 /// not with the report, and how the cache was used. This is `cordon run`'s
 /// gate, for embedders that start many short-lived processes: call it once
-/// per process, not per spawn. The runner refuses any sandbox whose
-/// read-write grant or kept scratch reaches the cache dir
+/// per process, not per spawn. Its sandboxes may not write the cache dir
 /// ([`RunnerConfig::protected`]).
 pub async fn admit(
     backend: Arc<dyn SandboxBackend>,
