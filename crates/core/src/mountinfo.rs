@@ -48,25 +48,36 @@ pub struct Mount {
 /// The mounts in `text` (mountinfo's format), in the kernel's order: a
 /// later mount at the same point is on top of an earlier one.
 pub fn parse(text: &str) -> Vec<Mount> {
-    text.lines().filter_map(parse_line).collect()
+    parse_bytes(text.as_bytes())
 }
 
-fn parse_line(line: &str) -> Option<Mount> {
-    let (pre, post) = line.split_once(" - ")?;
-    let f: Vec<&str> = pre.split(' ').collect();
-    let mut post = post.split(' ');
+/// [`parse`] of the raw bytes: the kernel escapes only space, tab,
+/// newline and backslash, so a mount point may hold any other byte, valid
+/// UTF-8 or not (any user with `fusermount` can make one), and one such
+/// line must not hide the rest.
+pub fn parse_bytes(text: &[u8]) -> Vec<Mount> {
+    text.split(|b| *b == b'\n').filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &[u8]) -> Option<Mount> {
+    let sep = line.windows(3).position(|w| w == b" - ")?;
+    let (pre, post) = (&line[..sep], &line[sep + 3..]);
+    let f: Vec<&[u8]> = pre.split(|b| *b == b' ').collect();
+    let mut post = post.split(|b| *b == b' ');
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let number = |b: &[u8]| std::str::from_utf8(b).ok()?.parse().ok();
     Some(Mount {
-        id: f.first()?.parse().ok()?,
-        parent: f.get(1)?.parse().ok()?,
-        dev: f.get(2)?.to_string(),
-        root: PathBuf::from(unescape(f.get(3)?)),
-        at: PathBuf::from(unescape(f.get(4)?)),
-        options: f.get(5)?.to_string(),
-        fstype: post.next()?.to_string(),
-        source: unescape(post.next().unwrap_or(""))
+        id: number(f.first()?)?,
+        parent: number(f.get(1)?)?,
+        dev: text(f.get(2)?),
+        root: PathBuf::from(unescape_bytes(f.get(3)?)),
+        at: PathBuf::from(unescape_bytes(f.get(4)?)),
+        options: text(f.get(5)?),
+        fstype: text(post.next()?),
+        source: unescape_bytes(post.next().unwrap_or(b""))
             .to_string_lossy()
             .into_owned(),
-        super_options: post.next().unwrap_or("").to_string(),
+        super_options: text(post.next().unwrap_or(b"")),
     })
 }
 
@@ -84,7 +95,7 @@ pub fn read() -> std::io::Result<Vec<Mount>> {
 /// # Errors
 /// The file could not be read (the process is gone, or not ours to read).
 pub fn read_of(pid: &str) -> std::io::Result<Vec<Mount>> {
-    Ok(parse(&std::fs::read_to_string(format!(
+    Ok(parse_bytes(&std::fs::read(format!(
         "/proc/{pid}/mountinfo"
     ))?))
 }
@@ -136,8 +147,11 @@ pub fn own_cgroup_dir(
 /// Undoes mountinfo's octal escapes (`\040` for a space); a backslash
 /// not followed by three octal digits stays as it is.
 pub fn unescape(s: &str) -> OsString {
+    unescape_bytes(s.as_bytes())
+}
+
+fn unescape_bytes(b: &[u8]) -> OsString {
     use std::os::unix::ffi::OsStringExt;
-    let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -182,6 +196,18 @@ bad line
         assert_eq!((m[4].id, m[4].parent), (41, 40));
         assert_eq!(m[4].fstype, "hugetlbfs");
         assert_eq!(unescape("/a\\040b\\x"), OsString::from("/a b\\x"));
+    }
+
+    #[test]
+    fn a_mount_point_that_is_not_utf8_hides_no_other_line() {
+        let mut text = b"22 1 0:21 / / rw - ext4 /dev/vda rw\n".to_vec();
+        text.extend_from_slice(b"23 22 0:22 / /tmp/x\xff rw - tmpfs none rw\n");
+        text.extend_from_slice(b"24 22 0:23 / /dev/hugepages rw - hugetlbfs none rw\n");
+        let m = parse_bytes(&text);
+        assert_eq!(m.len(), 3);
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(m[1].at.as_os_str().as_bytes(), b"/tmp/x\xff");
+        assert_eq!(m[2].fstype, "hugetlbfs");
     }
 
     #[test]

@@ -51,7 +51,7 @@ fn temp_file(name: &str) -> std::ffi::CString {
 /// Takes all it can of `pool` (inside a confined sandbox only; the caller
 /// checks) and says how much, and what stopped it.
 pub(super) fn fill(pool: &str) -> String {
-    // SAFETY (for the whole match): syscalls on fds and memory of this
+    // SAFETY: (for the whole match) syscalls on fds and memory of this
     // process's own, with valid pointers to locals.
     unsafe {
         match pool {
@@ -261,7 +261,7 @@ unsafe fn send_fds(sock: i32, fds: &[i32]) -> isize {
 /// Takes one of `pool` (the host's share, or a second sandbox's): `ok`,
 /// or what refused it.
 pub(super) fn take(pool: &str) -> String {
-    // SAFETY (for the whole match): as in `fill`; each takes one and gives
+    // SAFETY: (for the whole match) as in `fill`; each takes one and gives
     // it back.
     unsafe {
         let r = match pool {
