@@ -227,7 +227,7 @@ pub fn executable(messages: &[String], bin: &str) -> Option<PathBuf> {
 /// The JSON string value right after `key` in `line`, unescaped. Enough
 /// for cargo's messages: `"key":` can only match a real key there, since a
 /// `"` inside a JSON string is always escaped.
-fn json_string_after(line: &str, key: &str) -> Option<String> {
+pub fn json_string_after(line: &str, key: &str) -> Option<String> {
     let rest = &line[line.find(key)? + key.len()..];
     let mut chars = rest.strip_prefix('"')?.chars();
     let mut out = String::new();

@@ -11,6 +11,10 @@
 //!   writes the docs' tables that mirror code from the code (with
 //!   `--check`, exits 1 where the committed text differs; the tidy test
 //!   runs that).
+//! - `cargo xtask checks`: the checks that run cargo itself, which
+//!   `cargo test` must not (`checks.rs`): a repeated or alternated build
+//!   is fresh, and the Starlark layers keep to their dependencies. CI runs
+//!   it after `cargo xtask conformance`.
 //!
 //! This front has no dependencies: the `cargo xtask` alias
 //! (`.cargo/config.toml`) builds the package with `--no-default-features`,
@@ -19,11 +23,10 @@
 //! still build and check them). Every cargo the front starts gets the user's environment without
 //! what `cargo run` set for xtask (see `cargo.rs`), so its builds are the
 //! same units a plain `cargo build` makes: repeating or alternating them
-//! rebuilds nothing (`fresh_tests.rs` guards that).
+//! rebuilds nothing (`cargo xtask checks` guards that).
 
 mod cargo;
-#[cfg(test)]
-mod fresh_tests;
+mod checks;
 
 use std::process::ExitCode;
 
@@ -57,6 +60,16 @@ fn main() -> ExitCode {
             build_and_run(Build::BENCH, None, &rest, &env)
         }
         "docs" => build_and_run(Build::DOCS, None, &rest, &[]),
+        "checks" => match checks::run() {
+            Ok(()) => {
+                eprintln!("xtask checks: all passed");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("xtask checks failed:\n{e}");
+                ExitCode::FAILURE
+            }
+        },
         "-h" | "--help" | "help" => {
             print_usage();
             ExitCode::SUCCESS
@@ -69,7 +82,7 @@ fn main() -> ExitCode {
 }
 
 fn print_usage() {
-    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run the conformance probes on this host\n  bench [--quick] [--json]                              run the benchmarks\n  docs [--check]                                        write (check) the docs' generated tables");
+    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run the conformance probes on this host\n  bench [--quick] [--json]                              run the benchmarks\n  docs [--check]                                        write (check) the docs' generated tables\n  checks                                                the checks that run cargo (fresh builds, layers)");
 }
 
 fn usage() -> ExitCode {

@@ -749,6 +749,18 @@ fn no_grant_reaches_the_report_cache() {
         );
         assert!(!inside.join("ran").exists(), "{flag}: the program ran");
     }
+    // Where a run with another environment would look: `$HOME/.cache`,
+    // whatever XDG_CACHE_HOME says now.
+    let home = cache.path().join("home");
+    std::fs::create_dir_all(home.join(".cache")).unwrap();
+    let out = run(cordon(cache.path())
+        .env("HOME", &home)
+        .args(["run", "--rw"])
+        .arg(home.join(".cache"))
+        .args(["--", "/bin/true"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "$HOME/.cache: {err}");
+    assert!(err.contains("conformance report cache"), "{err}");
     let out = run(cordon(cache.path())
         .args(["run", "--rw"])
         .arg(&beside)

@@ -53,6 +53,7 @@ pub mod mountinfo;
 pub mod policy;
 mod probe_id;
 mod program;
+mod protected;
 mod relay;
 mod report;
 mod runner;

@@ -109,54 +109,6 @@ impl Default for RunnerConfig {
     }
 }
 
-/// `path` made real: canonical where it exists, else its nearest existing
-/// ancestor's canonical path with the rest appended.
-fn real_path(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut at = path;
-    loop {
-        if let Ok(c) = at.canonicalize() {
-            return rest.iter().rev().fold(c, |p, name| p.join(name));
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                at = parent;
-            }
-            _ => return path.to_path_buf(),
-        }
-    }
-}
-
-/// Refuses a writable place of a sandbox that reaches a protected path
-/// ([`RunnerConfig::protected`]).
-fn refuse_protected<'a>(
-    protected: &[PathBuf],
-    writable: impl Iterator<Item = (&'static str, &'a Path)>,
-) -> Result<(), SpawnError> {
-    if protected.is_empty() {
-        return Ok(());
-    }
-    let protected: Vec<(PathBuf, &PathBuf)> = protected.iter().map(|p| (real_path(p), p)).collect();
-    for (what, w) in writable {
-        let real = real_path(w);
-        if let Some((_, p)) = protected
-            .iter()
-            .find(|(p, _)| real.starts_with(p) || p.starts_with(&real))
-        {
-            return Err(SpawnError::InvalidSpec(format!(
-                "the {what} `{}` reaches `{}`, which no sandbox may write (the conformance \
-                 report cache: a sandbox that wrote there could plant a report admitting a \
-                 backend that does not conform); grant a narrower path, or point \
-                 XDG_CACHE_HOME somewhere no grant reaches",
-                w.display(),
-                p.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Switches that turn baseline hygiene off. Only for proving that the
 /// conformance probes fail without it.
 #[cfg(feature = "test-hooks")]
@@ -309,7 +261,7 @@ impl Spawner {
                 Scratch::Fresh => None,
                 _ => Some(("scratch dir", scratch.path())),
             };
-            refuse_protected(
+            crate::protected::refuse(
                 &self.config.protected,
                 self.config
                     .read_write

@@ -161,20 +161,6 @@ struct CacheFile {
     report: ConformanceReport,
 }
 
-/// Where cache files live: `$XDG_CACHE_HOME/cordon`, else
-/// `$HOME/.cache/cordon`. A relative value is ignored, as the XDG base
-/// directory spec asks; with neither variable usable there is no cache.
-pub fn default_dir() -> Option<PathBuf> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    absolute("XDG_CACHE_HOME")
-        .or_else(|| absolute("HOME").map(|h| h.join(".cache")))
-        .map(|d| d.join("cordon"))
-}
-
 /// How the last lookup went (for `-v` output and tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheOutcome {
@@ -204,8 +190,11 @@ pub async fn admit(
     mut config: RunnerConfig,
 ) -> (Result<SandboxRunner, SandboxUnavailable>, CacheOutcome) {
     let dir = default_dir();
-    // No sandbox of this runner may write where the reports are read from.
-    config.protected.extend(dir.clone());
+    // No sandbox of this runner may write where this run, or a later one
+    // with another environment, reads reports from.
+    config
+        .protected
+        .extend(dir.iter().cloned().chain(other_dirs()));
     let mut suite = CachedSuite::new(
         crate::StandardSuite::new().accept_unproven(accept_unproven.to_vec()),
         dir,
@@ -454,8 +443,11 @@ fn open_private(dir: BorrowedFd<'_>, name: &CStr) -> Option<std::fs::File> {
     let mode = bits(st.st_mode);
     let regular = mode & bits(libc::S_IFMT) == bits(libc::S_IFREG);
     let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
-    if !regular || st.st_uid != euid() || mode & 0o077 != 0 || size > MAX_CACHE_BYTES {
-        tracing::warn!(file = ?name, "ignoring a conformance cache that is not a private regular file of this user");
+    // One link: a second name elsewhere would be a way to write it that
+    // the dir's checks never saw.
+    let one_name = st.st_nlink == 1;
+    if !regular || !one_name || st.st_uid != euid() || mode & 0o077 != 0 || size > MAX_CACHE_BYTES {
+        tracing::warn!(file = ?name, "ignoring a conformance cache that is not a private regular file of this user with one name");
         return None;
     }
     Some(std::fs::File::from(fd))
@@ -593,6 +585,9 @@ impl<S: ConformanceSuite> ConformanceSuite for CachedSuite<S> {
     }
 }
 
+mod dirs;
+pub use dirs::default_dir;
+use dirs::other_dirs;
 mod entries;
 use entries::Stored;
 

@@ -120,6 +120,12 @@ fn only_a_private_regular_file_is_opened() {
     std::fs::write(&file, vec![b' '; MAX_CACHE_BYTES as usize + 1]).unwrap();
     chmod(&file, 0o600);
     assert!(open_private(fd.as_fd(), &name).is_none());
+    // A second name (a hard link made from elsewhere): refused.
+    std::fs::write(&file, b"{}").unwrap();
+    std::fs::hard_link(&file, d.join("second-name")).unwrap();
+    assert!(open_private(fd.as_fd(), &name).is_none());
+    std::fs::remove_file(d.join("second-name")).unwrap();
+    assert!(open_private(fd.as_fd(), &name).is_some());
     // A symlink to a private file: not followed.
     std::fs::remove_file(&file).unwrap();
     let elsewhere = d.join("elsewhere");
