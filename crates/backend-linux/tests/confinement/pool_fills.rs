@@ -22,10 +22,15 @@ const POOLS: [&str; 7] = [
     "file-locks",
 ];
 
-/// The memory limit the AF_UNIX buffer fill runs under: a root host's
-/// cgroup charges queued socket data to the sandbox, so the fill, which
-/// stops by itself at [`UNIX_CAP`], is killed first.
-const UNIX_LIMIT: u64 = 64 << 20;
+/// The memory limit the AF_UNIX buffer and epoll fills run under: a root
+/// host's cgroup charges queued socket data and epoll watches to the
+/// sandbox, so each fill, which stops by itself at its cap, is killed
+/// first (120 pairs at the kernel's default `wmem_max` queue about 50 MB).
+const FILL_LIMIT: u64 = 32 << 20;
+/// Where the epoll fill stops by itself (a host without a cgroup for the
+/// sandbox pays about 200 bytes of kernel memory per watch, for a
+/// moment).
+const EPOLL_CAP: u64 = 500_000;
 /// Where the AF_UNIX buffer fill stops by itself (a host without a cgroup
 /// for the sandbox pays this much kernel memory for a moment).
 const UNIX_CAP: u64 = 256 << 20;
@@ -56,7 +61,9 @@ pub(super) fn fill(pool: &str) -> String {
     unsafe {
         match pool {
             "inotify-watches" => {
-                let files: Vec<_> = (0..300).map(|i| temp_file(&format!("w{i}"))).collect();
+                // Enough that 128 instances (the most a uid gets by
+                // default) pass the host's per-uid watch limit too.
+                let files: Vec<_> = (0..1600).map(|i| temp_file(&format!("w{i}"))).collect();
                 let mut fds = Vec::new();
                 let mut istop = "cap".to_string();
                 for _ in 0..128 {
@@ -115,24 +122,34 @@ pub(super) fn fill(pool: &str) -> String {
                 format!("inflight={inflight} stop={stop}")
             }
             "epoll-watches" => {
-                let targets: Vec<i32> = (0..120).map(|_| libc::eventfd(0, 0)).collect();
+                // A watch is keyed by file and fd number, and closing a
+                // dup does not remove it: 85 epolls, 80 files, and each
+                // file dup'd onto fd numbers 170..255 in turn, added to
+                // every epoll and closed again (within 256 open files).
+                let eps: Vec<i32> = (0..85).map(|_| libc::epoll_create1(0)).collect();
+                let files: Vec<i32> = (0..80).map(|_| libc::eventfd(0, 0)).collect();
                 let (mut watches, mut stop) = (0u64, "cap".to_string());
-                'all: for _ in 0..128 {
-                    let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
-                    if ep < 0 {
-                        stop = format!("errno{}", errno());
-                        break;
-                    }
-                    for t in &targets {
-                        let mut ev = libc::epoll_event {
-                            events: libc::EPOLLIN as u32,
-                            u64: 0,
-                        };
-                        if libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, *t, &mut ev) < 0 {
-                            stop = format!("errno{}", errno());
+                'all: for f in &files {
+                    for n in 170..255 {
+                        if watches >= EPOLL_CAP {
                             break 'all;
                         }
-                        watches += 1;
+                        if libc::dup2(*f, n) < 0 {
+                            stop = format!("dup2=errno{}", errno());
+                            break 'all;
+                        }
+                        for ep in &eps {
+                            let mut ev = libc::epoll_event {
+                                events: libc::EPOLLIN as u32,
+                                u64: 0,
+                            };
+                            if libc::epoll_ctl(*ep, libc::EPOLL_CTL_ADD, n, &mut ev) < 0 {
+                                stop = format!("errno{}", errno());
+                                break 'all;
+                            }
+                            watches += 1;
+                        }
+                        libc::close(n);
                     }
                 }
                 format!("watches={watches} stop={stop}")
@@ -386,9 +403,9 @@ pub(in super::super) fn filled_pools_leave_the_host_its_share() -> Outcome {
                     .env("CORDON_HELPER_ACT", format!("{what}-{pool}"))
             };
             let mut filler = act("fill");
-            if pool == "unix-buffers" {
+            if pool == "unix-buffers" || pool == "epoll-watches" {
                 filler = filler.limits(Limits {
-                    memory_bytes: Some(UNIX_LIMIT),
+                    memory_bytes: Some(FILL_LIMIT),
                     deadline: Some(Duration::from_secs(60)),
                     ..Limits::default()
                 });
@@ -436,23 +453,41 @@ pub(in super::super) fn filled_pools_leave_the_host_its_share() -> Outcome {
                 "file-locks" => (figure(&line, "locks"), word(&line, "stop")),
                 _ => (figure(&line, "queued"), word(&line, "stop")),
             };
+            let sysctl = |path: &str| -> u64 {
+                std::fs::read_to_string(path)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0)
+            };
             let bound_ok = match pool {
                 "inotify-watches" if refused => word(&line, "istop") == "errno1" && n == 0,
                 // Its own user namespace's quota.
                 "inotify-watches" if !landlock => n <= INOTIFY_WATCHES && stop == "errno28",
-                // Its own uid's count (root host): the host's is apart.
-                "inotify-watches" => n != u64::MAX,
+                // Its own uid's count (root host), at the host's per-uid
+                // limit: the host's own uid is apart.
+                "inotify-watches" => {
+                    n <= sysctl("/proc/sys/fs/inotify/max_user_watches") && stop == "errno28"
+                }
                 "open-files" => n <= OPEN_FILES && stop == "errno24",
                 // ETOOMANYREFS once the uid's count passes RLIMIT_NOFILE.
                 "fds-in-flight" => n <= OPEN_FILES + SCM_MAX_FD && stop == "errno109",
-                // Every pair of an epoll and an fd once: open files bound it.
-                "epoll-watches" => n <= (OPEN_FILES / 2) * (OPEN_FILES / 2),
+                // A root host's cgroup charges each watch: killed (or
+                // ENOMEM) at the memory limit before the fill's cap.
+                "epoll-watches" if root => {
+                    outcome == ExitOutcome::MemoryExceeded || (n < EPOLL_CAP && stop == "errno12")
+                }
+                // An unprivileged host's: nothing but the caller's own
+                // count (`fs.epoll.max_user_watches`) holds it, as the
+                // inventory says; the fill reaches its own cap.
+                "epoll-watches" => n >= EPOLL_CAP && stop == "cap",
                 "locked-memory" => n <= MEMLOCK && (stop == "errno12" || stop == "errno1"),
-                "file-locks" => n != u64::MAX,
+                // No count: the fill reaches its own cap.
+                "file-locks" => n == 5_000 && stop == "cap",
                 // A root host's cgroup charges the queued data: the fill is
                 // killed at the memory limit before its own cap.
                 _ if root => outcome == ExitOutcome::MemoryExceeded,
-                _ => n != u64::MAX,
+                // Elsewhere each socket's send buffer bounds it.
+                _ => n <= figure(&line, "pairs") * 2 * sysctl("/proc/sys/net/core/wmem_max"),
             };
             if !bound_ok {
                 fail(format!(

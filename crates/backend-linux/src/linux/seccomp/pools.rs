@@ -124,7 +124,9 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock_caller_uid: Runs,
         bound: "tier namespaces: 8192 in its own user namespace; tier landlock: its own uid's \
                 (root host), or none to add to (the caller's uid: no instance)",
-        test: "`filled_pools_leave_the_host_its_share` (`inotify-watches`: 8192 then `ENOSPC` in tier namespaces)",
+        test: "`filled_pools_leave_the_host_its_share` (`inotify-watches`: 8192 then `ENOSPC` in \
+               tier namespaces; the uid's own limit, then `ENOSPC`, in tier landlock on a root \
+               host)",
     },
     HostPool {
         pool: "fanotify groups and marks (per user namespace and uid)",
@@ -252,9 +254,13 @@ pub const HOST_POOLS: &[HostPool] = &[
         egress: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
-        bound: "a root host's sandbox: its own uid's; an unprivileged host's: the caller's \
-                (Kernel quotas)",
-        test: "`filled_pools_leave_the_host_its_share` (`epoll-watches`: one process's most, 15 360; 5.5 million watches take about 1 GiB of kernel memory)",
+        bound: "a root host's sandbox: its own uid's count, each watch memory of its memory \
+                cgroup; an unprivileged host's: **the caller's count**, which one process can \
+                fill alone (a watch is kept per file and fd number, and closing a dup keeps \
+                it), so the caller's own programs may then get `ENOSPC` from `epoll_ctl`",
+        test: "`filled_pools_leave_the_host_its_share` (`epoll-watches`: killed at a 32 MiB \
+               memory limit on a root host; 500 000 watches from one process of an \
+               unprivileged host's)",
     },
     HostPool {
         pool: "AF_UNIX socket buffers (no count: each socket's queue is bounded by its send \
@@ -354,7 +360,8 @@ pub const HOST_POOLS: &[HostPool] = &[
                 file take a moment; 100 000 did not finish in 60 s). Advisory: a host program \
                 that locks a file granted to a sandbox waits for the sandbox's lock, as for \
                 any other process's",
-        test: "`filled_pools_leave_the_host_its_share` (`file-locks`)",
+        test: "`filled_pools_leave_the_host_its_share` (`file-locks`: 5 000 ranges, no count \
+               stops them; the host and a second sandbox still lock)",
     },
     HostPool {
         pool: "file leases and dnotify (`fcntl`'s `F_SETLEASE`, `F_SETDELEG`: a host process \
