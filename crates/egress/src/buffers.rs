@@ -20,21 +20,47 @@ use std::os::fd::AsRawFd;
 /// for 20 MB/s per tunnel at 100 ms of round trip.
 pub const SOCKET_BUFFER: usize = 2 << 20;
 
-/// Fixes `s`'s send and receive buffers at [`SOCKET_BUFFER`] (best
-/// effort: a socket the kernel refuses this keeps its autotuning).
+/// How long a proxy socket may hold data its peer does not take (no
+/// acknowledgement, or a window kept shut) before the kernel drops the
+/// connection: a tunnel the proxy has closed with data still queued
+/// toward a sandbox that stopped reading would otherwise keep its buffer,
+/// uncounted by `max_open`, for as long as the peer answers probes.
+pub const STALL_TIMEOUT_MS: u32 = 30_000;
+
+fn set_int(s: &TcpStream, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> bool {
+    // SAFETY: setsockopt on a socket we own, with an int option.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// Fixes `s`'s send and receive buffers at [`SOCKET_BUFFER`] and its
+/// stall timeout at [`STALL_TIMEOUT_MS`] (best effort: a socket the
+/// kernel refuses this keeps its autotuning). The size is forced where
+/// the proxy may (`CAP_NET_ADMIN`, a root host), since the plain options
+/// are clamped to `net.core.rmem_max`/`wmem_max` (about 208 KiB by
+/// default, which would slow every download).
 pub(crate) fn fix(s: &TcpStream) {
     // The kernel doubles what it is given (for its own bookkeeping).
     let half = (SOCKET_BUFFER / 2) as libc::c_int;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: setsockopt on a socket we own, with an int option.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&half as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
+    for (forced, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if !set_int(s, libc::SOL_SOCKET, forced, half) {
+            set_int(s, libc::SOL_SOCKET, plain, half);
         }
     }
+    set_int(
+        s,
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        STALL_TIMEOUT_MS as libc::c_int,
+    );
 }

@@ -54,14 +54,25 @@ impl ScratchGuard {
         let lock = if keep {
             None
         } else {
-            Some(
-                lock_dir(&canonical, libc::LOCK_EX | libc::LOCK_NB)?.ok_or_else(|| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::WouldBlock,
-                        "the fresh scratch dir is locked by someone else",
-                    )
-                })?,
-            )
+            let fd = lock_dir(&canonical, libc::LOCK_EX | libc::LOCK_NB)?.ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "the fresh scratch dir is locked by someone else",
+                )
+            })?;
+            // The dir locked is the one made: ours and 0700 (a sweep that
+            // removed it meanwhile, and another user who made the name
+            // again, would leave a dir that is neither).
+            let st = rustix::fs::fstat(&fd)?;
+            // SAFETY: geteuid cannot fail.
+            let me = unsafe { libc::geteuid() };
+            if st.st_uid != me || st.st_mode & 0o7777 != 0o700 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "the fresh scratch dir was replaced by one that is not this user's own",
+                ));
+            }
+            Some(fd)
         };
         Ok(ScratchGuard {
             _lock: lock,

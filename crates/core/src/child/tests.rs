@@ -28,7 +28,15 @@ fn the_ring_keeps_the_newest_bytes_and_counts_the_rest() {
 #[test]
 fn a_fresh_scratch_locked_by_someone_else_is_refused() {
     use std::os::fd::AsRawFd;
-    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    // As the spawner makes one: 0700.
+    let fresh = || {
+        tempfile::Builder::new()
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .unwrap()
+    };
+    let dir = fresh();
     let canonical = dir.path().canonicalize().unwrap();
     let other = std::fs::File::open(&canonical).unwrap();
     // SAFETY: flock on a file we opened.
@@ -39,7 +47,13 @@ fn a_fresh_scratch_locked_by_someone_else_is_refused() {
         "a scratch locked by someone else was used"
     );
     drop(other);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = fresh();
     let canonical = dir.path().canonicalize().unwrap();
     assert!(super::ScratchGuard::owned(dir, canonical, false).is_ok());
+    // A dir at the name that is not 0700 (made again by someone else):
+    // refused.
+    let dir = fresh();
+    let canonical = dir.path().canonicalize().unwrap();
+    std::fs::set_permissions(&canonical, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(super::ScratchGuard::owned(dir, canonical, false).is_err());
 }
