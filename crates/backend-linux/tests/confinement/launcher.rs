@@ -226,7 +226,7 @@ pub(super) fn oom_in_the_sandbox_spares_the_host() -> Outcome {
     }
     if !cgroup {
         println!(
-            "note: no cgroup holds memory here: RLIMIT_DATA stopped the allocation, no OOM kill"
+            "reduced: no cgroup holds memory here: RLIMIT_DATA stopped the allocation, no OOM kill"
         );
     }
     // Still here: the host survived three OOM kills in its sandboxes.

@@ -554,7 +554,7 @@ pub(super) fn limit_disk_fill() -> Outcome {
         ensure(got <= DISK && line.ends_with(" falloc=1 27"), || {
             format!("the scratch held {got} bytes under --disk {DISK} per file: {line}")
         })?;
-        println!("note: tier landlock's --disk holds per file: only that was checked");
+        println!("reduced: tier landlock's --disk holds per file: only that was checked");
         return Ok(());
     }
     let base = Spawner::confined(Arc::new(LinuxBackend::with_layers(Layers::BASE)), config());

@@ -225,6 +225,7 @@ pub fn main() {
     };
 
     let mut passed = 0;
+    let mut reduced = Vec::new();
     let mut failed = Vec::new();
     // Each scenario runs on this host and on it made like a container
     // (the container profile's filter on the scenario's process, so the
@@ -267,7 +268,13 @@ pub fn main() {
             let started = Instant::now();
             let (ok, output) = run_scenario(&bin, s.name, nobody, container);
             let ms = started.elapsed().as_millis();
-            if ok {
+            if ok && output.contains("\n  reduced: ") {
+                reduced.push(format!("{} [{label}]", s.name));
+                println!(
+                    "test {} [{label}] ... ok, reduced ({ms} ms){output}",
+                    s.name
+                );
+            } else if ok {
                 passed += 1;
                 println!("test {} [{label}] ... ok ({ms} ms){output}", s.name);
             } else {
@@ -277,11 +284,15 @@ pub fn main() {
         }
     }
     println!(
-        "\n{passed} passed, {} failed ({} not run on the container-like host: {})",
+        "\n{passed} passed, {} reduced, {} failed ({} not run on the container-like host: {})",
+        reduced.len(),
         failed.len(),
         not_run.len(),
         not_run.join(", ")
     );
+    for r in &reduced {
+        println!("  reduced: {r}");
+    }
     for f in &failed {
         println!("  failed: {f}");
     }
@@ -342,12 +353,13 @@ fn run_scenario(bin: &Path, name: &str, nobody: bool, container: bool) -> (bool,
     let so = t_out.join().unwrap_or_default();
     let se = t_err.join().unwrap_or_default();
     match status {
-        // What a passing scenario says it could not check (its `note:`
-        // lines) is shown with the pass.
+        // What a passing scenario says of its run (`note:` lines) and what
+        // it could not check (`reduced:` lines: the driver counts such a
+        // pass apart) is shown with the pass.
         Some(st) if st.success() => (
             true,
             so.lines()
-                .filter(|l| l.starts_with("note: "))
+                .filter(|l| l.starts_with("note: ") || l.starts_with("reduced: "))
                 .map(|l| format!("\n  {l}"))
                 .collect(),
         ),
@@ -424,7 +436,7 @@ fn expect_host_dir_refused(sp: &Spawner, spec: ChildSpec, dir: &Path) -> Outcome
         format!("{} changed although nothing ran", dir.display())
     })?;
     println!(
-        "note: tier landlock on a root host refuses a host directory that outlives the \
+        "reduced: tier landlock on a root host refuses a host directory that outlives the \
          sandbox: the refusal is what this checked there"
     );
     Ok(())
@@ -764,7 +776,7 @@ fn expect_metadata_write_refused(program: ChildSpec, symptom: &str) -> Outcome {
         || format!("want a failure showing {symptom:?} (chmod refused): {r}"),
     )?;
     println!(
-        "note: tier landlock as another user refuses chmod in scratch too: the tool's \
+        "reduced: tier landlock as another user refuses chmod in scratch too: the tool's \
          documented failure is what this checked there"
     );
     Ok(())
@@ -1293,7 +1305,7 @@ fn privileges_dropped() -> Outcome {
             // Given up by tier landlock as another user (README): emptying
             // the bounding set takes CAP_SETPCAP; no_new_privs (checked
             // below) keeps it from ever giving a capability.
-            println!("note: tier landlock as another user keeps the bounding set: not checked");
+            println!("reduced: tier landlock as another user keeps the bounding set: not checked");
             continue;
         }
         ensure(field(&st, cap) == "0000000000000000", || {
@@ -2004,7 +2016,7 @@ fn child_step_fails_closed_with(
                 .contains("tier landlock cannot hold an egress allowlist"),
             || format!("the refusal does not say why: {e}"),
         )?;
-        println!("note: tier landlock refuses Network::Allow: the refusal is what this checked");
+        println!("reduced: tier landlock refuses Network::Allow: the refusal is what this checked");
         return ensure(!marker.exists(), || "the program ran".into());
     }
     let _resources = wrapped.map_err(|e| format!("wrap failed on a working host: {e}"))?;

@@ -464,7 +464,7 @@ fn quotas_in_tier_landlock(own: &TwoSandboxes) -> Outcome {
                 && own.second.contains("inotify=ok"),
             || format!("the second sandbox was starved: {own:?}"),
         )?;
-        println!("note: tier landlock as root: per-user counts are each sandbox uid's own, at the host's defaults");
+        println!("reduced: tier landlock as root: per-user counts are each sandbox uid's own, at the host's defaults");
         return Ok(());
     }
     ensure(
@@ -481,7 +481,9 @@ fn quotas_in_tier_landlock(own: &TwoSandboxes) -> Outcome {
     ensure(signals <= 1024, || {
         format!("the first sandbox queued more signals than its rlimit: {own:?}")
     })?;
-    println!("note: tier landlock as another user: two sandboxes share the caller's signal count");
+    println!(
+        "reduced: tier landlock as another user: two sandboxes share the caller's signal count"
+    );
     Ok(())
 }
 
@@ -547,7 +549,7 @@ pub(super) fn hostname_is_the_sandboxes_own() -> Outcome {
             format!("the sandbox renamed the host to {now:?}: {r}")
         })?;
         ensure(r.stdout.starts_with("-1 "), || format!("sethostname: {r}"))?;
-        println!("note: tier landlock gives up the hostname: only that the sandbox cannot set it is checked");
+        println!("reduced: tier landlock gives up the hostname: only that the sandbox cannot set it is checked");
         return Ok(());
     }
     let inside = expect_ok(sh("cat /proc/sys/kernel/hostname 2>/dev/null || uname -n"))?;
