@@ -11,7 +11,9 @@
 //!
 //! Arguments as libtest's (`tests/common/driver.rs`): bare words filter,
 //! `--exact`, `--skip NAME`, `--list`; a filter that matches no scenario
-//! is an error. Prints `N passed, M failed` and exits non-zero on any
+//! is an error. Prints `N passed, M reduced, K failed` (a reduced pass
+//! checked less than its scenario claims, and says what with a `reduced:`
+//! line) and exits non-zero on any
 //! failure.
 
 #[cfg(target_os = "linux")]
