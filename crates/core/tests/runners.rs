@@ -238,6 +238,22 @@ impl SandboxBackend for FailingBackend {
 
 #[tokio::test]
 async fn a_backend_whose_wrap_errors_or_panics_never_spawns() {
+    // The control: the same spec, spawned without the failing backend,
+    // touches its marker; how long that took (here, now) is the pause
+    // given to a child that a failed wrap might have started anyway.
+    let control = tempfile::tempdir().unwrap();
+    let shown = control.path().join("ran");
+    let started = std::time::Instant::now();
+    let spec = ChildSpec::new("/bin/sh").args(["-c", &format!("touch {}", shown.display())]);
+    let mut child = Spawner::hygiene_only(RunnerConfig::default())
+        .spawn(&spec)
+        .unwrap();
+    while !shown.exists() && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(shown.exists(), "control: the spec never touched its marker");
+    let pause = started.elapsed() * 2;
+    let _ = child.wait().await;
     for panic in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("ran");
@@ -250,9 +266,13 @@ async fn a_backend_whose_wrap_errors_or_panics_never_spawns() {
             _ => panic!("unexpected error: {err}"),
         }
         // A child started despite the error would touch the marker in its
-        // own time: this pause is its chance to show (no event says none).
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!marker.exists(), "child ran despite wrap failure");
+        // own time: twice what the control took is its chance to show (no
+        // event says none).
+        tokio::time::sleep(pause).await;
+        assert!(
+            !marker.exists(),
+            "child ran despite wrap failure (within {pause:?})"
+        );
     }
 }
 

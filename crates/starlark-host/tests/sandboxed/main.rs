@@ -307,6 +307,22 @@ async fn worker_runs_as_nobody_with_no_files_and_no_network() {
     assert_eq!(field("NoNewPrivs:"), "1", "{status}");
     assert_eq!(field("Seccomp:"), "2", "{status}");
     assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    // Against the host's own values, not constants alone: inside a
+    // container the host may already run under a filter with
+    // no_new_privs, so the worker must hold more filters than the host.
+    let mine = std::fs::read_to_string("/proc/self/status").unwrap();
+    let own = |key: &str| -> u64 {
+        mine.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let filters: u64 = field("Seccomp_filters:").parse().unwrap_or(0);
+    assert!(
+        filters > own("Seccomp_filters:"),
+        "the worker has {filters} seccomp filters, the host {}: none is the sandbox's\n{status}",
+        own("Seccomp_filters:")
+    );
     for ns in ["pid", "mnt", "ipc", "user", "uts"] {
         let mine = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
         let its = std::fs::read_link(format!("/proc/{worker}/ns/{ns}")).unwrap();

@@ -352,8 +352,9 @@ mod tests {
     static SERIAL: Mutex<()> = Mutex::new(());
 
     /// The writable hierarchy (root on the development machine and in CI).
-    /// Without one there is nothing to keep, and the backend must then not
-    /// claim sandbox-wide limits.
+    /// Without one there is nothing to keep: the backend must then not
+    /// claim sandbox-wide limits (checked), and the test fails rather than
+    /// pass having shown nothing.
     fn writable_hierarchy() -> Option<&'static Hierarchy> {
         let h = hierarchy();
         if h.is_none() {
@@ -363,6 +364,10 @@ mod tests {
                 !facts["limit_memory"].starts_with("sandbox:"),
                 "no writable cgroup hierarchy, yet the backend claims {:?}",
                 facts["limit_memory"]
+            );
+            panic!(
+                "no writable cgroup hierarchy here: the keeper's tests need one (run them as \
+                 root, as CI does); the backend rightly claims no sandbox-wide limits"
             );
         }
         h
