@@ -753,3 +753,91 @@ fn tunnels_hold_the_tcp_pool_to_the_proxys_fixed_buffers() {
         .expect("the host's own TCP was starved");
     println!("TCP memory before: {before} pages; {}", report.join("; "));
 }
+
+/// The byte cap: a tunnel that relays past `max_bytes` is closed, having
+/// carried no more than the cap (plus one read), and the next connection
+/// is refused; the control is the same relay under the default cap.
+#[test]
+fn the_byte_cap_closes_the_tunnel_and_refuses_the_next() {
+    // A target that sends without end.
+    let hose = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = hose.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in hose.incoming().flatten() {
+            std::thread::spawn(move || {
+                let chunk = vec![7u8; 1 << 16];
+                while c.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    let carried = |limits: EgressLimits, want: u64| -> u64 {
+        let (p, port) = proxy(&[&format!("localhost:{up}")], limits);
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        c.write_all(format!("CONNECT localhost:{up} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut got = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        while got < want {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n as u64,
+            }
+        }
+        let next = ask(port, &format!("CONNECT localhost:{up} HTTP/1.1\r\n\r\n"));
+        drop(p);
+        if limits.max_bytes < want {
+            assert!(next.starts_with("HTTP/1.1 503"), "after the cap: {next:?}");
+        }
+        got
+    };
+    let cap = 1 << 20;
+    let limited = carried(
+        EgressLimits {
+            max_bytes: cap,
+            ..EgressLimits::default()
+        },
+        8 << 20,
+    );
+    assert!(
+        limited <= cap + (1 << 16) + 64,
+        "the tunnel carried {limited} bytes past a {cap}-byte cap"
+    );
+    // Control: the same tunnel under the default cap carries 8 MiB.
+    let unlimited = carried(EgressLimits::default(), 8 << 20);
+    assert!(unlimited >= 8 << 20, "control: only {unlimited} bytes");
+}
+
+/// The head timeout: a connection that sends no request head is answered
+/// and closed once `head_timeout` has passed, not held for ever; the
+/// control is a head sent in time, which is served.
+#[test]
+fn a_connection_without_a_head_is_closed_at_the_head_timeout() {
+    let (up, _) = upstream();
+    let limits = EgressLimits {
+        head_timeout: std::time::Duration::from_millis(300),
+        ..EgressLimits::default()
+    };
+    let (p, port) = proxy(&[&format!("localhost:{up}")], limits);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    let r = c.read_to_end(&mut out);
+    let took = started.elapsed();
+    assert!(r.is_ok(), "the proxy held a silent connection: {r:?}");
+    assert!(
+        took >= limits.head_timeout && took < std::time::Duration::from_secs(10),
+        "closed after {took:?}, the timeout is {:?}",
+        limits.head_timeout
+    );
+    // Control: a head sent at once is served.
+    let served = ask(
+        port,
+        &format!("GET http://localhost:{up}/ HTTP/1.1\r\n\r\n"),
+    );
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    drop(p);
+}
