@@ -597,6 +597,19 @@ fn masks_hold_through_a_symlinked_home_and_linked_dirs() {
         plant(&d.join("real/home/.ssh/id_rsa"), SECRET, who);
         plant(&d.join("real/home/p/.env"), ENV_SECRET, who);
         plant(&d.join("lib/deep/.env"), ENV_SECRET, who);
+        // The control: a file beside each secret, through the same links,
+        // that no mask names: read, it shows each path resolves inside
+        // the grants, so a secret missing from the output was masked.
+        for (i, f) in [
+            "real/home/visible",
+            "real/home/p/visible",
+            "lib/deep/visible",
+        ]
+        .iter()
+        .enumerate()
+        {
+            plant(&d.join(f), &format!("visible-{i}"), who);
+        }
         std::os::unix::fs::symlink(d.join("real/home"), d.join("home")).unwrap();
         std::os::unix::fs::symlink(d.join("lib"), d.join("real/home/p/lib")).unwrap();
         let h = d.join("home");
@@ -610,7 +623,8 @@ fn masks_hold_through_a_symlinked_home_and_linked_dirs() {
             ),
         );
         let script = format!(
-            "cat {0}/.ssh/id_rsa; cat {0}/p/.env {0}/p/lib/deep/.env; ls -A {0}/.ssh; echo done",
+            "cat {0}/.ssh/id_rsa; cat {0}/p/.env {0}/p/lib/deep/.env; ls -A {0}/.ssh; \
+             cat {0}/visible {0}/p/visible {0}/p/lib/deep/visible; echo; echo done",
             h.display()
         );
         let out = run(cmd()
@@ -625,6 +639,10 @@ fn masks_hold_through_a_symlinked_home_and_linked_dirs() {
             "{who}: {stdout}"
         );
         assert!(stdout.ends_with("done\n"), "{who}: {stdout}");
+        assert!(
+            stdout.contains("visible-0visible-1visible-2"),
+            "{who}: the unmasked files beside the secrets were not read: {stdout}"
+        );
         // The host: what the masks covered is where it was.
         assert_eq!(
             std::fs::read_to_string(d.join("lib/deep/.env")).unwrap(),

@@ -172,6 +172,27 @@ fn each_way(attack: impl Fn(Way) -> Result<(), String>) {
 
 #[test]
 fn the_program_cannot_rewrite_the_callers_append_only_log() {
+    // The control: run directly on the log (no cordon), the program does
+    // rewrite it, so the check below can see a breach.
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = hostile(dir.path());
+        let log = dir.path().join("host.log");
+        std::fs::write(&log, "original line\n").unwrap();
+        let file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        let out = Command::new(&prog)
+            .arg("log")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .output()
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "program output\n",
+            "control: the program could not rewrite a log it holds directly: {}",
+            text(&out.stderr)
+        );
+    }
     each_way(|way| {
         let dir = tempfile::tempdir().unwrap();
         let prog = hostile(dir.path());
@@ -302,6 +323,25 @@ fn on_terminal(cmd: &mut Command, tty: &OwnedFd) {
 
 #[test]
 fn the_program_cannot_change_the_callers_terminal() {
+    // The control: run directly on a terminal (no cordon), the program
+    // does turn its echo off and change its mode.
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = hostile(dir.path());
+        let pty = open_pty();
+        let mode_before = mode(&pty.slave);
+        let mut cmd = Command::new(&prog);
+        cmd.arg("tty");
+        on_terminal(&mut cmd, &pty.slave);
+        let mut child = spawn(&mut cmd);
+        drop(cmd);
+        wait_bounded(&mut child, Duration::from_secs(60), "tty control");
+        let output = terminal_output(&pty.master);
+        assert!(
+            !echo_on(&pty.slave) && mode(&pty.slave) != mode_before,
+            "control: the program could not change a terminal it holds directly: {output}"
+        );
+    }
     each_way(|way| {
         let dir = tempfile::tempdir().unwrap();
         let prog = hostile(dir.path());
