@@ -47,16 +47,23 @@ fn set_int(s: &TcpStream, level: libc::c_int, opt: libc::c_int, value: libc::c_i
 /// are clamped to `net.core.rmem_max`/`wmem_max` (about 208 KiB by
 /// default, which would slow every download).
 pub(crate) fn fix(s: &TcpStream) {
-    // The kernel doubles what it is given (for its own bookkeeping).
+    // Linux doubles what it is given (for its own bookkeeping).
     let half = (SOCKET_BUFFER / 2) as libc::c_int;
-    for (forced, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        if !set_int(s, libc::SOL_SOCKET, forced, half) {
+    // The forced options and the stall timeout are Linux's; elsewhere the
+    // plain sizes only.
+    #[cfg(target_os = "linux")]
+    let options = [
+        (Some(libc::SO_RCVBUFFORCE), libc::SO_RCVBUF),
+        (Some(libc::SO_SNDBUFFORCE), libc::SO_SNDBUF),
+    ];
+    #[cfg(not(target_os = "linux"))]
+    let options = [(None, libc::SO_RCVBUF), (None, libc::SO_SNDBUF)];
+    for (forced, plain) in options {
+        if !forced.is_some_and(|f| set_int(s, libc::SOL_SOCKET, f, half)) {
             set_int(s, libc::SOL_SOCKET, plain, half);
         }
     }
+    #[cfg(target_os = "linux")]
     set_int(
         s,
         libc::IPPROTO_TCP,

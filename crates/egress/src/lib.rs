@@ -71,7 +71,7 @@ mod request;
 
 pub use address::{address_class, is_public_ip};
 pub use allowlist::{Access, Advice, Allowlist, Refusal};
-pub use buffers::SOCKET_BUFFER;
+pub use buffers::{SOCKET_BUFFER, STALL_TIMEOUT_MS};
 pub use pattern::{HostPattern, HostPatternError, IpRange, IpRangeError, Scheme, TargetHost};
 pub use proxy::{EgressLimits, EgressProxy, EgressStats, RefusalObserver, RefusedRequest};
 

@@ -11,7 +11,9 @@ use std::path::Path;
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode};
 
-use super::{check_name, entry, euid, split, DIR, HELD_DIRS, STEP};
+#[cfg(target_os = "linux")]
+use super::STEP;
+use super::{check_name, entry, euid, split, DIR, HELD_DIRS};
 
 /// How much one removal may do: at most `entries` names unlinked or moved
 /// (`u64::MAX`: no bound). A sweep of others' leftovers bounds its work
