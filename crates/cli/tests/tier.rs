@@ -222,3 +222,54 @@ fn a_planted_deep_dead_scratch_neither_aborts_cordon_nor_stays() {
         assert!(gone, "{who}: the dead scratch was never swept");
     }
 }
+
+/// The reports in the Linux backend's cache file under `cache`, each as
+/// its key's `host_confinement`.
+fn cached_confinements(cache: &std::path::Path) -> Vec<serde_json::Value> {
+    let file = cache.join("cordon").join("conformance-linux.json");
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("no report cached at {}: {e}", file.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entries: {text}"))
+        .iter()
+        .map(|e| e["key"]["host_confinement"].clone())
+        .collect()
+}
+
+#[test]
+fn a_report_cached_on_the_plain_host_is_not_reused_under_a_container_filter() {
+    // The same tier both times, so only the outer confinement differs:
+    // a report made where nothing filtered the host says nothing about
+    // which checks still tell a sandbox from none under a filter.
+    let cache = tempfile::tempdir().unwrap();
+    let args = ["run", "--tier", "landlock", "--", "sh", "-c", "echo ran"];
+    let ran = |out: std::process::Output| {
+        assert_eq!(text(&out.stdout), "ran\n", "{}", text(&out.stderr));
+    };
+    ran(run(cordon(cache.path()).env("PATH", PATH).args(args)));
+    let file = cache.path().join("cordon").join("conformance-linux.json");
+    let stored = std::fs::read(&file).unwrap();
+    assert_eq!(cached_confinements(cache.path()).len(), 1);
+    // Control: on the same host the report is reused, the file untouched
+    // (a gate that reran would store its new report).
+    ran(run(cordon(cache.path()).env("PATH", PATH).args(args)));
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        stored,
+        "a hit rewrote the cache"
+    );
+
+    ran(run(in_container(cordon(cache.path()).args(args))));
+    let confinements = cached_confinements(cache.path());
+    assert_eq!(
+        confinements.len(),
+        2,
+        "the plain host's report was reused under the container filter: {confinements:?}"
+    );
+    assert_ne!(
+        confinements[0]["seccomp_filters"], confinements[1]["seccomp_filters"],
+        "the new report is not the filtered host's: {confinements:?}"
+    );
+}

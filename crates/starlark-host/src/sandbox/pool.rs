@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use cordon_core::{ChildSpec, RunningChild, Scratch};
+use cordon_core::{ChildSpec, ExitOutcome, RunningChild, Scratch};
 use tokio::process::{ChildStdin, ChildStdout};
 
 use super::failure::describe_failure;
@@ -260,16 +260,33 @@ impl Inner {
         let conn = match handshake {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
-                child.kill();
-                let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                // A worker that closed its pipe is exiting: how it ended
+                // (its exit code, a signal) says more than the closed
+                // pipe, so it gets a moment to end by itself first.
+                let ended = match tokio::time::timeout(Duration::from_millis(500), child.wait())
+                    .await
+                {
+                    Ok(r) => r.ok(),
+                    Err(_) => {
+                        child.kill();
+                        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                        None
+                    }
+                };
                 self.retired.fetch_add(1, Ordering::Relaxed);
                 let tail = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
                 if !tail.trim().is_empty() {
                     tracing::warn!(package, stderr = %tail.trim_end(), "Starlark worker failed its handshake");
                 }
+                let how = match ended {
+                    Some(ExitOutcome::Exited(code)) => format!("; it exited with code {code}"),
+                    Some(ExitOutcome::Signaled(sig)) => format!("; it was killed by signal {sig}"),
+                    Some(other) => format!("; it ended: {other:?}"),
+                    None => String::new(),
+                };
                 return Err(StarlarkHostError::Worker {
                     package: package.to_owned(),
-                    message: format!("did not start: {e}"),
+                    message: format!("did not start: {e}{how}"),
                 });
             }
             Err(_) => {

@@ -354,6 +354,70 @@ async fn worker_runs_as_nobody_with_no_files_and_no_network() {
     e.sandboxed.shutdown().await;
 }
 
+/// The attempts of `cordon-star-test-worker --try-reach`, by exit code:
+/// 64 plus 1 for a read, 2 for a connection, 4 for a created file.
+const REACHED_NOTHING: i32 = 64;
+const REACHED_ALL: i32 = REACHED_NOTHING | 1 | 2 | 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_reaches_no_host_file_and_no_host_socket() {
+    // Starlark has no file or socket API, so the test worker program
+    // tries instead, started exactly as the pool starts a worker: it reads
+    // a world-readable file, connects to a listener on the host's
+    // loopback and creates a file in a world-writable dir.
+    use std::os::unix::fs::PermissionsExt;
+    let _g = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode(tmp.path(), 0o755);
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "not for the worker").unwrap();
+    mode(&secret, 0o644);
+    let drop_dir = tmp.path().join("drop");
+    std::fs::create_dir(&drop_dir).unwrap();
+    mode(&drop_dir, 0o777);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let try_args: Vec<std::ffi::OsString> = vec![
+        "--try-reach".into(),
+        secret.clone().into(),
+        listener.local_addr().unwrap().to_string().into(),
+        drop_dir.clone().into(),
+    ];
+    let made = || std::fs::read_dir(&drop_dir).unwrap().count();
+
+    // Control: unconfined, every attempt works, so the checks below can
+    // see one that does.
+    let status = std::process::Command::new(WORKER)
+        .args(&try_args)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(REACHED_ALL), "the unconfined control");
+    assert!(listener.accept().is_ok(), "the control's connection");
+    assert_eq!(made(), 1, "the control's file");
+    std::fs::remove_dir_all(&drop_dir).unwrap();
+    std::fs::create_dir(&drop_dir).unwrap();
+    mode(&drop_dir, 0o777);
+
+    let mut config = worker_config();
+    config.program.args.splice(0..0, try_args);
+    let e = env_with(EvalLimits::default(), config);
+    let pkg = package("reach", &[], &[], "def f():\n    return 1\n");
+    let err = e.call(&pkg, "f").await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("exited with code {REACHED_NOTHING};")),
+        "the worker reached something (exit code 64 + 1 read, 2 connected, 4 wrote): {err}"
+    );
+    assert!(
+        matches!(listener.accept(), Err(ref x) if x.kind() == std::io::ErrorKind::WouldBlock),
+        "a worker connected to the host's listener"
+    );
+    assert_eq!(made(), 0, "a worker created a file on the host");
+    e.sandboxed.shutdown().await;
+}
+
 /// The descendant of `root` whose argv has `--instance` (the worker
 /// program under the sandbox's monitor and init).
 fn program_under(root: u32) -> u32 {
