@@ -841,3 +841,7 @@ fn a_connection_without_a_head_is_closed_at_the_head_timeout() {
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
     drop(p);
 }
+
+// What the proxy does with a name's answer, through the real resolver.
+#[cfg(target_os = "linux")]
+mod resolver;
