@@ -355,6 +355,6 @@ fn confine(
 }
 
 /// The launch path with a stand-in launcher (uses `/proc`, so Linux only;
-/// macOS runs the real `sandbox-exec` in `tests/backend.rs`).
+/// macOS runs the real `sandbox-exec` in `tests/profile/backend.rs`).
 #[cfg(all(test, target_os = "linux"))]
 mod tests;

@@ -1,5 +1,5 @@
 //! The profile generator's unit tests (escaping; the golden profiles are
-//! in `tests/profile.rs`).
+//! in `tests/profile/main.rs`).
 
 use super::*;
 

@@ -4,6 +4,10 @@
 //! Regenerate the golden files with
 //! `UPDATE_GOLDEN=1 cargo test -p cordon-backend-macos --test profile`.
 
+// The backend's own tests (availability, and on macOS the real
+// `sandbox-exec`): one test binary for the crate.
+mod backend;
+
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::OsStringExt;

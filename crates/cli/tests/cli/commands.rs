@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-mod common;
-use common::{
+use crate::common;
+use crate::common::{
     assert_no_process_with_arg, cordon, run, sleep_token, text, unprivileged,
     wait_for_process_with_arg,
 };

@@ -3,15 +3,14 @@
 //! as uid 65534. Servers the tests start on the host record what arrived,
 //! so "it failed" is checked where it counts: nothing reached them.
 
-mod common;
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::http::{git_repo, HostServer, GREETING};
-use common::{cordon, run, text, unprivileged};
+use crate::common::http::{git_repo, HostServer, GREETING};
+use crate::common::{cordon, run, text, unprivileged};
 
 /// A TCP listener on every address of the host and a UDP socket on
 /// 127.0.0.1, counting what reaches them: the victims of the bypasses.

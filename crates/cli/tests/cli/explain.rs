@@ -11,10 +11,8 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 
-mod common;
-use common::{cordon, run, spawn, text, unprivileged};
-#[path = "../../backend-linux/tests/common/container_filter.rs"]
-mod container_filter;
+use crate::common::{cordon, run, spawn, text, unprivileged};
+use crate::container_filter;
 
 const PY: &str = "/usr/bin/python3";
 

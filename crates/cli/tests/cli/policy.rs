@@ -3,14 +3,13 @@
 //! their masks hold against a hostile program that has `$HOME` granted,
 //! and bad files are refused with the line before anything runs.
 
-mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::http::{git_repo, HostServer};
-use common::{cordon, run, text, unprivileged};
+use crate::common::http::{git_repo, HostServer};
+use crate::common::{cordon, run, text, unprivileged};
 
 const SECRET: &str = "BEGIN-PRIVATE-KEY-not-for-the-sandbox";
 const ENV_SECRET: &str = "TOKEN=env-file-secret";

@@ -14,10 +14,8 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
-use common::{cordon, run, text, unprivileged};
-#[path = "../../backend-linux/tests/common/container_filter.rs"]
-mod container_filter;
+use crate::common::{cordon, run, text, unprivileged};
+use crate::container_filter;
 
 /// PATH for the runs: the system's, not a developer's shims.
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";

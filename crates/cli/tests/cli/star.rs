@@ -4,18 +4,13 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 
-mod common;
-use common::{cordon, readable_copy, run, run_unread, run_unread_limited, text, unprivileged};
+use crate::common;
+use crate::common::{cordon, readable_copy, run, run_unread, run_unread_limited, text, unprivileged};
 
-#[path = "star/grants.rs"]
 mod grants;
-#[path = "star/hostile.rs"]
 mod hostile;
-#[path = "star/operator.rs"]
 mod operator;
-#[path = "star/postgres.rs"]
 mod postgres;
-#[path = "star/store.rs"]
 mod store;
 
 fn examples() -> std::path::PathBuf {

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-mod common;
-use common::{cordon, spawn, text, unprivileged};
+use crate::common;
+use crate::common::{cordon, spawn, text, unprivileged};
 
 /// A hostile program, in C so that it runs unchanged inside the sandbox
 /// (the system library dirs are readable there; an interpreter's modules

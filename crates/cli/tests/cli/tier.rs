@@ -7,10 +7,9 @@
 
 use std::process::Command;
 
-mod common;
-use common::{cordon, run, text};
-#[path = "../../backend-linux/tests/common/container_filter.rs"]
-mod container_filter;
+use crate::common;
+use crate::common::{cordon, run, text};
+use crate::container_filter;
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 

@@ -3,9 +3,8 @@
 //! confinement at all, and one that runs the same proxy on the host but
 //! gives the program no network of its own (so the program can go around
 //! it).
-#![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

@@ -4,7 +4,6 @@
 //! SIGKILLs; the control run is the probe binary's `P6-tree` mode (a child
 //! that forks a grandchild which calls `setsid()`; both wait forever), found
 //! by a token of this test's own.
-#![cfg(target_os = "linux")]
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};

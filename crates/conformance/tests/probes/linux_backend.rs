@@ -5,9 +5,8 @@
 //! all its layers it conforms, holding its limits sandbox-wide where it
 //! claims to; and a backend that claims sandbox-wide limits with only
 //! per-process ones underneath fails P6's sandbox-wide checks.
-#![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use cordon_core::ChildCommand;
 use std::collections::BTreeMap;

@@ -4,9 +4,8 @@
 //! missing or how the child ended. The child here is a forgery: a backend
 //! whose hook executes a shell script in the probe child's place (with the
 //! child's own arguments, token included, so the host finds it).
-#![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use std::ffi::CString;
 use std::sync::Arc;

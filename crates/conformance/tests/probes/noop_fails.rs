@@ -8,7 +8,7 @@
 //! a backend with a PID namespace has) changes none of it: the host finds
 //! the program by its token, never by the spawned pid.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,4 +1,11 @@
-//! Hygiene and runner selection, with real processes.
+//! Hygiene and runner selection, with real processes; policy files
+//! loaded from real files (`policy_load`) and the sweep of a killed
+//! host's scratch (`scratch_sweep`). One binary for the three (the
+//! relay's tests, which count this process's threads and fds, keep
+//! binaries of their own).
+
+mod policy_load;
+mod scratch_sweep;
 
 use cordon_core::ChildCommand;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! A discarded scratch dir that a killed host left behind is removed by
 //! the next host's first fresh scratch in the same base; nothing else in
-//! the base is touched. (Its own test binary: the sweep runs once per
-//! process and base.)
+//! the base is touched. (The sweep runs once per process and base: the
+//! base is this test's own temp dir.)
 
 use std::os::unix::fs::PermissionsExt;
 

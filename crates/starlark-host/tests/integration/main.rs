@@ -11,6 +11,9 @@ mod http;
 mod limits;
 mod provider;
 mod server;
+mod store;
+mod store_integrity;
+mod store_suite;
 #[path = "../common/tiered.rs"]
 mod tiered;
 

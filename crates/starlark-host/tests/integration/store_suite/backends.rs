@@ -104,11 +104,11 @@ macro_rules! on_both_backends {
             mod $name {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    super::scenarios::$name($crate::backends::Db::sqlite()).await
+                    super::scenarios::$name($crate::store_suite::backends::Db::sqlite()).await
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    super::scenarios::$name($crate::backends::Db::pg()).await
+                    super::scenarios::$name($crate::store_suite::backends::Db::pg()).await
                 }
             }
         )*

@@ -5,6 +5,7 @@
 //! shared by several hosts has to show.
 #![cfg(feature = "postgres")]
 
+#[macro_use]
 mod backends;
 mod postgres;
 mod scenarios;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use cordon_starlark::*;
 
-use crate::backends::Db;
+use crate::store_suite::backends::Db;
 
 fn package(id: &str, network: &[&str], src: &str) -> Package {
     let mut m = Manifest::minimal(id, "main.star");
