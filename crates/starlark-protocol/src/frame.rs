@@ -295,6 +295,9 @@ pub fn negotiate(hello: &Message, expected_instance: &str) -> Result<u32, Protoc
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

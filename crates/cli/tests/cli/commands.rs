@@ -11,7 +11,7 @@ use crate::common::{
 
 #[test]
 fn run_echo_ok_and_exit_codes() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let out = run(cordon(cache.path()).args(["run", "--", "/bin/sh", "-c", "echo ok"]));
     assert_eq!(text(&out.stdout), "ok\n", "stderr: {}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(0));
@@ -29,7 +29,7 @@ fn run_echo_ok_and_exit_codes() {
 
 #[test]
 fn writing_outside_scratch_is_denied() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let outside = std::env::temp_dir().join(format!("cordon-cli-outside-{}", std::process::id()));
     let script = format!(
         "echo inside > here && cat here && echo x > {}",
@@ -47,7 +47,7 @@ fn writing_outside_scratch_is_denied() {
 
 #[test]
 fn timeout_kills_child_and_grandchild() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let token = sleep_token();
     let mut child = common::spawn(cordon(cache.path()).args([
         "run",
@@ -257,7 +257,7 @@ fn stopping_cordon_during_the_gate_leaves_no_control_process(signals: &[i32]) {
 
 #[test]
 fn bad_flags_are_usage_errors() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let out = run(cordon(cache.path()).args(["run", "--pids", "many", "--", "true"]));
     assert_eq!(out.status.code(), Some(125));
     assert!(
@@ -289,7 +289,7 @@ fn bad_flags_are_usage_errors() {
 
 #[test]
 fn unavailable_backend_refuses_with_report_and_trusted_says_so() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let marker = std::env::temp_dir().join(format!("cordon-cli-ran-{}", std::process::id()));
     let script = format!("touch {}", marker.display());
     let out = run(cordon(cache.path()).args([
@@ -435,7 +435,7 @@ fn unprivileged_uid_conforms_and_runs() {
 
 #[test]
 fn sigterm_of_cordon_kills_the_whole_tree() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let token = sleep_token();
     let mut child = common::spawn(
         cordon(cache.path())
@@ -456,7 +456,7 @@ fn sigterm_of_cordon_kills_the_whole_tree() {
 #[test]
 fn a_scratch_dir_of_the_caller_is_writable_and_stays_the_callers() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let scratch = tempfile::tempdir().unwrap();
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(scratch.path().join("input"), "in\n").unwrap();
@@ -497,7 +497,7 @@ fn a_scratch_dir_of_the_caller_is_writable_and_stays_the_callers() {
 fn a_scratch_dir_the_sandbox_uid_cannot_write_is_pointed_out() {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let scratch = tempfile::tempdir().unwrap();
     if root {
         std::os::unix::fs::chown(scratch.path(), Some(1234), Some(1234)).unwrap();
@@ -540,7 +540,7 @@ fn limits_hold_for_the_sandbox_or_cordon_refuses() {
     for (who, make) in [("root", false), ("65534", true)] {
         let sub = dir.path().join(who);
         std::fs::create_dir_all(&sub).unwrap();
-        let cache = tempfile::tempdir().unwrap();
+        let cache = crate::common::shared_cache();
         let cmd = || {
             if make {
                 unprivileged(&sub)
@@ -659,7 +659,7 @@ fn a_writable_grant_holding_a_setuid_file_is_refused_as_root() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let helper = dir.path().join("sub/helper");

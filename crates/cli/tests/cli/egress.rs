@@ -3,7 +3,6 @@
 //! as uid 65534. Servers the tests start on the host record what arrived,
 //! so "it failed" is checked where it counts: nothing reached them.
 
-
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -165,7 +164,7 @@ print(json.dumps(out))
 fn as_each_uid(dir: &Path, mut check: impl FnMut(&str, &mut dyn FnMut() -> std::process::Command)) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     check("root", &mut || cordon(cache.path()));
     let sub = dir.join("65534");
     check("65534", &mut || unprivileged(&sub));
@@ -245,7 +244,7 @@ fn the_listed_host_is_reachable_and_every_bypass_fails() {
 
     // The control: the same program without the sandbox gets through, so
     // the checks above can fail.
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let out = run(cordon(cache.path())
         .args(["run", "--trusted", "--", "/usr/bin/python3", "-c", HOSTILE])
         .arg(server.port.to_string())
@@ -367,7 +366,7 @@ fn a_private_name_is_reached_inside_the_range_allowed_for_it() {
 
 #[test]
 fn bad_allow_host_flags_are_usage_errors() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     for bad in ["ftp://a.com", "a.com:0", "*", "a b", "10.0.0.0/8"] {
         let out = run(cordon(cache.path()).args(["run", "--allow-host", bad, "--", "true"]));
         assert_eq!(out.status.code(), Some(125), "{bad}: {}", text(&out.stderr));
@@ -415,7 +414,7 @@ fn bad_allow_host_flags_are_usage_errors() {
 fn verbose_run_reports_what_the_proxy_did() {
     let dir = tempfile::tempdir().unwrap();
     let server = HostServer::start(dir.path().to_path_buf());
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let out = run(cordon(cache.path())
         .args(["-v", "run", "--allow-host"])
         .arg(format!("localhost:{}", server.port))

@@ -3,7 +3,6 @@
 //! their masks hold against a hostile program that has `$HOME` granted,
 //! and bad files are refused with the line before anything runs.
 
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,7 +33,7 @@ fn examples(dir: &Path) -> PathBuf {
 /// `unprivileged`). `check` gets who, the HOME, and a command maker.
 fn as_each_uid(dir: &Path, mut check: impl FnMut(&str, &Path, &mut dyn FnMut() -> Command)) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let home = dir.join("root-home");
     std::fs::create_dir_all(&home).unwrap();
     check("root", &home, &mut || {
@@ -280,7 +279,7 @@ fn file(dir: &Path, name: &str, body: &str) -> PathBuf {
 fn bad_files_give_one_error_with_the_line_and_nothing_runs() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let cases = [
         (
             "unknown.toml",
@@ -405,7 +404,7 @@ fn policy_check_answers_for_granted_masked_and_ungranted_paths() {
             h.display()
         ),
     );
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let check = |path: &Path, flag: Option<&str>| {
         let mut c = cordon(cache.path());
         c.args(["policy", "check"]).arg(&p).arg(path);
@@ -460,7 +459,7 @@ fn tier_landlock_refuses_a_policy_with_masks_and_runs_nothing() {
         ),
     );
     let marker = d.join("ran");
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let out = run(cordon(cache.path())
         .arg("run")
         .arg("--policy")
@@ -478,7 +477,7 @@ fn tier_landlock_refuses_a_policy_with_masks_and_runs_nothing() {
 
 /// `cordon run --policy policy -- /bin/sh -c script`, as the test's uid.
 fn sh_under(policy: &Path, script: String) -> std::process::Output {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     run(cordon(cache.path())
         .arg("run")
         .arg("--policy")

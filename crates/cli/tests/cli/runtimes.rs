@@ -230,7 +230,7 @@ fn hello_worlds(who: &str, host: Host, mut cmd: impl FnMut() -> Command) {
 
 #[test]
 fn common_runtimes_run_with_default_flags_as_the_caller() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     hello_worlds("the caller", Host::AsItIs, || cordon(cache.path()));
 }
 
@@ -247,7 +247,7 @@ fn common_runtimes_run_with_default_flags_as_uid_65534() {
 
 #[test]
 fn common_runtimes_run_in_a_container_as_the_caller() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
     hello_worlds(
@@ -274,7 +274,7 @@ fn common_runtimes_run_in_a_container_as_uid_65534() {
 #[test]
 fn a_denied_path_is_named_with_the_flag_that_grants_it() {
     use std::os::unix::fs::PermissionsExt;
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let f = dir.path().join("data.txt");
@@ -315,7 +315,7 @@ fn a_shim_the_sandbox_uid_cannot_reach_is_explained() {
     use std::os::unix::fs::PermissionsExt;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let home = tempfile::tempdir().unwrap();
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let shims = home.path().join("shims");

@@ -5,7 +5,9 @@ use std::net::TcpListener;
 use std::path::Path;
 
 use crate::common;
-use crate::common::{cordon, readable_copy, run, run_unread, run_unread_limited, text, unprivileged};
+use crate::common::{
+    cordon, readable_copy, run, run_unread, run_unread_limited, text, unprivileged,
+};
 
 mod grants;
 mod hostile;
@@ -48,7 +50,7 @@ fn serve(body: &'static str) -> (u16, std::sync::mpsc::Receiver<String>) {
 
 #[test]
 fn in_process_single_file_prints_result() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let single = examples().join("single.star");
     let out = run(cordon(cache.path())
         .args([
@@ -71,7 +73,7 @@ fn in_process_single_file_prints_result() {
 }
 
 fn exit_codes(isolation: &str) {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let p = script(
         dir.path(),
@@ -144,7 +146,7 @@ fn sandboxed_exit_codes() {
 }
 
 fn hello(isolation: &str) {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let (port, seen) = serve(r#"{"greeting": "hi from the server"}"#);
     let base = format!("http://127.0.0.1:{port}");
     // The manifest allows 127.0.0.1:8080; copy the package and point it at our port.
@@ -295,7 +297,7 @@ fn unprivileged_uid_survives_scripts_that_abort_an_interpreter() {
 /// itself never aborts, and nothing grows past the worker's 512 MiB.
 #[test]
 fn process_isolation_survives_what_kills_an_interpreter() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let bombs = [
         (
@@ -365,7 +367,7 @@ fn process_isolation_survives_what_kills_an_interpreter() {
 /// nor the key.
 #[test]
 fn the_store_commands_install_grant_set_run_and_revoke() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let home = tempfile::tempdir().unwrap();
     let (port, _seen) = serve(
         r#"{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"pong"},"finish_reason":"stop"}]}"#,
@@ -561,7 +563,7 @@ fn the_store_commands_install_grant_set_run_and_revoke() {
 /// hold under the limit).
 #[test]
 fn in_process_size_checks_refuse_what_would_take_cordon_down() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let bombs = [
         ("list", "return len([0] * 1000000000)"),
@@ -629,7 +631,7 @@ fn in_process_size_checks_refuse_what_would_take_cordon_down() {
 /// appended to a file, or a POST to a webhook (a server on 127.0.0.1).
 #[test]
 fn notifications_go_to_a_file_or_a_webhook() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("pkg");
     std::fs::create_dir(&p).unwrap();

@@ -19,6 +19,42 @@ pub fn cordon(cache: &Path) -> Command {
     c
 }
 
+/// One report cache per uid for the tests that are not about the cache
+/// (private to that uid, as cordon requires), under cargo's temp dir for
+/// tests: the gate runs once per uid, tier, outer confinement and build
+/// of cordon, not once per test. (Tests about the cache, the gate's own
+/// output or what a killed gate leaves make a cache dir of their own.)
+pub fn shared_cache_dir(uid: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    // Made whole before any test uses it: a dir not yet private would
+    // have cordon refuse the cache (and say so on stderr).
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _made = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let top = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cordon-conformance-cache");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = top.join(uid.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).unwrap();
+    dir
+}
+
+/// [`shared_cache_dir`] of this test process's uid.
+pub fn shared_cache() -> SharedCache {
+    // SAFETY: geteuid cannot fail.
+    SharedCache(shared_cache_dir(unsafe { libc::geteuid() }))
+}
+
+/// A cache dir that outlives the test (see [`shared_cache_dir`]).
+pub struct SharedCache(PathBuf);
+
+impl SharedCache {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

@@ -112,7 +112,7 @@ fn a_notification_flood_with_nobody_reading_stderr_is_bounded() {
 /// notification is delivered.
 #[test]
 fn the_notification_budget_is_a_limit_error_and_what_fits_is_delivered() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let p = package_dir(
         dir.path(),
@@ -166,7 +166,7 @@ fn the_notification_budget_is_a_limit_error_and_what_fits_is_delivered() {
 /// (`--secret K`) or a file (`--secret-file K=PATH`).
 #[test]
 fn secrets_never_come_from_argv() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let p = package_dir(
         dir.path(),
@@ -228,7 +228,7 @@ fn secrets_never_come_from_argv() {
 /// nothing is reported as an internal error.
 #[test]
 fn in_process_builders_are_size_checked() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let bombs = [
         ("str-plus", "s = 'x' * 1000000\n    for i in range(40):\n        s = s + s\n    return len(s)"),
@@ -293,7 +293,7 @@ fn in_process_builders_are_size_checked() {
 /// What the checks allow still works exactly as the interpreter's own.
 #[test]
 fn in_process_builders_within_the_limit_work_as_before() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let body = "s = 'ab' + 'cd'\n    l = [1] + [2]\n    l += [3]\n    l.extend([4])\n    t = (1,) + (2,)\n    \
                 s += 'e'\n    n = 3\n    n += 4\n    m = [0]\n    m *= 3\n    \
@@ -345,7 +345,7 @@ fn in_process_builders_within_the_limit_work_as_before() {
 /// link names is untouched.
 #[test]
 fn a_notify_file_that_is_a_symlink_is_refused() {
-    let cache = tempfile::tempdir().unwrap();
+    let cache = crate::common::shared_cache();
     let dir = tempfile::tempdir().unwrap();
     let victim = dir.path().join("victim");
     std::fs::write(&victim, "the host's own file\n").unwrap();

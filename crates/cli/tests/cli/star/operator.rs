@@ -25,21 +25,11 @@ pub struct Operator {
     cache: PathBuf,
 }
 
-/// One conformance cache per uid for every operator of these tests
-/// (private to that uid, as cordon requires), under cargo's temp dir for
-/// tests: the probes run once per uid and build of cordon, not per test.
+/// The shared cache of `who`'s uid (see `common::shared_cache_dir`).
 fn shared_cache(who: Who) -> PathBuf {
-    let top = Path::new(env!("CARGO_TARGET_TMPDIR")).join("star-conformance-cache");
-    static MADE: std::sync::Once = std::sync::Once::new();
-    MADE.call_once(|| {
-        std::fs::create_dir_all(&top).unwrap();
-        dir_of(&top, 0o755, 0);
-        dir_of(&top.join("root"), 0o700, 0);
-        dir_of(&top.join("nobody"), 0o700, 65534);
-    });
-    top.join(match who {
-        Who::Root => "root",
-        Who::Nobody => "nobody",
+    super::common::shared_cache_dir(match who {
+        Who::Root => 0,
+        Who::Nobody => 65534,
     })
 }
 

@@ -1,6 +1,6 @@
 //! Round-trip and robustness properties of the frame codec.
 
-use cordon_starlark_protocol::frame::*;
+use super::*;
 use proptest::prelude::*;
 
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
