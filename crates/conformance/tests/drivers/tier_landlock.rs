@@ -14,31 +14,21 @@
 //! copy of this binary (readable by uid 65534) under it, as root and, when
 //! run as root, as uid 65534 too; the inner run prints every check.
 
-#[cfg(target_os = "linux")]
-mod common;
-#[cfg(target_os = "linux")]
-#[path = "../../backend-linux/tests/common/container_filter.rs"]
-mod container_filter;
-// libtest's arguments (filters, `--list`, `--skip`), read the way the
-// backend's drivers read them.
-#[cfg(target_os = "linux")]
-#[path = "../../backend-linux/tests/common/driver.rs"]
-#[allow(dead_code)]
-mod driver;
+use crate::{common, container_filter};
 
-#[cfg(not(target_os = "linux"))]
-fn main() {}
+/// The test's name, as libtest would print it.
+pub const NAME: &str = "under_a_container_filter_tier_landlock_is_chosen_and_certified";
 
-#[cfg(target_os = "linux")]
-fn main() {
+/// In the re-executed copy: runs the inner side and exits.
+pub fn inner_or_return() {
     if let Some(case) = std::env::var_os(linux::INNER) {
         std::process::exit(linux::inner(&case.to_string_lossy()));
     }
-    const NAME: &str = "under_a_container_filter_tier_landlock_is_chosen_and_certified";
-    driver::Selection::from_env().chosen_or_exit(&[NAME]);
-    println!("running 1 test");
+}
+
+/// The test.
+pub fn run() {
     linux::outer();
-    println!("test {NAME} ... ok");
 }
 
 #[cfg(target_os = "linux")]

@@ -18,28 +18,21 @@
 //! `harness = false`: a plain `main` that tells the outer and inner runs
 //! apart by an environment variable.
 
-#[cfg(target_os = "linux")]
-mod common;
-// libtest's arguments (filters, `--list`, `--skip`), read the way the
-// backend's drivers read them.
-#[cfg(target_os = "linux")]
-#[path = "../../backend-linux/tests/common/driver.rs"]
-#[allow(dead_code)]
-mod driver;
+use crate::common;
 
-#[cfg(not(target_os = "linux"))]
-fn main() {}
+/// The test's name, as libtest would print it.
+pub const NAME: &str = "verdicts_do_not_depend_on_uid_home_or_cwd";
 
-#[cfg(target_os = "linux")]
-fn main() {
+/// In the re-executed copy: runs the inner side and exits.
+pub fn inner_or_return() {
     if std::env::var_os(linux::INNER).is_some() {
         std::process::exit(linux::inner());
     }
-    const NAME: &str = "verdicts_do_not_depend_on_uid_home_or_cwd";
-    driver::Selection::from_env().chosen_or_exit(&[NAME]);
-    println!("running 1 test");
+}
+
+/// The test.
+pub fn run() {
     linux::outer();
-    println!("test {NAME} ... ok");
 }
 
 #[cfg(target_os = "linux")]
