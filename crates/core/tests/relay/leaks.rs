@@ -1,7 +1,5 @@
 //! 200 children in `StdioMode::Relay` (and some piped) leave no thread and
 //! no fd behind in the host process.
-//!
-//! Alone in its test binary: the counts are of this whole process.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -58,8 +56,7 @@ async fn one_round(runner: &TrustedProcessRunner, i: usize) {
     }
 }
 
-#[tokio::test]
-async fn two_hundred_relayed_children_leak_no_thread_and_no_fd() {
+pub async fn two_hundred_relayed_children_leak_no_thread_and_no_fd() {
     // This process's stdin: a pipe that never ends and never has data, so
     // every stdin relay must be stopped by its child ending. stdout and
     // stderr: two files, so each child gets three relay threads.

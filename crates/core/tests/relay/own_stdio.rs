@@ -1,8 +1,5 @@
 //! `StdioMode::Relay` against this test process's own fds 0, 1, 2, which
 //! the test swaps for pipes and files it controls.
-//!
-//! One test function on purpose: the harness writes its progress lines to
-//! fd 1, so nothing else may run in this process while fd 1 is swapped.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Seek, Write};
@@ -204,8 +201,7 @@ fn file_text(f: &mut std::fs::File) -> String {
     s
 }
 
-#[tokio::test]
-async fn relay_through_the_hosts_own_stdio() {
+pub async fn relay_through_the_hosts_own_stdio() {
     let runner = TrustedProcessRunner::default();
     let (stdin_r, mut stdin_w) = pipe();
     let mut out = tempfile::tempfile().unwrap();
