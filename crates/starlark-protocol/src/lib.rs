@@ -19,6 +19,25 @@
 //! * `limits`: [`EvalLimits`] (with [`HttpLimits`] and
 //!   [`NotificationLimits`], which the host's broker enforces) and
 //!   [`LimitKind`], which limit stopped an evaluation.
+//!
+//! A worker's first frame, as the host reads it off the pipe and checks
+//! it (an instance id that is not the one the host gave is refused):
+//!
+//! ```
+//! use cordon_starlark_protocol::frame::*;
+//!
+//! let hello = Message::Hello {
+//!     protocol_min: PROTOCOL_VERSION,
+//!     protocol_max: PROTOCOL_VERSION,
+//!     worker: "example/0.1".into(),
+//!     instance_id: "i-42".into(),
+//! };
+//! let mut pipe = Vec::new();
+//! write_message(&mut pipe, &hello, DEFAULT_MAX_FRAME).unwrap();
+//! let read = read_message(&mut pipe.as_slice(), DEFAULT_MAX_FRAME).unwrap();
+//! assert_eq!(negotiate(&read, "i-42").unwrap(), PROTOCOL_VERSION);
+//! assert!(negotiate(&read, "i-43").is_err());
+//! ```
 
 #![deny(missing_docs)]
 
