@@ -175,6 +175,13 @@ fn scenarios() -> Vec<Scenario> {
         s!(aio_pool_stays_the_hosts, true),
         s!(filled_pools_leave_the_host_its_share, true),
         s!(a_grant_reaching_huge_pages_is_refused, false),
+        s!(
+            a_filesystem_without_idmapped_mounts_is_refused,
+            false,
+            plain_only: "idmapped mounts are a step of tier namespaces only: tier landlock on a \
+                         root host refuses every host dir that outlives the sandbox before it \
+                         looks at its filesystem (grants_read_only_and_read_write checks that)"
+        ),
     ]
 }
 

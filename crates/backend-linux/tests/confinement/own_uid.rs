@@ -14,7 +14,7 @@ use cordon_backend_linux::Layers;
 pub(super) const HELPER: &str = "own_uid_helper";
 
 /// A backend with every layer but `switch` turned off by `off`.
-fn without(off: impl FnOnce(&mut Layers)) -> Spawner {
+pub(super) fn without(off: impl FnOnce(&mut Layers)) -> Spawner {
     let mut layers = Layers::ALL;
     off(&mut layers);
     Spawner::confined(Arc::new(LinuxBackend::with_layers(layers)), config())
@@ -691,4 +691,194 @@ pub(super) fn a_stopped_setup_is_killed_and_fails() -> Outcome {
     ensure(children.is_empty(), || {
         format!("processes of the launch are left: {children:?}")
     })
+}
+
+/// A filesystem the scenario mounted on a dir of its own: unmounted when
+/// dropped (detached, so nothing still in it keeps it), whatever the
+/// scenario found.
+struct OwnMount(std::ffi::CString);
+
+impl OwnMount {
+    /// Mounts a new `fstype` (`ramfs`, `tmpfs`: no device) on `dir`, its
+    /// root mode 0777, so that what a sandbox could write there is
+    /// decided by the backend, not by the mode.
+    fn new(fstype: &std::ffi::CStr, dir: &Path) -> Result<OwnMount, String> {
+        std::fs::create_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mounting a new filesystem on the test's own empty dir,
+        // NUL-terminated strings that outlive the call.
+        let r = unsafe {
+            libc::mount(
+                c"none".as_ptr(),
+                c.as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=0777".as_ptr().cast(),
+            )
+        };
+        if r != 0 {
+            return Err(format!(
+                "cannot mount {fstype:?} on {} for the test: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(OwnMount(c))
+    }
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        // SAFETY: unmounting the test's own mount.
+        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// The mount points under `dir` in this process's mount table.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every path under `dir` whose name starts with `ran`, with its owner.
+fn markers_under(dir: &Path) -> Vec<(PathBuf, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if m.is_dir() {
+                todo.push(e.path());
+            } else if e.file_name().to_string_lossy().starts_with("ran") {
+                found.push((e.path(), m.uid()));
+            }
+        }
+    }
+    found
+}
+
+/// How a sandbox is given a host dir that outlives it (README "One uid per
+/// sandbox"): a read-write grant, the caller's scratch dir, a kept
+/// scratch made under the scratch base. Each program writes its marker
+/// (`ran-…`) in that dir.
+const WRITABLE_KINDS: [&str; 3] = ["rw-grant", "caller-scratch", "kept-scratch"];
+
+fn writable_spawner_and_spec(kind: &str, dir: &Path) -> (Spawner, ChildSpec) {
+    let mut cfg = config();
+    let touch = |where_: String| sh(&format!("touch {where_}/ran-{kind}"));
+    let spec = match kind {
+        "rw-grant" => {
+            cfg.read_write = vec![dir.to_path_buf()];
+            touch(dir.display().to_string())
+        }
+        "caller-scratch" => touch("\"$HOME\"".into()).scratch(Scratch::Existing(dir.into())),
+        _ => {
+            cfg.scratch_base = dir.to_path_buf();
+            touch("\"$HOME\"".into()).scratch(Scratch::FreshKept)
+        }
+    };
+    (spawner_with(cfg), spec)
+}
+
+/// A root host writes a host dir that outlives the sandbox only through
+/// an idmapped mount (what the sandbox creates is stored as the caller's,
+/// never as its leased uid), so a dir on a filesystem that cannot be
+/// idmapped is refused before anything runs, naming the dir. ramfs is
+/// such a filesystem (no `FS_ALLOW_IDMAP` on Linux 6.18; like NFS), and
+/// one root can mount for the test: a read-write grant, the caller's
+/// scratch dir and a kept scratch on it are each refused at spawn, the
+/// program never writes its marker there, and the test's mount table is
+/// as it was. The control: the same three on a tmpfs (which can be
+/// idmapped) run, and each marker is stored as the caller's (root).
+/// Root only: another user's sandbox has the caller's uid and gets plain
+/// binds, no idmapped mount.
+pub(super) fn a_filesystem_without_idmapped_mounts_is_refused() -> Outcome {
+    if !is_root() {
+        return Err(
+            "this scenario needs root, to mount ramfs (CI runs as root); another user's \
+             sandbox gets no idmapped mount"
+                .into(),
+        );
+    }
+    let base = existing_scratch();
+    // The sandbox's uid must reach the mounts.
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    let base_path = base.path().canonicalize().map_err(|e| e.to_string())?;
+    let (ram_dir, tmp_dir) = (base_path.join("ramfs"), base_path.join("tmpfs"));
+    let ram = OwnMount::new(c"ramfs", &ram_dir)?;
+    let tmp = OwnMount::new(c"tmpfs", &tmp_dir)?;
+    let mounted = mounts_under(&base_path);
+    let result = (|| {
+        for kind in WRITABLE_KINDS {
+            let (sp, spec) = writable_spawner_and_spec(kind, &ram_dir);
+            let ran = rt().block_on(async {
+                let mut child = sp.spawn(&spec)?;
+                drop(child.stdin.take());
+                Ok::<_, SpawnError>(child.wait().await)
+            });
+            match ran {
+                Err(SpawnError::Wrap(e)) => {
+                    let msg = e.to_string();
+                    ensure(
+                        msg.contains(&format!("`{}", ram_dir.display()))
+                            && msg.contains("idmapped"),
+                        || format!("{kind}: the refusal does not name the dir and why: {msg}"),
+                    )?;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "{kind}: refused otherwise than by the backend: {e}"
+                    ))
+                }
+                Ok(outcome) => {
+                    return Err(format!(
+                        "{kind} on ramfs was let through ({outcome:?}); what it wrote there, \
+                         with its owner: {:?}",
+                        markers_under(&ram_dir)
+                    ))
+                }
+            }
+        }
+        let ran = markers_under(&ram_dir);
+        ensure(ran.is_empty(), || {
+            format!("a program ran on the ramfs: {ran:?}")
+        })?;
+        ensure(mounts_under(&base_path) == mounted, || {
+            format!(
+                "the refusals left the mount table changed: {:?}, was {mounted:?}",
+                mounts_under(&base_path)
+            )
+        })?;
+        // The control: the filesystem was all that refused them.
+        for kind in WRITABLE_KINDS {
+            let (sp, spec) = writable_spawner_and_spec(kind, &tmp_dir);
+            let r = run_with(&sp, spec).map_err(|e| format!("control: {kind} on tmpfs: {e}"))?;
+            ensure(r.outcome == ExitOutcome::Exited(0), || {
+                format!("control: {kind} on tmpfs: {r}")
+            })?;
+        }
+        let ran = markers_under(&tmp_dir);
+        ensure(
+            ran.len() == WRITABLE_KINDS.len() && ran.iter().all(|(_, uid)| *uid == 0),
+            || format!("control: the markers on tmpfs, want three of root's: {ran:?}"),
+        )?;
+        println!(
+            "note: refused on ramfs, naming {}; on tmpfs the markers {ran:?}",
+            ram_dir.display()
+        );
+        Ok(())
+    })();
+    drop((ram, tmp));
+    let left = mounts_under(&base_path);
+    result?;
+    ensure(left.is_empty(), || format!("mounts left: {left:?}"))
 }

@@ -259,8 +259,9 @@ pub const HOST_POOLS: &[HostPool] = &[
                 fill alone (a watch is kept per file and fd number, and closing a dup keeps \
                 it), so the caller's own programs may then get `ENOSPC` from `epoll_ctl`",
         test: "`filled_pools_leave_the_host_its_share` (`epoll-watches`: killed at a 32 MiB \
-               memory limit on a root host; 500 000 watches from one process of an \
-               unprivileged host's)",
+               memory limit on a root host; as another user, with the caller's count filled \
+               by the host but for 100 000, the sandbox takes those and gets `ENOSPC`, and so \
+               do the host's own `epoll_ctl` and its next spawn until the sandbox ends)",
     },
     HostPool {
         pool: "AF_UNIX socket buffers (no count: each socket's queue is bounded by its send \
@@ -321,9 +322,14 @@ pub const HOST_POOLS: &[HostPool] = &[
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "tier namespaces: its own IPC namespace's (freed with it), message queue bytes \
-                by `RLIMIT_MSGQUEUE`, shared memory by the memory limit; refused in tier \
-                landlock, where they would be the host's",
-        test: "`breach_sysv_ipc`",
+                by `RLIMIT_MSGQUEUE` (Landlock refuses opening a queue, `EACCES`, but not \
+                making one, which the rlimit counts), shared memory by the memory limit; \
+                refused in tier landlock, where they would be the host's (and would outlive \
+                the sandbox)",
+        test: "`breach_sysv_ipc`; `filled_pools_leave_the_host_its_share` (`mq-bytes`: \
+               262 080 bytes in 7 queues, then `EMFILE`, as root and as another user, whose \
+               own queue still fits; the host finds none of them in its IPC namespace; \
+               without the rlimit, the caller's whole count)",
     },
     HostPool {
         pool: "locked memory (`RLIMIT_MEMLOCK`)",
