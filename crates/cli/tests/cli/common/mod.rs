@@ -86,8 +86,8 @@ fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> T {
 /// Copies the binary where an unprivileged uid can execute it (into
 /// `dir`, made 0755), and returns a command that runs it as uid 65534 when
 /// we are root (as ourselves otherwise, which is already unprivileged),
-/// with a private HOME and cache (shared by the commands made with the
-/// same `dir`).
+/// with a private HOME (shared by the commands made with the same `dir`)
+/// and, as root, uid 65534's [`shared_cache_dir`].
 pub fn unprivileged(dir: &Path) -> Command {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
@@ -102,10 +102,13 @@ pub fn unprivileged(dir: &Path) -> Command {
     cmd.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", &home)
-        .env("XDG_CACHE_HOME", home.join(".cache"))
         .current_dir(dir);
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
+        // The gate as uid 65534 once per binary, not per test: as
+        // another user in tier landlock its probes share the uid's
+        // process budget with every other run of that uid.
+        cmd.env("XDG_CACHE_HOME", shared_cache_dir(65534));
         std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
         cmd.uid(65534).gid(65534);
     }
