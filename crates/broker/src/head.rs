@@ -1,0 +1,220 @@
+//! One HTTP/1.1 request head inside a terminated connection: checked,
+//! the placeholders of the secrets bound to its host swapped for their
+//! values, and rebuilt. Everything the broker cannot read the same way
+//! the server will is refused rather than passed on.
+
+use crate::secret::Secret;
+
+/// The most header fields a request head may have.
+pub const MAX_HEADERS: usize = 100;
+
+/// Why a request was not sent on: a sentence for the program's 403 and
+/// the `--explain` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How the request's body is framed, as read from its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// No body.
+    None,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// A head the broker will send on. Its `Debug` leaves the head out: it
+/// holds secret values.
+pub struct Rewritten {
+    /// The head's bytes, CRLF line ends, ending in the empty line.
+    pub head: Vec<u8>,
+    /// How its body is framed.
+    pub body: Body,
+    /// The secrets whose values it carries.
+    pub carries: Vec<String>,
+}
+
+impl std::fmt::Debug for Rewritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rewritten")
+            .field("head", &format_args!("<{} bytes>", self.head.len()))
+            .field("body", &self.body)
+            .field("carries", &self.carries)
+            .finish()
+    }
+}
+
+/// Checks the request head `raw` (up to and with its empty line) sent to
+/// `host`:`port` through a terminated `CONNECT`, and returns it rebuilt
+/// with the placeholders of the secrets bound to that host replaced by
+/// their values and each such binding's header set.
+///
+/// Refused: a head that does not parse strictly (a bare CR, an obsolete
+/// folded line, a NUL), a `Host` other than the `CONNECT`'s (a fronted
+/// domain), ambiguous framing (`Content-Length` with `Transfer-Encoding`,
+/// two lengths, a transfer coding other than `chunked`), and any
+/// placeholder in the request line, in a header a binding does not name,
+/// or bound to other hosts.
+pub fn rewrite(
+    raw: &[u8],
+    host: &str,
+    port: u16,
+    secrets: &[Secret],
+) -> Result<Rewritten, Refused> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(raw) {
+        Ok(httparse::Status::Complete(n)) if n == raw.len() => {}
+        Ok(httparse::Status::Complete(_)) => {
+            return Err(Refused(
+                "bytes after the request head's end were passed as its head".into(),
+            ))
+        }
+        Ok(httparse::Status::Partial) => {
+            return Err(Refused("the request head is incomplete".into()))
+        }
+        Err(e) => return Err(Refused(format!("the request head does not parse: {e}"))),
+    }
+    let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version) else {
+        return Err(Refused(
+            "only HTTP/1.1 requests go through the broker".into(),
+        ));
+    };
+    for s in secrets {
+        if target.contains(s.placeholder()) || method.contains(s.placeholder()) {
+            return Err(Refused(format!(
+                "secret {}'s placeholder is in the request line: a secret goes in headers only",
+                s.name()
+            )));
+        }
+    }
+
+    let mut hosts = 0;
+    let mut lengths: Vec<&[u8]> = Vec::new();
+    let mut codings = 0;
+    let mut out_fields: Vec<(String, String)> = Vec::new();
+    let mut carries: Vec<String> = Vec::new();
+    for f in req.headers.iter() {
+        let value = std::str::from_utf8(f.value)
+            .map_err(|_| Refused(format!("header {} is not UTF-8", f.name)))?;
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(Refused(format!("header {} holds CR, LF or NUL", f.name)));
+        }
+        let name = f.name;
+        if name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            if !same_authority(value, host, port) {
+                return Err(Refused(format!(
+                    "Host {value:?} is not {host}, which the connection was opened to"
+                )));
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            lengths.push(f.value);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            codings += 1;
+            if !value.trim().eq_ignore_ascii_case("chunked") {
+                return Err(Refused(format!(
+                    "Transfer-Encoding {value:?}: only `chunked` goes through the broker"
+                )));
+            }
+        }
+        let mut value = value.to_owned();
+        for s in secrets {
+            if !value.contains(s.placeholder()) {
+                continue;
+            }
+            if !s.bound_to(host, port) {
+                return Err(Refused(format!(
+                    "secret {}'s placeholder was sent to {host}:{port}, which it is not bound to",
+                    s.name()
+                )));
+            }
+            if let Some(h) = s.header() {
+                return Err(Refused(format!(
+                    "secret {}'s placeholder is in header {name}; its binding sets {} itself and \
+                     names no other place",
+                    s.name(),
+                    h.name()
+                )));
+            }
+            value = value.replace(s.placeholder(), s.value());
+            carries.push(s.name().to_owned());
+        }
+        out_fields.push((name.to_owned(), value));
+    }
+    if hosts != 1 {
+        return Err(Refused(format!(
+            "the request has {hosts} Host headers, not one"
+        )));
+    }
+    let body = match (lengths.as_slice(), codings) {
+        ([], 0) => Body::None,
+        ([], 1) => Body::Chunked,
+        ([n], 0) => Body::Length(
+            std::str::from_utf8(n)
+                .ok()
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| Refused("Content-Length is not a number".into()))?,
+        ),
+        _ => {
+            return Err(Refused(
+                "the body's framing is ambiguous (Content-Length with Transfer-Encoding, or \
+                 either twice)"
+                    .into(),
+            ))
+        }
+    };
+    // The bindings that set a header set it on every request to their
+    // hosts, over any the program sent.
+    for s in secrets {
+        if let (true, Some((name, line))) = (s.bound_to(host, port), s.header_line()) {
+            out_fields.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
+            out_fields.push((name, line));
+            carries.push(s.name().to_owned());
+        }
+    }
+    let mut head = format!("{method} {target} HTTP/1.1\r\n").into_bytes();
+    for (n, v) in out_fields {
+        head.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    Ok(Rewritten {
+        head,
+        body,
+        carries,
+    })
+}
+
+/// Whether a `Host` value names `host` (and `port`, or the default 443).
+fn same_authority(value: &str, host: &str, port: u16) -> bool {
+    let value = value.trim();
+    let (name, given) = if let Some(rest) = value.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((n, "")) => (n, None),
+            Some((n, p)) => match p.strip_prefix(':') {
+                Some(p) => (n, Some(p)),
+                None => return false,
+            },
+            None => return false,
+        }
+    } else {
+        match value.split_once(':') {
+            Some((n, p)) if !p.contains(':') => (n, Some(p)),
+            Some(_) => return false,
+            None => (value, None),
+        }
+    };
+    let port_ok = match given {
+        None => port == 443,
+        Some(p) => p.parse::<u16>().ok() == Some(port),
+    };
+    port_ok && name.eq_ignore_ascii_case(host.trim_matches(|c| c == '[' || c == ']'))
+}
