@@ -8,6 +8,17 @@ use crate::secret::Secret;
 /// The most header fields a request head may have.
 pub const MAX_HEADERS: usize = 100;
 
+/// The largest head the broker sends on, its values in.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Request headers the broker drops: what would have the answer encoded
+/// or cut up so that the value could come back without the scrubber
+/// seeing it whole (`Accept-Encoding` is then set to `identity`).
+const DROPPED: [&str; 3] = ["accept-encoding", "range", "if-range"];
+
+/// Headers in which no placeholder may be: those the broker reads itself.
+const READ_BY_THE_BROKER: [&str; 3] = ["host", "content-length", "transfer-encoding"];
+
 /// Why a request was not sent on: a sentence for the program's 403 and
 /// the `--explain` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +67,14 @@ impl std::fmt::Debug for Rewritten {
 /// with the placeholders of the secrets bound to that host replaced by
 /// their values and each such binding's header set.
 ///
-/// Refused: a head that does not parse strictly (a bare CR, an obsolete
+/// `Accept-Encoding` is set to `identity` and `Range`/`If-Range` are
+/// dropped, so an answer comes back whole and unencoded for the scrubber.
+///
+/// Refused: a request target other than a path (an absolute URL or an
+/// authority, which a server routes by), `CONNECT`, `Upgrade`,
+/// `HTTP2-Settings` and `Connection` tokens other than `keep-alive` and
+/// `close` (the connection would leave HTTP/1.1), a placeholder in
+/// `Host` or the framing headers, a head that does not parse strictly (a bare CR, an obsolete
 /// folded line, a NUL), a `Host` other than the `CONNECT`'s (a fronted
 /// domain), ambiguous framing (`Content-Length` with `Transfer-Encoding`,
 /// two lengths, a transfer coding other than `chunked`), and any
@@ -87,6 +105,15 @@ pub fn rewrite(
             "only HTTP/1.1 requests go through the broker".into(),
         ));
     };
+    // Origin-form only: a server routes an absolute-form target (or an
+    // authority) by the name in it, whatever `Host` says.
+    let origin_form = target.starts_with('/') && !target.starts_with("//");
+    if method == "CONNECT" || !(origin_form || (method == "OPTIONS" && target == "*")) {
+        return Err(Refused(format!(
+            "request target {target:?}: only a path (`/…`) goes through the broker, never a URL \
+             or an authority, which the server could route by"
+        )));
+    }
     for s in secrets {
         if target.contains(s.placeholder()) || method.contains(s.placeholder()) {
             return Err(Refused(format!(
@@ -108,6 +135,31 @@ pub fn rewrite(
             return Err(Refused(format!("header {} holds CR, LF or NUL", f.name)));
         }
         let name = f.name;
+        if secrets.iter().any(|s| value.contains(s.placeholder()))
+            && READ_BY_THE_BROKER
+                .iter()
+                .any(|r| name.eq_ignore_ascii_case(r))
+        {
+            return Err(Refused(format!("a placeholder in header {name}")));
+        }
+        if name.eq_ignore_ascii_case("upgrade") || name.eq_ignore_ascii_case("http2-settings") {
+            return Err(Refused(format!(
+                "header {name}: the connection would stop being HTTP/1.1 the broker reads"
+            )));
+        }
+        if name.eq_ignore_ascii_case("connection")
+            && value.split(',').any(|t| {
+                let t = t.trim();
+                !(t.eq_ignore_ascii_case("keep-alive") || t.eq_ignore_ascii_case("close"))
+            })
+        {
+            return Err(Refused(format!(
+                "Connection {value:?}: only `keep-alive` and `close` go through the broker"
+            )));
+        }
+        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            continue;
+        }
         if name.eq_ignore_ascii_case("host") {
             hosts += 1;
             if !same_authority(value, host, port) {
@@ -181,11 +233,18 @@ pub fn rewrite(
             carries.push(s.name().to_owned());
         }
     }
+    out_fields.push(("Accept-Encoding".into(), "identity".into()));
     let mut head = format!("{method} {target} HTTP/1.1\r\n").into_bytes();
     for (n, v) in out_fields {
         head.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
     }
     head.extend_from_slice(b"\r\n");
+    if head.len() > MAX_HEAD {
+        return Err(Refused(format!(
+            "the request head would be {} bytes with the secrets in; the most is {MAX_HEAD}",
+            head.len()
+        )));
+    }
     Ok(Rewritten {
         head,
         body,
@@ -214,7 +273,7 @@ fn same_authority(value: &str, host: &str, port: u16) -> bool {
     };
     let port_ok = match given {
         None => port == 443,
-        Some(p) => p.parse::<u16>().ok() == Some(port),
+        Some(p) => p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().ok() == Some(port),
     };
     port_ok && name.eq_ignore_ascii_case(host.trim_matches(|c| c == '[' || c == ']'))
 }

@@ -33,14 +33,14 @@
 //!
 //! let key = Secret::new(
 //!     "GITHUB",
-//!     "ghp_real_value_123".into(),
+//!     "ghp_real_value_0123456789".into(),
 //!     vec!["api.github.com".parse().unwrap()],
 //!     Some("Authorization: Bearer {}".parse().unwrap()),
 //! )
 //! .unwrap();
 //! let head = b"GET /user HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
 //! let sent = rewrite(head, "api.github.com", 443, std::slice::from_ref(&key)).unwrap();
-//! assert!(String::from_utf8(sent.head).unwrap().contains("Authorization: Bearer ghp_real_value_123"));
+//! assert!(String::from_utf8(sent.head).unwrap().contains("Authorization: Bearer ghp_real_value_0123456789"));
 //!
 //! // The placeholder toward any other host is refused, and says why.
 //! let leak = format!("GET / HTTP/1.1\r\nHost: evil.example\r\nX-Key: {}\r\n\r\n", key.placeholder());
@@ -57,9 +57,9 @@ mod secret;
 pub mod upstream;
 
 pub use ca::{RunCa, MAX_LEAVES, VALID_FOR};
-pub use head::{rewrite, Body, Refused, Rewritten, MAX_HEADERS};
+pub use head::{rewrite, Body, Refused, Rewritten, MAX_HEAD, MAX_HEADERS};
 pub use scrub::Scrubber;
-pub use secret::{HeaderTemplate, Secret, MIN_VALUE_LEN};
+pub use secret::{HeaderTemplate, Secret, MAX_VALUE_LEN, MIN_VALUE_LEN};
 
 /// What went wrong setting the broker up (never a request: those are
 /// [`Refused`]).

@@ -3,8 +3,8 @@
 //! host, so a server that echoes a request hands the program the
 //! placeholder, never the value.
 
-/// A streaming replacer of byte strings.
-#[derive(Debug)]
+/// A streaming replacer of byte strings. Its `Debug` shows neither the
+/// strings nor what it holds back: they are secret values.
 pub struct Scrubber {
     pairs: Vec<(Vec<u8>, Vec<u8>)>,
     /// Bytes not yet sent on: the end of what came, which could be the
@@ -13,9 +13,20 @@ pub struct Scrubber {
     longest: usize,
 }
 
+impl std::fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrubber")
+            .field("strings", &self.pairs.len())
+            .field("held_back", &self.pending.len())
+            .finish()
+    }
+}
+
 impl Scrubber {
-    /// Replaces each `from` by its `to` (none empty).
-    pub fn new(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Scrubber {
+    /// Replaces each `from` by its `to` (none empty); where one `from`
+    /// begins another, the longer is replaced.
+    pub fn new(mut pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Scrubber {
+        pairs.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
         let longest = pairs.iter().map(|(f, _)| f.len()).max().unwrap_or(0);
         assert!(
             pairs.iter().all(|(f, _)| !f.is_empty()),

@@ -4,13 +4,19 @@
 use std::fmt;
 use std::str::FromStr;
 
-use cordon_egress::{Access, Allowlist, HostPattern, TargetHost};
+use cordon_egress::{HostPattern, Scheme};
 
 use crate::BrokerError;
 
-/// The shortest secret value the broker takes: a shorter one cannot be
-/// told apart from ordinary text when it is scrubbed from responses.
-pub const MIN_VALUE_LEN: usize = 8;
+/// The shortest secret value the broker takes. Responses have the value
+/// replaced by its placeholder, which tells a program that makes a server
+/// echo guesses whether a guess was right: a short or low-entropy value
+/// (a word, a PIN) can be found that way. Use keys, not passwords.
+pub const MIN_VALUE_LEN: usize = 16;
+
+/// The longest secret value the broker takes (a head carries it in every
+/// request).
+pub const MAX_VALUE_LEN: usize = 4096;
 
 /// `Name: prefix{}suffix`: the header a binding sets on every request to
 /// its hosts, `{}` standing for the value (`Authorization: Bearer {}`).
@@ -79,7 +85,8 @@ pub struct Secret {
     name: String,
     value: String,
     placeholder: String,
-    hosts: Allowlist,
+    /// Exact names and their ports (443 unless the pattern gives one).
+    hosts: Vec<(String, u16)>,
     header: Option<HeaderTemplate>,
 }
 
@@ -96,7 +103,10 @@ impl fmt::Debug for Secret {
 
 impl Secret {
     /// `name` = `value`, bound to `hosts` (the egress allowlist's
-    /// grammar), set as `header` on every request to them if given (else
+    /// grammar, exact names only: a `*.domain` binding would send the key
+    /// to any tenant of a shared suffix, and an IP literal gets no TLS
+    /// server name; `https://` or no scheme, port 443 unless one is
+    /// given), set as `header` on every request to them if given (else
     /// swapped for its placeholder wherever that appears in a request's
     /// headers). Draws a fresh random placeholder.
     pub fn new(
@@ -113,9 +123,11 @@ impl Secret {
         {
             return Err(bad("a name is letters, digits, `_` and `-`".into()));
         }
-        if value.len() < MIN_VALUE_LEN {
+        if value.len() < MIN_VALUE_LEN || value.len() > MAX_VALUE_LEN {
             return Err(bad(format!(
-                "the value is shorter than {MIN_VALUE_LEN} bytes (it could not be scrubbed from responses)"
+                "the value is {} bytes; a secret is {MIN_VALUE_LEN} to {MAX_VALUE_LEN} (a shorter \
+                 one could be guessed through the scrubbing of responses)",
+                value.len()
             )));
         }
         if value.bytes().any(|b| b.is_ascii_control()) {
@@ -127,6 +139,16 @@ impl Secret {
         if hosts.is_empty() {
             return Err(bad("it is bound to no host".into()));
         }
+        let mut bound = Vec::new();
+        for h in &hosts {
+            let (Some((host, port)), None | Some(Scheme::Https)) = (h.exact_name(), h.scheme())
+            else {
+                return Err(bad(format!(
+                    "it may be bound to hosts named exactly, over HTTPS, not to {h}"
+                )));
+            };
+            bound.push((host.to_ascii_lowercase(), port.unwrap_or(443)));
+        }
         let mut random = [0u8; 16];
         getrandom::getrandom(&mut random)
             .map_err(|e| bad(format!("no randomness for its placeholder: {e}")))?;
@@ -135,7 +157,7 @@ impl Secret {
             placeholder: format!("cordon-placeholder-{name}-{hex}"),
             name: name.to_owned(),
             value,
-            hosts: Allowlist::for_process(hosts),
+            hosts: bound,
             header,
         })
     }
@@ -155,11 +177,12 @@ impl Secret {
         self.header.as_ref()
     }
 
-    /// Whether the secret may go to `host`:`port`, by name as the
-    /// binding's patterns say (an IP literal only where one names it).
+    /// Whether the secret may go to `host`:`port`: a name and port its
+    /// binding names exactly.
     pub fn bound_to(&self, host: &str, port: u16) -> bool {
-        TargetHost::parse(host)
-            .is_some_and(|t| self.hosts.match_target(&t, port, Access::Tunnel).is_ok())
+        self.hosts
+            .iter()
+            .any(|(h, p)| *p == port && h.eq_ignore_ascii_case(host))
     }
 
     pub(crate) fn value(&self) -> &str {

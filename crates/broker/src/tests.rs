@@ -153,6 +153,9 @@ fn a_client_trusting_the_run_ca_gets_the_leaf_for_the_connect_host_only() {
 #[test]
 fn leaves_are_bounded_per_run() {
     let ca = RunCa::new().unwrap();
+    for bad in ["*.cordon.test", "127.0.0.1", "a..b", "", "a b.test"] {
+        assert!(ca.leaf(bad).is_err(), "a leaf for {bad:?}");
+    }
     for i in 0..MAX_LEAVES {
         ca.leaf(&format!("n{i}.cordon.test")).unwrap();
     }
@@ -201,6 +204,22 @@ fn secrets_are_checked_and_never_printed() {
     ] {
         assert!(bad.parse::<HeaderTemplate>().is_err(), "{bad:?}");
     }
+    // Exact names over HTTPS only.
+    for bad in ["*.cordon.test", "http://api.cordon.test", "127.0.0.1"] {
+        let h = vec![bad.parse().unwrap()];
+        assert!(
+            Secret::new("A", "long-enough-value".into(), h, None).is_err(),
+            "{bad}"
+        );
+    }
+    let on_port = Secret::new(
+        "A",
+        "long-enough-value".into(),
+        vec!["https://api.cordon.test:8443".parse().unwrap()],
+        None,
+    )
+    .unwrap();
+    assert!(on_port.bound_to(HOST, 8443) && !on_port.bound_to(HOST, 443));
     let (a, b) = (secret(None), secret(None));
     assert_ne!(
         a.placeholder(),
@@ -246,11 +265,26 @@ fn a_placeholder_is_swapped_toward_its_hosts_only() {
     let in_url = format!("GET /v1?key={p} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
     let why = rewrite(in_url.as_bytes(), HOST, 443, std::slice::from_ref(&s)).unwrap_err();
     assert!(why.0.contains("request line"), "{why}");
-    // No placeholder: sent as it came, nothing carried.
-    let plain = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    // Another port than the binding's (443 when it names none).
+    assert!(rewrite(
+        head.replace(HOST, &format!("{HOST}:8443")).as_bytes(),
+        HOST,
+        8443,
+        std::slice::from_ref(&s)
+    )
+    .is_err());
+    // No placeholder: sent as it came but for the answer's encoding,
+    // nothing carried.
+    let plain = format!(
+        "GET / HTTP/1.1\r\nHost: {HOST}\r\nAccept-Encoding: gzip\r\nRange: bytes=0-3\r\n\r\n"
+    );
     let out = rewrite(plain.as_bytes(), HOST, 443, &[s]).unwrap();
     assert!(out.carries.is_empty());
-    assert_eq!(text(out), plain);
+    assert_eq!(
+        text(out),
+        format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nAccept-Encoding: identity\r\n\r\n"),
+        "the answer comes back whole and unencoded, for the scrubber"
+    );
 }
 
 #[test]
@@ -299,6 +333,25 @@ fn heads_the_server_could_read_otherwise_are_refused() {
     refused(h("X-A: one\rX-B: two\r\n"));
     refused(h("X-A: one\r\n two\r\n"));
     refused(h("X-A: o\0ne\r\n"));
+    // A target a server would route by: a URL, an authority, a
+    // network-path; and methods that leave HTTP.
+    refused(format!(
+        "GET https://evil.cordon.test/x HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+    ));
+    refused(format!(
+        "GET //evil.cordon.test/x HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+    ));
+    refused(format!(
+        "CONNECT evil.cordon.test:443 HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+    ));
+    refused(format!("GET * HTTP/1.1\r\nHost: {HOST}\r\n\r\n"));
+    refused(h(
+        "Connection: Upgrade\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n",
+    ));
+    refused(h("Upgrade: websocket\r\n"));
+    refused(h("Connection: keep-alive, Upgrade\r\n"));
+    refused(format!("GET / HTTP/1.1\r\nHost: {HOST}:+443\r\n\r\n"));
+    refused(h(&format!("Content-Length: {}\r\n", s.placeholder())));
     // HTTP/1.0, and bytes past the head.
     refused(format!("GET / HTTP/1.0\r\nHost: {HOST}\r\n\r\n"));
     refused(format!(
@@ -321,9 +374,18 @@ fn heads_the_server_could_read_otherwise_are_refused() {
         format!("GET / HTTP/1.1\r\nHost: {HOST}:443\r\n\r\n").as_bytes(),
         HOST,
         443,
-        &[s]
+        std::slice::from_ref(&s)
     )
     .is_ok());
+    for ok in [
+        format!("OPTIONS * HTTP/1.1\r\nHost: {HOST}\r\n\r\n"),
+        format!("GET /a//b?c=//d HTTP/1.1\r\nHost: {HOST}\r\nConnection: keep-alive\r\n\r\n"),
+    ] {
+        assert!(
+            rewrite(ok.as_bytes(), HOST, 443, std::slice::from_ref(&s)).is_ok(),
+            "{ok:?}"
+        );
+    }
 }
 
 #[test]
@@ -341,6 +403,15 @@ fn the_value_is_scrubbed_however_the_pieces_fall() {
         out.extend(sc.finish());
         assert_eq!(String::from_utf8(out).unwrap(), want, "pieces of {split}");
     }
+    // One value the start of another: the longer is replaced whole.
+    let mut sc = Scrubber::new(vec![
+        (b"0123456789abcdef".to_vec(), b"<short>".to_vec()),
+        (b"0123456789abcdef-longer".to_vec(), b"<long>".to_vec()),
+    ]);
+    let mut out = sc.push(b"x 0123456789abcdef-longer y");
+    out.extend(sc.finish());
+    assert_eq!(out, b"x <long> y");
+    assert!(!format!("{sc:?}").contains("0123"), "{sc:?}");
     // Control: bytes that only begin like the value are sent on as they are.
     let mut sc = Scrubber::new(vec![(value.clone(), b"X".to_vec())]);
     let mut out = sc.push(b"s3cret-val");

@@ -388,6 +388,19 @@ impl HostPattern {
         }
     }
 
+    /// The name and port of a target that names one host exactly (not a
+    /// `*.domain` suffix, an IP literal or a private range).
+    pub fn exact_name(&self) -> Option<(&str, Option<u16>)> {
+        match &self.entry {
+            Entry::Target {
+                host: PatternHost::Exact(h),
+                port,
+                ..
+            } => Some((h, *port)),
+            _ => None,
+        }
+    }
+
     /// True for the target `localhost` (any scheme and port): a name that
     /// resolves to loopback addresses.
     pub fn is_localhost(&self) -> bool {
