@@ -80,22 +80,16 @@ impl RunCa {
     /// The leaf for `name` (a DNS name, as the program asked for it),
     /// made on first use.
     pub fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, BrokerError> {
-        // A plain DNS name only: no wildcard (which rcgen would sign as
-        // one), and no IP literal (a client sends no server name for one,
-        // so no handshake could pick its leaf).
-        let plain = !name.is_empty()
-            && name.len() <= 253
-            && name.parse::<std::net::IpAddr>().is_err()
-            && name.split('.').all(|l| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            });
-        if !plain {
+        // A DNS name only, as the egress grammar reads one: no wildcard
+        // (which rcgen would sign as one), and no IP literal (a client
+        // sends no server name for one, so no handshake could pick it).
+        let Some(cordon_egress::TargetHost::Name(name)) = cordon_egress::TargetHost::parse(name)
+        else {
             return Err(BrokerError::Certificate(format!(
                 "{name:?} is not a DNS name the broker issues a leaf for"
             )));
-        }
+        };
+        let name = name.as_str();
         let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = leaves.get(name) {
             return Ok(k.clone());

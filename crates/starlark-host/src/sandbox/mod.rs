@@ -133,18 +133,26 @@ async fn kill_and_reap(mut w: Worker) -> (Option<ExitOutcome>, String) {
 /// Reaps a worker whose pipe closed (it is dying or dead), then kills
 /// whatever is left.
 async fn reap_dead(mut w: Worker) -> (Option<ExitOutcome>, String) {
-    let outcome = match tokio::time::timeout(Duration::from_millis(500), w.child.wait()).await {
-        Ok(r) => r.ok(),
-        Err(_) => {
-            w.child.kill();
-            tokio::time::timeout(Duration::from_secs(5), w.child.wait())
-                .await
-                .ok()
-                .and_then(Result::ok)
-        }
-    };
+    let (outcome, _) = reap_closed(&mut w.child).await;
     let tail = String::from_utf8_lossy(&w.child.stderr_tail()).into_owned();
     (outcome, tail)
+}
+
+/// Gives a child whose pipe closed a moment to end by itself, then kills
+/// it. Returns how it ended and whether it ended by itself (else the
+/// outcome is that of the kill).
+pub(super) async fn reap_closed(child: &mut RunningChild) -> (Option<ExitOutcome>, bool) {
+    match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
+        Ok(r) => (r.ok(), true),
+        Err(_) => {
+            child.kill();
+            let outcome = tokio::time::timeout(Duration::from_secs(5), child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok);
+            (outcome, false)
+        }
+    }
 }
 
 impl WorkerPool {

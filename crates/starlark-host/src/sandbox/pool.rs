@@ -9,7 +9,7 @@ use cordon_core::{ChildSpec, ExitOutcome, RunningChild, Scratch};
 use tokio::process::{ChildStdin, ChildStdout};
 
 use super::failure::describe_failure;
-use super::{kill_and_reap, reap_dead, Inner, SessionError, WorkerConnection};
+use super::{kill_and_reap, reap_closed, reap_dead, Inner, SessionError, WorkerConnection};
 use cordon_starlark_protocol::{wire, ModuleSet, Package};
 use cordon_starlark_worker::RlimitName;
 
@@ -261,18 +261,10 @@ impl Inner {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
                 // A worker that closed its pipe is exiting: how it ended
-                // (its exit code, a signal) says more than the closed
-                // pipe, so it gets a moment to end by itself first.
-                let ended = match tokio::time::timeout(Duration::from_millis(500), child.wait())
-                    .await
-                {
-                    Ok(r) => r.ok(),
-                    Err(_) => {
-                        child.kill();
-                        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-                        None
-                    }
-                };
+                // by itself (its exit code, a signal) says more than the
+                // closed pipe.
+                let (outcome, by_itself) = reap_closed(&mut child).await;
+                let ended = outcome.filter(|_| by_itself);
                 self.retired.fetch_add(1, Ordering::Relaxed);
                 let tail = String::from_utf8_lossy(&child.stderr_tail()).into_owned();
                 if !tail.trim().is_empty() {
