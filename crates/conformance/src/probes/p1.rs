@@ -89,9 +89,19 @@ impl Probe for P1 {
             .kill_on_drop(true)
             .stdin(std::process::Stdio::from(order_r))
             .stdout(std::process::Stdio::from(answer_w));
-        let mut sacrificial = match sacrificial.spawn() {
-            Ok(c) => c,
-            Err(e) => return vec![unreachable("sacrificial", format!("cannot start: {e}"))],
+        // The staged probe child may still be open for writing in a child
+        // another thread forked while it was copied, until that child's
+        // exec (`ETXTBSY`): as the core's spawn path does, wait it out.
+        let mut tries = 0;
+        let mut sacrificial = loop {
+            match sacrificial.spawn() {
+                Ok(c) => break c,
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => return vec![unreachable("sacrificial", format!("cannot start: {e}"))],
+            }
         };
         let pid = sacrificial.id().unwrap_or(0) as i32;
         let ipc_line = host_user::read_line(&answer_r, ctx.timeout).unwrap_or_default();

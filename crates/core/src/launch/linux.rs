@@ -535,8 +535,28 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             fail(ctx, e.raw_os_error().unwrap_or(libc::EINVAL));
         }
     }
-    // SAFETY: NUL-terminated strings and NULL-terminated arrays made
-    // by the parent.
-    unsafe { libc::execve(st.path.as_ptr(), st.argv.as_ptr(), st.envp.as_ptr()) };
+    // A program just written (a staged copy of the probe child or a
+    // Starlark worker, a tool the caller wrote) is still open for writing
+    // in any child forked while it was written, until that child's own
+    // exec: `ETXTBSY` for that moment. Retried for up to a second; only
+    // syscalls here (execve, nanosleep).
+    for _ in 0..EXEC_BUSY_RETRIES {
+        // SAFETY: NUL-terminated strings and NULL-terminated arrays made
+        // by the parent.
+        unsafe { libc::execve(st.path.as_ptr(), st.argv.as_ptr(), st.envp.as_ptr()) };
+        if errno() != libc::ETXTBSY {
+            break;
+        }
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        // SAFETY: a valid timespec; no remainder wanted.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
     fail(ctx, errno())
 }
+
+/// How many times the child tries `execve` while the program is busy
+/// (`ETXTBSY`), 10 ms apart.
+const EXEC_BUSY_RETRIES: u32 = 100;

@@ -46,6 +46,43 @@ async fn run_stdout(runner: &dyn Runner, spec: ChildSpec) -> (ExitOutcome, Strin
 }
 
 #[tokio::test]
+async fn a_program_still_open_for_writing_starts_once_it_is_closed() {
+    // As a child forked while the program was written holds it open for
+    // writing until its own exec: here another process holds it for
+    // 300 ms, and the spawn waits that out instead of failing with
+    // ETXTBSY.
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("just-written");
+    std::fs::write(&exe, "#!/bin/sh\necho started\n").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut holder = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            "exec 3>>\"$0\"; echo held; sleep 0.3",
+            exe.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "held\n");
+    // Control: while it is held, an exec fails.
+    let busy = std::process::Command::new(&exe).status().unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::ETXTBSY), "{busy}");
+    let runner = TrustedProcessRunner::default();
+    let spec = ChildSpec::new(&exe).trust(TrustTier::Trusted);
+    let (outcome, out) = run_stdout(&runner, spec).await;
+    assert!(outcome.success(), "{outcome:?}");
+    assert_eq!(out, "started\n");
+    holder.wait().unwrap();
+}
+
+#[tokio::test]
 async fn environment_is_built_not_inherited() {
     // cargo sets CARGO_MANIFEST_DIR in the test process; it is not allowlisted.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
