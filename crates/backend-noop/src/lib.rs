@@ -44,10 +44,11 @@ impl SandboxBackend for NoopBackend {
         _cmd: &mut ChildCommand,
         policy: &SandboxPolicy,
     ) -> Result<cordon_core::WrapResources, WrapError> {
-        if matches!(policy.network, cordon_core::Network::Allow(_)) {
+        if !matches!(policy.network, cordon_core::Network::Deny) {
             return Err(WrapError::new(
                 "noop",
-                "the no-op backend holds no egress allowlist: Network::Allow is refused",
+                "the no-op backend holds no egress allowlist: any network but Network::Deny is \
+                 refused",
             ));
         }
         if !policy.masked.is_empty() {

@@ -50,6 +50,14 @@ pub struct Rewritten {
     pub body: Body,
     /// The secrets whose values it carries.
     pub carries: Vec<String>,
+    /// The request's method.
+    pub method: String,
+    /// The request target, as sent (a path, or `*`).
+    pub target: String,
+    /// The program sent `Expect: 100-continue` (dropped from the head:
+    /// the broker answers `100 Continue` itself, since it reads the body
+    /// only after sending the head).
+    pub expects_continue: bool,
 }
 
 impl std::fmt::Debug for Rewritten {
@@ -58,6 +66,8 @@ impl std::fmt::Debug for Rewritten {
             .field("head", &format_args!("<{} bytes>", self.head.len()))
             .field("body", &self.body)
             .field("carries", &self.carries)
+            .field("method", &self.method)
+            .field("target", &self.target)
             .finish()
     }
 }
@@ -128,6 +138,7 @@ pub fn rewrite(
     let mut codings = 0;
     let mut out_fields: Vec<(String, String)> = Vec::new();
     let mut carries: Vec<String> = Vec::new();
+    let mut expects_continue = false;
     for f in req.headers.iter() {
         let value = std::str::from_utf8(f.value)
             .map_err(|_| Refused(format!("header {} is not UTF-8", f.name)))?;
@@ -158,6 +169,15 @@ pub fn rewrite(
             )));
         }
         if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        if name.eq_ignore_ascii_case("expect") {
+            if !value.trim().eq_ignore_ascii_case("100-continue") || expects_continue {
+                return Err(Refused(format!(
+                    "Expect {value:?}: only one `100-continue` goes through the broker"
+                )));
+            }
+            expects_continue = true;
             continue;
         }
         if name.eq_ignore_ascii_case("host") {
@@ -249,6 +269,9 @@ pub fn rewrite(
         head,
         body,
         carries,
+        method: method.to_owned(),
+        target: target.to_owned(),
+        expects_continue,
     })
 }
 

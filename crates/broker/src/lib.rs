@@ -50,12 +50,14 @@
 
 #![deny(missing_docs)]
 
+mod broker;
 mod ca;
 mod head;
 mod scrub;
 mod secret;
 pub mod upstream;
 
+pub use broker::Broker;
 pub use ca::{RunCa, MAX_LEAVES, VALID_FOR};
 pub use head::{rewrite, Body, Refused, Rewritten, MAX_HEAD, MAX_HEADERS};
 pub use scrub::Scrubber;

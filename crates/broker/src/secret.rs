@@ -185,6 +185,11 @@ impl Secret {
             .any(|(h, p)| *p == port && h.eq_ignore_ascii_case(host))
     }
 
+    /// The names and ports the secret may go to.
+    pub fn hosts(&self) -> &[(String, u16)] {
+        &self.hosts
+    }
+
     pub(crate) fn value(&self) -> &str {
         &self.value
     }

@@ -15,6 +15,7 @@ pub(crate) fn hint(d: &Denial) -> String {
         Remedy::GrantReadOnly(p) => format!("grant with --ro {}", path(p)),
         Remedy::GrantReadWrite(p) => format!("grant with --rw {}", path(p)),
         Remedy::AllowHost(h) => format!("allow with --allow-host {}", escape(h)),
+        Remedy::AllowRequest(r) => format!("allow with --rule '{}'", escape(r)),
         Remedy::AllowNetwork => {
             "the network is off: allow the hosts it needs with --allow-host HOST".to_string()
         }
@@ -76,6 +77,7 @@ fn remedy(r: &Remedy) -> serde_json::Value {
         Remedy::GrantReadOnly(p) => ("grant_read_only", path(p)),
         Remedy::GrantReadWrite(p) => ("grant_read_write", path(p)),
         Remedy::AllowHost(h) => ("allow_host", Some(escape(h))),
+        Remedy::AllowRequest(r) => ("allow_request", Some(escape(r))),
         Remedy::AllowNetwork => ("allow_network", None),
         Remedy::RaiseLimit(f) => ("raise_limit", Some(escape(f))),
         Remedy::GrantPermission(p) => ("grant_permission", Some(escape(p))),

@@ -21,6 +21,7 @@ mod explain;
 mod policy;
 mod run;
 mod scope_notes;
+mod secrets;
 #[cfg(feature = "starlark")]
 mod star;
 

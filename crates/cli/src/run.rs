@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use cordon_core::{
-    ChildSpec, ExitOutcome, LimitScope, LimitScopes, Limits, Network, RunnerConfig, SandboxRunner,
-    Scratch, StdioMode, TrustTier, TrustedProcessRunner,
+    ChildSpec, ExitOutcome, LimitScope, LimitScopes, Limits, RunnerConfig, SandboxRunner, Scratch,
+    StdioMode, TrustTier, TrustedProcessRunner,
 };
 
 use crate::diagnose::SandboxUser;
@@ -106,6 +106,8 @@ pub struct RunArgs {
     /// README for the fields).
     #[arg(long, value_name = "PATH")]
     explain_json: Option<PathBuf>,
+    #[command(flatten)]
+    secrets: crate::secrets::SecretArgs,
     /// The program to run, then its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -325,14 +327,11 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
         );
     }
     if !args.allow_host.is_empty() {
-        let mut hosts = match &config.network {
-            Network::Allow(h) => h.clone(),
-            _ => Vec::new(),
-        };
         let ranges = args.allow_private.iter().copied();
         let ranges = ranges.map(cordon_egress::HostPattern::private_range);
-        hosts.extend(args.allow_host.iter().cloned().chain(ranges));
-        config.network = Network::Allow(hosts);
+        config.network = config
+            .network
+            .with_hosts(args.allow_host.iter().cloned().chain(ranges));
     }
     match (&args.scratch, args.keep_scratch) {
         (Some(dir), _) => spec.scratch = Scratch::Existing(dir.clone()),
@@ -363,6 +362,18 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             None => spec.pass_env.push(k),
         }
     }
+    if args.trusted && args.secrets.any() {
+        return Err(
+            "--trusted runs without the sandbox and its proxy, which a secret or a request rule \
+             needs; drop --trusted"
+                .into(),
+        );
+    }
+    // Held until the program ends: the trust bundle's directory.
+    let _brokering = match args.trusted {
+        true => None,
+        false => crate::secrets::prepare(loaded.as_ref(), &args.secrets, &mut config, &mut spec)?,
+    };
 
     let program_named = spec.program.clone();
     let mut sandbox_uid: Option<SandboxUser> = None;

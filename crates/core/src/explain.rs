@@ -89,6 +89,9 @@ pub enum Remedy {
     /// Listing this `host[:port]` in [`Network::Allow`](crate::Network::Allow)
     /// (for a Starlark package: in its `network_access`, granted again).
     AllowHost(String),
+    /// Adding this request rule (`GET https://host/path`) to the
+    /// policy's `network.rules`.
+    AllowRequest(String),
     /// Listing the hosts the program connects to in
     /// [`Network::Allow`](crate::Network::Allow) (a refused socket names
     /// no host).
@@ -112,9 +115,10 @@ impl Remedy {
         const PATH_MAX: usize = 4096;
         let fits = match &self {
             Remedy::GrantReadOnly(p) | Remedy::GrantReadWrite(p) => p.as_os_str().len() <= PATH_MAX,
-            Remedy::AllowHost(s) | Remedy::RaiseLimit(s) | Remedy::GrantPermission(s) => {
-                s.len() <= MAX_OBJECT
-            }
+            Remedy::AllowHost(s)
+            | Remedy::AllowRequest(s)
+            | Remedy::RaiseLimit(s)
+            | Remedy::GrantPermission(s) => s.len() <= MAX_OBJECT,
             Remedy::AllowNetwork | Remedy::None => true,
         };
         if fits {

@@ -68,7 +68,8 @@ pub use command::{ChildCommand, ChildContext};
 pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use launch::LaunchError;
 pub use policy::{
-    LimitRaiseError, LimitScope, LimitScopeError, LimitScopes, Limits, Network, SandboxPolicy,
+    BrokeredNetwork, LimitRaiseError, LimitScope, LimitScopeError, LimitScopes, Limits, Network,
+    SandboxPolicy,
 };
 pub use program::{resolve_program, LoadRequirements};
 pub use report::{

@@ -123,7 +123,7 @@ impl SandboxRunner {
                 report: Box::new(report),
             });
         }
-        let needs_egress = matches!(config.network, crate::Network::Allow(_));
+        let needs_egress = config.network.allowlist().is_some();
         if needs_egress && report.conforms() && !report.proves_egress_allowlist() {
             tracing::warn!(
                 backend = backend.name(),

@@ -65,15 +65,19 @@
 mod address;
 mod allowlist;
 mod buffers;
+mod intercept;
 mod pattern;
 mod proxy;
 mod request;
+mod rule;
 
 pub use address::{address_class, is_public_ip};
 pub use allowlist::{Access, Advice, Allowlist, Refusal};
 pub use buffers::{SOCKET_BUFFER, STALL_TIMEOUT_MS};
+pub use intercept::{GuardedStream, Intercept, Intercepted, Refusals};
 pub use pattern::{HostPattern, HostPatternError, IpRange, IpRangeError, Scheme, TargetHost};
 pub use proxy::{EgressLimits, EgressProxy, EgressStats, RefusalObserver, RefusedRequest};
+pub use rule::{path_is_plain, RequestRule, RequestRuleError};
 
 /// The port of the proxy inside the sandbox's own network
 /// (`http_proxy=http://127.0.0.1:3128`): fixed, since nothing else listens

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::intercept::{GuardedStream, Intercept, Intercepted, Refusals};
 use super::request::{parse_request, read_head};
 use super::{Access, Allowlist, HostPattern, Refusal, TargetHost};
 
@@ -75,22 +76,26 @@ pub struct RefusedRequest {
     pub allow_with: Option<String>,
     /// Why it was refused, as the program's `403`/`400`/`503` body says.
     pub reason: String,
+    /// The request rule that would allow this very request, when a rule
+    /// refused it (`GET https://host/path`).
+    pub allow_rule: Option<String>,
 }
 
 /// Called for each refused request, on the proxy's connection thread.
 pub type RefusalObserver = Arc<dyn Fn(&RefusedRequest) + Send + Sync>;
 
-struct Shared {
+pub(super) struct Shared {
     allow: Allowlist,
-    observer: Option<RefusalObserver>,
-    limits: EgressLimits,
+    pub(super) observer: Option<RefusalObserver>,
+    intercept: Option<Arc<dyn Intercept>>,
+    pub(super) limits: EgressLimits,
     /// Readable once the proxy is dropped (see `stop_tx`).
-    stop: OwnedFd,
+    pub(super) stop: OwnedFd,
     stop_tx: OwnedFd,
     allowed: AtomicU64,
-    refused: AtomicU64,
+    pub(super) refused: AtomicU64,
     failed: AtomicU64,
-    bytes: AtomicU64,
+    pub(super) bytes: AtomicU64,
     total: AtomicU64,
     open: AtomicUsize,
 }
@@ -134,6 +139,19 @@ impl EgressProxy {
         limits: EgressLimits,
         observer: Option<RefusalObserver>,
     ) -> io::Result<EgressProxy> {
+        EgressProxy::serve_intercepted(listener, allow, limits, observer, None)
+    }
+
+    /// [`serve_observed`](Self::serve_observed), handing the `CONNECT`s
+    /// `intercept` terminates to it (after the allowlist and the address
+    /// guard, as any other) and showing it every plain-HTTP head.
+    pub fn serve_intercepted(
+        listener: OwnedFd,
+        allow: Vec<HostPattern>,
+        limits: EgressLimits,
+        observer: Option<RefusalObserver>,
+        intercept: Option<Arc<dyn Intercept>>,
+    ) -> io::Result<EgressProxy> {
         let listener = TcpListener::from(listener);
         listener.set_nonblocking(true)?;
         // Dropping the proxy writes one byte to `stop_tx`; nobody reads it,
@@ -142,6 +160,7 @@ impl EgressProxy {
         let shared = Arc::new(Shared {
             allow: Allowlist::for_process(allow),
             observer,
+            intercept,
             limits,
             stop: OwnedFd::from(stop),
             stop_tx: OwnedFd::from(stop_tx),
@@ -323,6 +342,7 @@ fn refuse_target(
             target,
             allow_with,
             reason: why.0.clone(),
+            allow_rule: None,
         });
     }
     tracing::info!(target: "cordon::egress", code, reason = %why, "egress: refused");
@@ -370,7 +390,7 @@ fn stop_signalled(shared: &Shared) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) > 0 }
 }
 
-fn serve_connection(shared: &Shared, client: TcpStream) {
+fn serve_connection(shared: &Arc<Shared>, client: TcpStream) {
     let stop = shared.stop.as_raw_fd();
     let (head, rest) = match read_head(&client, stop, shared.limits.head_timeout) {
         Ok(Some(h)) => h,
@@ -421,6 +441,13 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
     {
         return refuse_target(shared, client, (403, "Forbidden"), &why, Some(target), None);
     }
+    let intercept = shared.intercept.clone();
+    if let (Some(i), false) = (&intercept, req.connect) {
+        if let Err(why) = i.check_plain(&req.host, req.port, &head) {
+            let forbidden = (403, "Forbidden");
+            return refuse_target(shared, client, forbidden, &Refusal(why), Some(target), None);
+        }
+    }
     let Some(upstream) = connect_any(shared, &addrs) else {
         shared.failed.fetch_add(1, Ordering::Relaxed);
         let why = Refusal(format!(
@@ -444,6 +471,9 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
         connect = req.connect,
         "egress: allowed"
     );
+    if let Some(i) = intercept.filter(|i| req.connect && i.terminates(&req.host, req.port)) {
+        return hand_over(shared, &*i, client, upstream, req.host, req.port, rest);
+    }
     let mut first_to_client: Vec<u8> = Vec::new();
     let mut first_to_upstream = req.upstream_head;
     if req.connect {
@@ -451,6 +481,47 @@ fn serve_connection(shared: &Shared, client: TcpStream) {
     }
     first_to_upstream.extend_from_slice(&rest);
     relay(shared, client, upstream, first_to_upstream, first_to_client);
+}
+
+/// Gives a terminated `CONNECT` to the interceptor. Bytes the program
+/// sent after its `CONNECT` head (a client hello that did not wait for
+/// the `200`) are refused: a client that waits is all TLS needs, and a
+/// stream the interceptor did not read from its start is not one it can
+/// vouch for.
+fn hand_over(
+    shared: &Arc<Shared>,
+    intercept: &dyn Intercept,
+    mut client: TcpStream,
+    upstream: TcpStream,
+    host: TargetHost,
+    port: u16,
+    rest: Vec<u8>,
+) {
+    if !rest.is_empty() {
+        let why = Refusal(format!(
+            "bytes were sent to {host}:{port} before the proxy answered the CONNECT"
+        ));
+        return refuse_target(shared, client, (400, "Bad Request"), &why, None, None);
+    }
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    let guarded = |s| GuardedStream::new(s, Arc::clone(shared));
+    let (Ok(client), Ok(upstream)) = (guarded(client), guarded(upstream)) else {
+        return;
+    };
+    intercept.serve(Intercepted {
+        client,
+        upstream,
+        host,
+        port,
+        refusals: Refusals {
+            shared: Arc::clone(shared),
+        },
+    });
 }
 
 /// One direction of a relay: bytes read from one socket, not yet written
@@ -582,9 +653,9 @@ fn relay(
 /// No `SIGPIPE` for a write to a closed peer (Linux; elsewhere the
 /// embedding binary's disposition holds, which Rust sets to ignore).
 #[cfg(target_os = "linux")]
-const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+pub(super) const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
 #[cfg(not(target_os = "linux"))]
-const SEND_FLAGS: libc::c_int = 0;
+pub(super) const SEND_FLAGS: libc::c_int = 0;
 
 fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     // A socket we want nothing from is left out (fd -1), or its hang-up

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use cordon_core::explain::{DenialKind, DenialLog, Remedy};
 use cordon_core::{ChildCommand, Network};
 use cordon_egress::{
-    proxy_url, EgressLimits, EgressProxy, HostPattern, RefusalObserver, RefusedRequest, PROXY_ENV,
-    PROXY_PORT,
+    proxy_url, EgressLimits, EgressProxy, HostPattern, Intercept, RefusalObserver, RefusedRequest,
+    PROXY_ENV, PROXY_PORT,
 };
 
 use crate::Layers;
@@ -44,25 +44,28 @@ pub(crate) struct EgressPlan {
 pub(crate) struct EgressSession {
     receive: OwnedFd,
     allow: Vec<HostPattern>,
+    intercept: Option<Arc<dyn Intercept>>,
     proxy: Mutex<Option<EgressProxy>>,
     /// In explain mode: the proxy's refusals (`explain.rs`).
     pub(crate) refusals: Option<Arc<DenialLog>>,
 }
 
-/// The allowlist of `network`, `None` for `Network::Deny`, or why this
+/// The way out a network policy asks for: the allowlist, and what
+/// terminates some of its connections (the credential broker).
+pub(crate) type WayOut = (Vec<HostPattern>, Option<Arc<dyn Intercept>>);
+
+/// The way out of `network`, `None` for `Network::Deny`, or why this
 /// backend cannot enforce it with `layers`.
-pub(crate) fn allowlist(
-    network: &Network,
-    layers: Layers,
-) -> Result<Option<Vec<HostPattern>>, String> {
+pub(crate) fn allowlist(network: &Network, layers: Layers) -> Result<Option<WayOut>, String> {
     match network {
         Network::Deny => Ok(None),
-        Network::Allow(_) if !layers.seccomp_allowlist => Err(
+        Network::Allow(_) | Network::Brokered(_) if !layers.seccomp_allowlist => Err(
             "Network::Allow needs the seccomp allowlist layer (the deny-list lets UDP \
              and raw sockets be made): use every layer, or Network::Deny"
                 .into(),
         ),
-        Network::Allow(hosts) => Ok(Some(hosts.clone())),
+        Network::Allow(hosts) => Ok(Some((hosts.clone(), None))),
+        Network::Brokered(b) => Ok(Some((b.hosts.clone(), Some(b.intercept.clone())))),
         other => Err(format!(
             "network policy {other:?} is not supported by the Linux backend (only Deny and \
              Allow): upgrade cordon-backend-linux or use Network::Deny"
@@ -74,7 +77,7 @@ pub(crate) fn allowlist(
 /// launcher, the session for the host), and `cmd`'s proxy variables.
 pub(crate) fn prepare(
     cmd: &mut ChildCommand,
-    allow: Vec<HostPattern>,
+    (allow, intercept): WayOut,
 ) -> io::Result<(EgressPlan, EgressSession)> {
     let url = proxy_url();
     for var in PROXY_ENV {
@@ -101,6 +104,7 @@ pub(crate) fn prepare(
         EgressSession {
             receive,
             allow,
+            intercept,
             proxy: Mutex::new(None),
             refusals: None,
         },
@@ -120,15 +124,22 @@ impl EgressSession {
                     (Some(t), None) => format!("{t} ({})", r.reason),
                     (None, _) => r.reason.clone(),
                 };
-                let remedy = match &r.allow_with {
-                    Some(entry) => Remedy::AllowHost(entry.clone()),
-                    None => Remedy::None,
+                let remedy = match (&r.allow_with, &r.allow_rule) {
+                    (Some(entry), _) => Remedy::AllowHost(entry.clone()),
+                    (None, Some(rule)) => Remedy::AllowRequest(rule.clone()),
+                    (None, None) => Remedy::None,
                 };
                 log.record(DenialKind::Network, &object, "connect", remedy);
             }) as RefusalObserver
         });
         let started = super::fd_pass::receive_fd(&self.receive).and_then(|l| {
-            EgressProxy::serve_observed(l, self.allow.clone(), EgressLimits::default(), observer)
+            EgressProxy::serve_intercepted(
+                l,
+                self.allow.clone(),
+                EgressLimits::default(),
+                observer,
+                self.intercept.clone(),
+            )
         });
         match started {
             Ok(p) => {

@@ -171,10 +171,114 @@ pub struct PolicyFile {
     /// `[network] allow`, then `[network] private` as private ranges.
     #[serde(serialize_with = "ser_hosts")]
     pub network: Vec<Entry<cordon_egress::HostPattern>>,
+    /// `[network] rules`: request rules (methods and paths per host).
+    #[serde(serialize_with = "ser_display")]
+    pub rules: Vec<Entry<cordon_egress::RequestRule>>,
+    /// `[network] upstream_ca`: a PEM file of CAs the broker trusts for
+    /// upstream servers, beyond the WebPKI roots.
+    pub upstream_ca: Option<Entry<PathBuf>>,
+    /// `[secrets.NAME]`: credentials the program uses but never holds.
+    pub secrets: BTreeMap<String, Entry<SecretBinding>>,
     /// `timeout` (seconds).
     pub timeout: Option<Entry<Duration>>,
     /// `scratch`.
     pub scratch: Option<Entry<ScratchSetting>>,
+}
+
+/// Where a secret's value comes from (`from`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecretSource {
+    /// `env:VAR`: a variable of cordon's own environment (never passed to
+    /// the program).
+    Env(String),
+    /// `file:PATH`: a file's contents, one trailing newline dropped (a
+    /// path outside everything the sandbox may read).
+    File(PathBuf),
+    /// `store:PACKAGE/NAME`: a secret of the sealed store `cordon star
+    /// secret set` writes.
+    Store {
+        /// The package namespace.
+        package: String,
+        /// The secret's name in it.
+        name: String,
+    },
+}
+
+/// A `[secrets.NAME]` table: where the value comes from, which hosts it
+/// may go to, how, and where the program finds its placeholder.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SecretBinding {
+    /// `from`.
+    pub from: SecretSource,
+    /// `hosts`: exact names, HTTPS (the egress grammar).
+    #[serde(serialize_with = "ser_patterns")]
+    pub hosts: Vec<cordon_egress::HostPattern>,
+    /// `header`: `"Name: template with {}"`, set on every request to the
+    /// hosts; without it the placeholder is swapped where it appears in
+    /// a request's headers.
+    pub header: Option<String>,
+    /// `env`: the variable holding the placeholder (the secret's name
+    /// unless given).
+    pub env: String,
+}
+
+impl SecretSource {
+    /// Parses `env:VAR`, `file:PATH` or `store:PACKAGE/NAME` (the path
+    /// not yet expanded).
+    pub fn parse(s: &str) -> Result<SecretSource, String> {
+        let bad = || {
+            format!(
+                "`{s}` is not a secret source: use env:VAR, file:PATH or store:PACKAGE/NAME (never \
+                 the value itself)"
+            )
+        };
+        let (kind, rest) = s.split_once(':').ok_or_else(bad)?;
+        if rest.is_empty() {
+            return Err(bad());
+        }
+        match kind {
+            "env" if !rest.contains('=') && !rest.contains('\0') => {
+                Ok(SecretSource::Env(rest.into()))
+            }
+            "file" => Ok(SecretSource::File(rest.into())),
+            "store" => match rest.split_once('/') {
+                Some((p, n)) if !p.is_empty() && !n.is_empty() => Ok(SecretSource::Store {
+                    package: p.into(),
+                    name: n.into(),
+                }),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretSource::Env(v) => write!(f, "env:{v}"),
+            SecretSource::File(p) => write!(f, "file:{}", p.display()),
+            SecretSource::Store { package, name } => write!(f, "store:{package}/{name}"),
+        }
+    }
+}
+
+fn ser_display<S: serde::Serializer, T: std::fmt::Display>(
+    v: &[Entry<T>],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|e| Entry {
+        value: e.value.to_string(),
+        origin: e.origin.clone(),
+    }))
+}
+
+fn ser_patterns<S: serde::Serializer>(
+    v: &[cordon_egress::HostPattern],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(ToString::to_string))
 }
 
 fn ser_masks<S: serde::Serializer>(v: &[Entry<MaskPattern>], s: S) -> Result<S::Ok, S::Error> {
@@ -211,6 +315,17 @@ struct Raw {
     limits: RawLimits,
     #[serde(default)]
     network: RawNetwork,
+    #[serde(default)]
+    secrets: BTreeMap<String, RawSecret>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecret {
+    from: Spanned<String>,
+    hosts: Vec<Spanned<String>>,
+    header: Option<Spanned<String>>,
+    env: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -257,6 +372,9 @@ struct RawNetwork {
     allow: Vec<Spanned<String>>,
     #[serde(default)]
     private: Vec<Spanned<String>>,
+    #[serde(default)]
+    rules: Vec<Spanned<String>>,
+    upstream_ca: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -445,6 +563,56 @@ pub(super) fn parse(
             value: cordon_egress::HostPattern::private_range(range),
             origin: at(r.span()),
         });
+    }
+    for r in &raw.network.rules {
+        let value = r
+            .get_ref()
+            .parse::<cordon_egress::RequestRule>()
+            .map_err(|e| bad(r.span(), "network.rules", e.to_string()))?;
+        out.rules.push(Entry {
+            value,
+            origin: at(r.span()),
+        });
+    }
+    if let Some(c) = &raw.network.upstream_ca {
+        out.upstream_ca = Some(path(c, "network.upstream_ca")?);
+    }
+    for (name, t) in &raw.secrets {
+        let key = format!("secrets.{name}");
+        let r = t;
+        let from = match SecretSource::parse(r.from.get_ref())
+            .map_err(|m| bad(r.from.span(), &format!("{key}.from"), m))?
+        {
+            SecretSource::File(_) => {
+                let raw_path = r.from.get_ref()["file:".len()..].to_string();
+                let spanned = Spanned::new(r.from.span(), raw_path);
+                SecretSource::File(path(&spanned, &format!("{key}.from"))?.value)
+            }
+            other => other,
+        };
+        let mut hosts = Vec::new();
+        for h in &r.hosts {
+            hosts.push(
+                h.get_ref()
+                    .parse::<cordon_egress::HostPattern>()
+                    .map_err(|e| bad(h.span(), &format!("{key}.hosts"), e.to_string()))?,
+            );
+        }
+        out.secrets.insert(
+            name.clone(),
+            Entry {
+                value: SecretBinding {
+                    from,
+                    hosts,
+                    header: r.header.as_ref().map(|h| h.get_ref().clone()),
+                    env: r
+                        .env
+                        .as_ref()
+                        .map_or_else(|| name.clone(), |e| e.get_ref().clone()),
+                },
+                origin: at(r.from.span()),
+            },
+        );
     }
     if let Some(t) = &raw.timeout {
         out.timeout = Some(Entry {

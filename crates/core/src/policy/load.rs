@@ -11,7 +11,7 @@ use super::file::{
     parse, EnvValue, Expansions, Origin, PolicyError, PolicyFile, ScratchSetting,
     MAX_EXTENDS_DEPTH, MAX_POLICY_BYTES,
 };
-use super::{LimitScope, Network};
+use super::LimitScope;
 use crate::spawn::RunnerConfig;
 use crate::spec::{ChildSpec, Scratch};
 
@@ -58,6 +58,11 @@ impl PolicyFile {
         add(&mut self.masks, later.masks);
         add(&mut self.env_pass, later.env_pass);
         add(&mut self.network, later.network);
+        add(&mut self.rules, later.rules);
+        if later.upstream_ca.is_some() {
+            self.upstream_ca = later.upstream_ca;
+        }
+        self.secrets.extend(later.secrets);
         self.env_set.extend(later.env_set);
         let (l, n) = (&mut self.limits, later.limits);
         for (to, from) in [
@@ -175,12 +180,9 @@ impl PolicyFile {
             .masks
             .extend(self.masks.iter().map(|m| m.value.clone()));
         if !self.network.is_empty() {
-            let mut hosts = match &config.network {
-                Network::Allow(h) => h.clone(),
-                _ => Vec::new(),
-            };
-            hosts.extend(self.network.iter().map(|e| e.value.clone()));
-            config.network = Network::Allow(hosts);
+            config.network = config
+                .network
+                .with_hosts(self.network.iter().map(|e| e.value.clone()));
         }
         let (c, l) = (&mut config.ceilings, &self.limits);
         let scope = |name: &str| l.scopes.get(name).map(|e| e.value);

@@ -20,7 +20,7 @@ mod reference;
 
 pub use file::{
     from_toml, Entry, EnvValue, Expansions, LimitSettings, Origin, PolicyError, PolicyFile,
-    ScratchSetting, MAX_EXTENDS_DEPTH, MAX_POLICY_BYTES,
+    ScratchSetting, SecretBinding, SecretSource, MAX_EXTENDS_DEPTH, MAX_POLICY_BYTES,
 };
 pub use load::{Access, Answer};
 pub use mask::{resolve as resolve_masks, MaskPattern, MAX_MASK_WALK};
@@ -90,6 +90,90 @@ pub enum Network {
     /// An empty list is allowed and means "the proxy, which refuses
     /// everything".
     Allow(Vec<cordon_egress::HostPattern>),
+    /// [`Network::Allow`], with the `CONNECT`s to some hosts terminated
+    /// and served by an interceptor instead of tunnelled: the credential
+    /// broker (`cordon-broker`), for the hosts its secrets are bound to
+    /// and its request rules are for. Everything else is as `Allow`.
+    ///
+    /// It holds a live object (the broker, with secret values in its
+    /// memory), so it neither serializes nor deserializes: a policy that
+    /// carries one cannot be written out and read back as something less.
+    Brokered(BrokeredNetwork),
+}
+
+/// [`Network::Brokered`]'s allowlist and interceptor.
+#[derive(Clone)]
+pub struct BrokeredNetwork {
+    /// The allowlist, as for [`Network::Allow`]; it must hold the
+    /// interceptor's hosts for it to see them.
+    pub hosts: Vec<cordon_egress::HostPattern>,
+    /// What terminates the connections it wants.
+    pub intercept: std::sync::Arc<dyn cordon_egress::Intercept>,
+}
+
+impl std::fmt::Debug for BrokeredNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokeredNetwork")
+            .field("hosts", &self.hosts)
+            .field("intercept", &self.intercept)
+            .finish()
+    }
+}
+
+impl PartialEq for BrokeredNetwork {
+    /// The same hosts and the very same interceptor.
+    fn eq(&self, other: &Self) -> bool {
+        self.hosts == other.hosts && std::sync::Arc::ptr_eq(&self.intercept, &other.intercept)
+    }
+}
+
+impl Eq for BrokeredNetwork {}
+
+impl Serialize for BrokeredNetwork {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom(
+            "a brokered network holds the run's broker and cannot be serialized",
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for BrokeredNetwork {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "a brokered network cannot be read from data: build one with a broker",
+        ))
+    }
+}
+
+impl Network {
+    /// The allowlist, for `Allow` and `Brokered`.
+    pub fn allowlist(&self) -> Option<&[cordon_egress::HostPattern]> {
+        match self {
+            Network::Deny => None,
+            Network::Allow(h) => Some(h),
+            Network::Brokered(b) => Some(&b.hosts),
+        }
+    }
+
+    /// The allowlist with `more` added: a `Deny` becomes an `Allow`, a
+    /// `Brokered` keeps its interceptor.
+    pub fn with_hosts(
+        &self,
+        more: impl IntoIterator<Item = cordon_egress::HostPattern>,
+    ) -> Network {
+        match self {
+            Network::Brokered(b) => {
+                let mut b = b.clone();
+                b.hosts.extend(more);
+                Network::Brokered(b)
+            }
+            other => {
+                let mut hosts = other.allowlist().map(<[_]>::to_vec).unwrap_or_default();
+                hosts.extend(more);
+                Network::Allow(hosts)
+            }
+        }
+    }
 }
 
 /// Resource limits. `None` means "no limit from this layer".

@@ -160,6 +160,51 @@ pub const REFERENCE: &[KeyDoc] = &[
               (`--allow-private`), named explicitly. Lists add up.",
         example: r#"["10.0.0.0/8"]"#,
     },
+    KeyDoc {
+        key: "network.rules",
+        kind: "array of request rules",
+        doc: "`METHODS https://HOST/PATH`: on a host with rules, only the requests a rule \
+              allows (`*` one path segment, `**` any); the proxy terminates TLS to check \
+              (`--rule`). Lists add up.",
+        example: r#"["GET,HEAD https://api.github.com/repos/acme/**"]"#,
+    },
+    KeyDoc {
+        key: "network.upstream_ca",
+        kind: "path",
+        doc: "A PEM file of CAs the broker trusts for the servers it terminates toward, besides \
+              the WebPKI roots (`--upstream-ca`). Later wins.",
+        example: r#""/etc/ssl/corp-ca.pem""#,
+    },
+    KeyDoc {
+        key: "secrets.NAME.from",
+        kind: "string",
+        doc: "Where the value of secret NAME comes from: `env:VAR` (cordon's environment), \
+              `file:PATH` or `store:PACKAGE/NAME`; missing or unreadable refuses the run \
+              (`--secret NAME=SOURCE`).",
+        example: r#""env:GITHUB_TOKEN""#,
+    },
+    KeyDoc {
+        key: "secrets.NAME.hosts",
+        kind: "array of host patterns",
+        doc: "The exact names (HTTPS) the value may go to; the proxy swaps it in toward these \
+              only, and they are allowed (`--secret-host NAME=HOST`).",
+        example: r#"["api.github.com"]"#,
+    },
+    KeyDoc {
+        key: "secrets.NAME.header",
+        kind: "string",
+        doc: "A header the proxy sets on every request to the hosts, `{}` standing for the \
+              value; without it the placeholder is swapped where it appears in the headers \
+              (`--secret-header NAME=TEMPLATE`).",
+        example: r#""Authorization: Bearer {}""#,
+    },
+    KeyDoc {
+        key: "secrets.NAME.env",
+        kind: "string",
+        doc: "The variable the program finds the placeholder in (default: NAME) \
+              (`--secret-env NAME=VAR`).",
+        example: r#""GITHUB_TOKEN""#,
+    },
 ];
 
 #[cfg(test)]
@@ -218,7 +263,7 @@ mod tests {
                 } else {
                     format!("{section}.{key}")
                 };
-                let is_section = ["fs", "env", "limits", "network"].contains(&key);
+                let is_section = ["fs", "env", "limits", "network", "secrets"].contains(&key);
                 assert!(
                     is_section || REFERENCE.iter().any(|k| k.key == full),
                     "`{full}` is accepted but not in REFERENCE"

@@ -1,0 +1,799 @@
+//! [`Broker`]: the parts put together as the egress proxy's interceptor.
+//! A `CONNECT` to a host a secret is bound to, or a request rule is for,
+//! is terminated with a leaf of the run's CA; the upstream is verified;
+//! then each HTTP/1.1 request is judged, rewritten and sent, its body
+//! re-framed, and the answer sent back with the values scrubbed.
+//!
+//! Blocking I/O on the proxy's connection thread, as the rest of the
+//! proxy (the egress crate says why): rustls's `StreamOwned` over the
+//! proxy's [`GuardedStream`]s, which end every wait when the proxy stops.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use cordon_egress::{
+    GuardedStream, HostPattern, Intercept, Intercepted, RefusedRequest, RequestRule, TargetHost,
+};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, ServerConnection, StreamOwned};
+
+use crate::head::{rewrite, Body, MAX_HEAD, MAX_HEADERS};
+use crate::{BrokerError, RunCa, Scrubber, Secret};
+
+/// The credential broker of one run: its CA, the upstream TLS client, the
+/// secrets and the request rules. What the egress proxy is given as its
+/// [`Intercept`].
+pub struct Broker {
+    ca: Arc<RunCa>,
+    upstream: Arc<rustls::ClientConfig>,
+    secrets: Vec<Secret>,
+    rules: Vec<RequestRule>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("secrets", &self.secrets)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// A broker for `secrets` and `rules`, with a fresh CA; the upstream
+    /// is verified against the WebPKI roots and `upstream_ca_pem` (an
+    /// operator's PEM bundle, for private hosts).
+    pub fn new(
+        secrets: Vec<Secret>,
+        rules: Vec<RequestRule>,
+        upstream_ca_pem: Option<&[u8]>,
+    ) -> Result<Broker, BrokerError> {
+        let mut names: Vec<&str> = secrets.iter().map(Secret::name).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(BrokerError::Secret(format!(
+                "secret {:?} is named twice",
+                w[0]
+            )));
+        }
+        Ok(Broker {
+            ca: Arc::new(RunCa::new()?),
+            upstream: crate::upstream::client_config(upstream_ca_pem)?,
+            secrets,
+            rules,
+        })
+    }
+
+    /// The run's CA (its certificate goes into the sandbox's trust
+    /// bundle).
+    pub fn ca(&self) -> &RunCa {
+        &self.ca
+    }
+
+    /// The secrets (names and placeholders for the program).
+    pub fn secrets(&self) -> &[Secret] {
+        &self.secrets
+    }
+
+    /// The request rules.
+    pub fn rules(&self) -> &[RequestRule] {
+        &self.rules
+    }
+
+    /// The allowlist entries the broker's bindings and rules need: each
+    /// secret's hosts and each rule's host, over HTTPS. A binding or a
+    /// rule is the operator's word that the host is reached.
+    pub fn hosts(&self) -> Vec<HostPattern> {
+        let mut out: Vec<HostPattern> = self.rules.iter().map(|r| r.host().clone()).collect();
+        for s in &self.secrets {
+            for (h, p) in s.hosts() {
+                if let Ok(pattern) = format!("https://{h}:{p}").parse() {
+                    out.push(pattern);
+                }
+            }
+        }
+        out
+    }
+
+    fn ruled(&self, host: &TargetHost, port: u16) -> bool {
+        self.rules.iter().any(|r| r.covers(host, port))
+    }
+
+    fn scrubber(&self) -> Scrubber {
+        Scrubber::new(
+            self.secrets
+                .iter()
+                .map(|s| {
+                    (
+                        s.value().as_bytes().to_vec(),
+                        s.placeholder().as_bytes().to_vec(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn scrub(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut s = self.scrubber();
+        let mut out = s.push(bytes);
+        out.extend(s.finish());
+        out
+    }
+}
+
+impl Intercept for Broker {
+    fn terminates(&self, host: &TargetHost, port: u16) -> bool {
+        let TargetHost::Name(name) = host else {
+            return false;
+        };
+        self.secrets.iter().any(|s| s.bound_to(name, port)) || self.ruled(host, port)
+    }
+
+    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), String> {
+        if let TargetHost::Name(name) = host {
+            let bound = self
+                .secrets
+                .iter()
+                .any(|s| s.hosts().iter().any(|(h, _)| h == name));
+            if bound || self.ruled(host, 443) {
+                return Err(format!(
+                    "plain HTTP to {host}:{port}: a secret or a request rule is for {host}, \
+                     which goes over HTTPS only"
+                ));
+            }
+        }
+        for s in &self.secrets {
+            if contains(head, s.placeholder().as_bytes()) {
+                return Err(format!(
+                    "secret {}'s placeholder was sent to {host}:{port} over plain HTTP; it goes \
+                     to its bound hosts over HTTPS only",
+                    s.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn serve(&self, conn: Intercepted) {
+        let Intercepted {
+            client,
+            upstream,
+            host,
+            port,
+            refusals,
+        } = conn;
+        let TargetHost::Name(name) = &host else {
+            return;
+        };
+        let target = format!("{host}:{port}");
+        let refuse = |reason: String, allow_rule: Option<String>| {
+            refusals.refused(RefusedRequest {
+                target: Some(target.clone()),
+                allow_with: None,
+                reason,
+                allow_rule,
+            })
+        };
+        // The program's side: a leaf for the CONNECT's name only.
+        let server = self
+            .ca
+            .server_config(name)
+            .map_err(|e| e.to_string())
+            .and_then(|c| ServerConnection::new(c).map_err(|e| e.to_string()));
+        let mut program = match server {
+            Ok(s) => StreamOwned::new(s, client),
+            Err(e) => return refuse(format!("no TLS toward the program: {e}"), None),
+        };
+        if let Err(e) = handshake(&mut program.conn, &mut program.sock) {
+            return refuse(
+                format!(
+                    "the program's TLS handshake with the broker failed ({e}): a client that \
+                     pins its certificate, names another server, or does not trust the run's CA \
+                     cannot reach {host} through it"
+                ),
+                None,
+            );
+        }
+        let mut program = Buffered::new(program);
+        // The server's side, verified.
+        let client = ServerName::try_from(name.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|n| {
+                ClientConnection::new(self.upstream.clone(), n).map_err(|e| e.to_string())
+            });
+        let mut server = match client {
+            Ok(c) => StreamOwned::new(c, upstream),
+            Err(e) => {
+                let why = format!("no TLS toward {host}: {e}");
+                answer(&mut program, 502, "Bad Gateway", &why);
+                return refuse(why, None);
+            }
+        };
+        if let Err(e) = handshake(&mut server.conn, &mut server.sock) {
+            let why = format!(
+                "{host}'s certificate or TLS was not accepted ({e}); for a private CA give it \
+                 with --upstream-ca FILE (network.upstream_ca)"
+            );
+            answer(&mut program, 502, "Bad Gateway", &why);
+            return refuse(why, None);
+        }
+        let mut server = Buffered::new(server);
+        let session = Session {
+            broker: self,
+            host: &host,
+            name,
+            port,
+        };
+        loop {
+            match session.exchange(&mut program, &mut server) {
+                Ok(Next::Again) => {}
+                Ok(Next::Close) => break,
+                Err(Stop::Refused(reason, allow_with)) => {
+                    answer(&mut program, 403, "Forbidden", &reason);
+                    refuse(reason, allow_with);
+                    break;
+                }
+                Err(Stop::BadAnswer(reason)) => {
+                    answer(&mut program, 502, "Bad Gateway", &reason);
+                    refuse(reason, None);
+                    break;
+                }
+                Err(Stop::Io) => return,
+            }
+        }
+        program.close();
+        server.close();
+    }
+}
+
+/// Completes a TLS handshake over a blocking stream.
+fn handshake<D>(
+    conn: &mut rustls::ConnectionCommon<D>,
+    sock: &mut GuardedStream,
+) -> io::Result<()> {
+    while conn.is_handshaking() {
+        conn.complete_io(sock)?;
+    }
+    Ok(())
+}
+
+/// Why an exchange ended the connection.
+enum Stop {
+    /// The program's request is refused: the reason, and the rule that
+    /// would allow it.
+    Refused(String, Option<String>),
+    /// The server's answer cannot go through the broker.
+    BadAnswer(String),
+    /// A socket failed or closed mid-message, or the proxy stopped.
+    Io,
+}
+
+impl From<io::Error> for Stop {
+    fn from(_: io::Error) -> Stop {
+        Stop::Io
+    }
+}
+
+enum Next {
+    Again,
+    Close,
+}
+
+/// One side of a terminated connection, with what was read from it but
+/// not yet used.
+struct Buffered<S> {
+    stream: S,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+/// The longest chunk-size or trailer line the broker reads.
+const MAX_LINE: usize = 4096;
+
+impl<S: Read + Write + Closing> Buffered<S> {
+    fn new(stream: S) -> Self {
+        Buffered {
+            stream,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    fn available(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// Reads more; `false` at the end of the stream.
+    fn fill(&mut self) -> Result<bool, Stop> {
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            // A peer that ends TLS without close_notify is an end too.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(_) => Err(Stop::Io),
+        }
+    }
+
+    /// Up to and with the empty line; `None` at a clean end before any
+    /// byte of it.
+    fn head(&mut self, max: usize, too_long: impl Fn() -> Stop) -> Result<Option<Vec<u8>>, Stop> {
+        let mut searched: usize = 0;
+        loop {
+            let from = searched.saturating_sub(3);
+            if let Some(end) = self.available()[from..]
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+            {
+                let end = from + end + 4;
+                let head = self.available()[..end].to_vec();
+                self.pos += end;
+                return Ok(Some(head));
+            }
+            searched = self.available().len();
+            if searched > max {
+                return Err(too_long());
+            }
+            if !self.fill()? {
+                return if self.available().is_empty() {
+                    Ok(None)
+                } else {
+                    Err(Stop::Io)
+                };
+            }
+        }
+    }
+
+    /// One line, without its CRLF (a bare LF is not a line end).
+    fn line(&mut self) -> Result<Vec<u8>, Stop> {
+        loop {
+            if let Some(end) = self.available().windows(2).position(|w| w == b"\r\n") {
+                let line = self.available()[..end].to_vec();
+                self.pos += end + 2;
+                return Ok(line);
+            }
+            if self.available().len() > MAX_LINE || !self.fill()? {
+                return Err(Stop::Io);
+            }
+        }
+    }
+
+    /// The next at most `max` bytes (at least one), or `None` at the end.
+    fn some(&mut self, max: usize) -> Result<Option<Vec<u8>>, Stop> {
+        if self.available().is_empty() && !self.fill()? {
+            return Ok(None);
+        }
+        let n = self.available().len().min(max);
+        let piece = self.available()[..n].to_vec();
+        self.pos += n;
+        Ok(Some(piece))
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), Stop> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()?;
+        Ok(())
+    }
+
+    fn close(mut self) {
+        self.stream.close();
+    }
+}
+
+/// A TLS stream's orderly end: `close_notify`, then the socket's.
+trait Closing {
+    fn close(&mut self);
+}
+
+impl<C> Closing for StreamOwned<C, GuardedStream>
+where
+    C: std::ops::DerefMut<Target = rustls::ConnectionCommon<<C as SideOf>::Data>> + SideOf,
+{
+    fn close(&mut self) {
+        self.conn.send_close_notify();
+        let _ = self.conn.complete_io(&mut self.sock);
+        self.sock.shutdown_write();
+    }
+}
+
+/// The connection data type of each side (to name its `ConnectionCommon`).
+trait SideOf {
+    type Data;
+}
+impl SideOf for ServerConnection {
+    type Data = rustls::server::ServerConnectionData;
+}
+impl SideOf for ClientConnection {
+    type Data = rustls::client::ClientConnectionData;
+}
+
+/// Answers the program with an error status and the reason.
+fn answer<S: Read + Write + Closing>(to: &mut Buffered<S>, code: u16, status: &str, why: &str) {
+    let body = format!("cordon credential broker: {why}\n");
+    let _ = to.send(
+        format!(
+            "HTTP/1.1 {code} {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+}
+
+/// One terminated connection's requests.
+struct Session<'a> {
+    broker: &'a Broker,
+    host: &'a TargetHost,
+    name: &'a str,
+    port: u16,
+}
+
+impl Session<'_> {
+    /// One request and its answer.
+    fn exchange<P, U>(
+        &self,
+        program: &mut Buffered<P>,
+        server: &mut Buffered<U>,
+    ) -> Result<Next, Stop>
+    where
+        P: Read + Write + Closing,
+        U: Read + Write + Closing,
+    {
+        let too_long = || {
+            Stop::Refused(
+                format!("the request head is longer than {MAX_HEAD} bytes"),
+                None,
+            )
+        };
+        let Some(raw) = program.head(MAX_HEAD, too_long)? else {
+            return Ok(Next::Close);
+        };
+        let req = rewrite(&raw, self.name, self.port, &self.broker.secrets)
+            .map_err(|r| Stop::Refused(r.0, None))?;
+        if self.broker.ruled(self.host, self.port)
+            && !self
+                .broker
+                .rules
+                .iter()
+                .any(|r| r.allows(&req.method, self.host, self.port, &req.target))
+        {
+            let path = req
+                .target
+                .split_once('?')
+                .map_or(req.target.as_str(), |(p, _)| p);
+            let port = if self.port == 443 {
+                String::new()
+            } else {
+                format!(":{}", self.port)
+            };
+            return Err(Stop::Refused(
+                format!(
+                    "no request rule allows {} {} on {}",
+                    req.method, req.target, self.host
+                ),
+                Some(format!("{} https://{}{port}{path}", req.method, self.host)),
+            ));
+        }
+        if req.expects_continue {
+            program.send(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        }
+        server.send(&req.head)?;
+        self.request_body(program, server, req.body)?;
+        if !program.available().is_empty() {
+            return Err(Stop::Refused(
+                "a second request came before the first one's answer (pipelining): the broker \
+                 takes one request at a time"
+                    .into(),
+                None,
+            ));
+        }
+        self.answer(program, server, req.method == "HEAD")
+    }
+
+    /// Sends the request's body on, re-framed the one way the broker
+    /// reads it, refusing any placeholder in it.
+    fn request_body<P, U>(
+        &self,
+        program: &mut Buffered<P>,
+        server: &mut Buffered<U>,
+        body: Body,
+    ) -> Result<(), Stop>
+    where
+        P: Read + Write + Closing,
+        U: Read + Write + Closing,
+    {
+        let mut watch = Watch::new(&self.broker.secrets);
+        match body {
+            Body::None => Ok(()),
+            Body::Length(mut left) => {
+                while left > 0 {
+                    let Some(piece) = program.some(left.min(64 * 1024) as usize)? else {
+                        return Err(Stop::Io);
+                    };
+                    watch.check(&piece)?;
+                    server.send(&piece)?;
+                    left -= piece.len() as u64;
+                }
+                Ok(())
+            }
+            Body::Chunked => loop {
+                let line = program.line()?;
+                let size = chunk_size(&line, false).ok_or_else(|| {
+                    Stop::Refused(
+                        "a chunk size line is not bare hex digits (no extensions go through \
+                         the broker)"
+                            .into(),
+                        None,
+                    )
+                })?;
+                if size == 0 {
+                    if !program.line()?.is_empty() {
+                        return Err(Stop::Refused(
+                            "a chunked body with trailers: none go through the broker".into(),
+                            None,
+                        ));
+                    }
+                    server.send(b"0\r\n\r\n")?;
+                    return Ok(());
+                }
+                server.send(format!("{size:x}\r\n").as_bytes())?;
+                let mut left = size;
+                while left > 0 {
+                    let Some(piece) = program.some(left.min(64 * 1024) as usize)? else {
+                        return Err(Stop::Io);
+                    };
+                    watch.check(&piece)?;
+                    server.send(&piece)?;
+                    left -= piece.len() as u64;
+                }
+                if !program.line()?.is_empty() {
+                    return Err(Stop::Refused("a chunk does not end with CRLF".into(), None));
+                }
+                server.send(b"\r\n")?;
+            },
+        }
+    }
+
+    /// Reads the server's answer and sends it to the program, the values
+    /// scrubbed and the body re-framed as chunks.
+    fn answer<P, U>(
+        &self,
+        program: &mut Buffered<P>,
+        server: &mut Buffered<U>,
+        head_request: bool,
+    ) -> Result<Next, Stop>
+    where
+        P: Read + Write + Closing,
+        U: Read + Write + Closing,
+    {
+        loop {
+            let too_long =
+                || Stop::BadAnswer(format!("the answer's head is over {MAX_HEAD} bytes"));
+            let Some(raw) = server.head(MAX_HEAD, too_long)? else {
+                return Err(Stop::BadAnswer(format!(
+                    "{} closed the connection without an answer",
+                    self.host
+                )));
+            };
+            let raw = self.broker.scrub(&raw);
+            let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut res = httparse::Response::new(&mut fields);
+            if !matches!(res.parse(&raw), Ok(httparse::Status::Complete(_))) {
+                return Err(Stop::BadAnswer(format!(
+                    "{}'s answer head does not parse",
+                    self.host
+                )));
+            }
+            let code = res.code.unwrap_or(0);
+            if code == 101 {
+                return Err(Stop::BadAnswer(
+                    "the server switched protocols; the broker reads HTTP/1.1 only".into(),
+                ));
+            }
+            if (100..200).contains(&code) {
+                program.send(&raw)?;
+                continue;
+            }
+            if code == 206 {
+                return Err(Stop::BadAnswer(
+                    "the server sent part of a resource (206); the broker scrubs whole answers \
+                     only"
+                        .into(),
+                ));
+            }
+            let mut length = None;
+            let mut chunked = false;
+            let mut close = false;
+            let mut out = format!("HTTP/1.1 {code} {}\r\n", res.reason.unwrap_or("")).into_bytes();
+            let no_body = head_request || code == 204 || code == 304;
+            for f in res.headers.iter() {
+                let value = String::from_utf8_lossy(f.value);
+                let n = f.name;
+                if n.eq_ignore_ascii_case("content-encoding")
+                    && !value.trim().eq_ignore_ascii_case("identity")
+                {
+                    return Err(Stop::BadAnswer(format!(
+                        "the server encoded its answer ({value}) though identity was asked; the \
+                         broker cannot scrub an encoded answer"
+                    )));
+                }
+                if n.eq_ignore_ascii_case("connection")
+                    && value.to_ascii_lowercase().contains("close")
+                {
+                    close = true;
+                }
+                let framing = n.eq_ignore_ascii_case("content-length")
+                    || n.eq_ignore_ascii_case("transfer-encoding");
+                if n.eq_ignore_ascii_case("content-length") {
+                    if length.is_some() {
+                        return Err(Stop::BadAnswer("two Content-Length headers".into()));
+                    }
+                    length =
+                        Some(value.trim().parse::<u64>().map_err(|_| {
+                            Stop::BadAnswer("Content-Length is not a number".into())
+                        })?);
+                }
+                if n.eq_ignore_ascii_case("transfer-encoding") {
+                    if !value.trim().eq_ignore_ascii_case("chunked") || chunked {
+                        return Err(Stop::BadAnswer(format!(
+                            "Transfer-Encoding {value}: only one `chunked` goes through the broker"
+                        )));
+                    }
+                    chunked = true;
+                }
+                if framing && !no_body {
+                    continue;
+                }
+                out.extend_from_slice(n.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(f.value);
+                out.extend_from_slice(b"\r\n");
+            }
+            if chunked && length.is_some() {
+                return Err(Stop::BadAnswer(
+                    "an answer framed by both Content-Length and Transfer-Encoding".into(),
+                ));
+            }
+            if no_body {
+                out.extend_from_slice(b"\r\n");
+                program.send(&out)?;
+                return Ok(if close { Next::Close } else { Next::Again });
+            }
+            let until_close = !chunked && length.is_none();
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            if until_close {
+                out.extend_from_slice(b"Connection: close\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+            program.send(&out)?;
+            let mut scrub = self.broker.scrubber();
+            let mut emit = |program: &mut Buffered<P>, piece: &[u8]| -> Result<(), Stop> {
+                let clean = scrub.push(piece);
+                send_chunk(program, &clean)
+            };
+            if chunked {
+                loop {
+                    let line = server.line()?;
+                    let size = chunk_size(&line, true).ok_or_else(|| {
+                        Stop::BadAnswer("a chunk size line of the answer does not parse".into())
+                    })?;
+                    if size == 0 {
+                        // Trailers are read and dropped.
+                        while !server.line()?.is_empty() {}
+                        break;
+                    }
+                    let mut left = size;
+                    while left > 0 {
+                        let Some(piece) = server.some(left.min(64 * 1024) as usize)? else {
+                            return Err(Stop::Io);
+                        };
+                        left -= piece.len() as u64;
+                        emit(program, &piece)?;
+                    }
+                    if !server.line()?.is_empty() {
+                        return Err(Stop::Io);
+                    }
+                }
+            } else if let Some(mut left) = length {
+                while left > 0 {
+                    let Some(piece) = server.some(left.min(64 * 1024) as usize)? else {
+                        return Err(Stop::Io);
+                    };
+                    left -= piece.len() as u64;
+                    emit(program, &piece)?;
+                }
+            } else {
+                while let Some(piece) = server.some(64 * 1024)? {
+                    emit(program, &piece)?;
+                }
+            }
+            send_chunk(program, &scrub.finish())?;
+            program.send(b"0\r\n\r\n")?;
+            return Ok(if close || until_close {
+                Next::Close
+            } else {
+                Next::Again
+            });
+        }
+    }
+}
+
+fn send_chunk<P: Read + Write + Closing>(to: &mut Buffered<P>, bytes: &[u8]) -> Result<(), Stop> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let mut framed = format!("{:x}\r\n", bytes.len()).into_bytes();
+    framed.extend_from_slice(bytes);
+    framed.extend_from_slice(b"\r\n");
+    to.send(&framed)
+}
+
+/// A chunk-size line: hex digits (at most 15), and, when
+/// `extensions` (an answer's, which are dropped), `;…` after them.
+fn chunk_size(line: &[u8], extensions: bool) -> Option<u64> {
+    let digits = match line.iter().position(|&b| b == b';') {
+        Some(i) if extensions => &line[..i],
+        Some(_) => return None,
+        None => line,
+    };
+    let digits = std::str::from_utf8(digits).ok()?;
+    let digits = if extensions {
+        digits.trim_end()
+    } else {
+        digits
+    };
+    if digits.is_empty() || digits.len() > 15 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}
+
+/// Watches a request body for any secret's placeholder, across pieces.
+struct Watch<'a> {
+    placeholders: Vec<&'a [u8]>,
+    tail: Vec<u8>,
+    keep: usize,
+}
+
+impl<'a> Watch<'a> {
+    fn new(secrets: &'a [Secret]) -> Watch<'a> {
+        let placeholders: Vec<&[u8]> = secrets.iter().map(|s| s.placeholder().as_bytes()).collect();
+        let keep = placeholders.iter().map(|p| p.len()).max().unwrap_or(1) - 1;
+        Watch {
+            placeholders,
+            tail: Vec::new(),
+            keep,
+        }
+    }
+
+    /// `Err` when a placeholder ends in `piece` (so the piece that would
+    /// complete it is never sent).
+    fn check(&mut self, piece: &[u8]) -> Result<(), Stop> {
+        self.tail.extend_from_slice(piece);
+        if let Some(p) = self.placeholders.iter().find(|p| contains(&self.tail, p)) {
+            let name = String::from_utf8_lossy(p);
+            return Err(Stop::Refused(
+                format!(
+                    "a placeholder ({name}) is in the request body: a secret goes in headers \
+                     only"
+                ),
+                None,
+            ));
+        }
+        let cut = self.tail.len().saturating_sub(self.keep);
+        self.tail.drain(..cut);
+        Ok(())
+    }
+}
+
+/// Whether `needle` is in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}

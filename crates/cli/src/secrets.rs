@@ -1,0 +1,314 @@
+//! `cordon run`'s credential broker: the `[secrets.NAME]` bindings and
+//! `network.rules` of the policy files and their flags, resolved into a
+//! [`Broker`], the sandbox's trust bundle and the placeholders in the
+//! program's environment.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use cordon_broker::{Broker, HeaderTemplate, Secret};
+use cordon_core::policy::{PolicyFile, SecretBinding, SecretSource};
+use cordon_core::{BrokeredNetwork, ChildSpec, Network, RunnerConfig};
+use cordon_egress::{HostPattern, RequestRule};
+
+/// The flags that mirror `[secrets.NAME]` and `network.rules` /
+/// `network.upstream_ca`.
+#[derive(Args, Default)]
+pub struct SecretArgs {
+    /// A credential the program uses but never holds (repeatable):
+    /// NAME=SOURCE, the source `env:VAR` (cordon's own environment),
+    /// `file:PATH` or `store:PACKAGE/NAME`. The program gets a per-run
+    /// placeholder in $NAME; the proxy swaps the value in toward the
+    /// --secret-host hosts only. A missing source refuses the run.
+    #[arg(long = "secret", value_name = "NAME=SOURCE")]
+    secret: Vec<String>,
+    /// A host (exact name, HTTPS) secret NAME may go to (repeatable).
+    #[arg(long = "secret-host", value_name = "NAME=HOST")]
+    secret_host: Vec<String>,
+    /// A header the proxy sets on every request to NAME's hosts, `{}`
+    /// for the value (e.g. `GH=Authorization: Bearer {}`).
+    #[arg(long = "secret-header", value_name = "NAME=TEMPLATE")]
+    secret_header: Vec<String>,
+    /// The variable holding NAME's placeholder (default NAME).
+    #[arg(long = "secret-env", value_name = "NAME=VAR")]
+    secret_env: Vec<String>,
+    /// A request rule (repeatable): `METHODS https://HOST/PATH`; on a
+    /// host with rules only what one allows passes (`*` a path segment,
+    /// `**` any). The proxy terminates TLS to that host to check.
+    #[arg(long = "rule", value_name = "METHODS URL")]
+    rule: Vec<RequestRule>,
+    /// A PEM file of CAs to trust for the servers the broker terminates
+    /// toward (a private API), besides the WebPKI roots.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+}
+
+impl SecretArgs {
+    /// Whether any flag asks for the broker.
+    pub fn any(&self) -> bool {
+        !self.secret.is_empty() || !self.rule.is_empty() || self.upstream_ca.is_some()
+    }
+}
+
+/// What a run with a broker keeps until the program ends: the broker
+/// (also held by the proxy) and the trust bundle's directory.
+pub struct Brokering {
+    _bundle: tempfile::TempDir,
+}
+
+/// Where the system's CA bundle is, first found wins.
+const SYSTEM_BUNDLES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// The variables pointing the usual clients at the bundle (system roots
+/// and the run's CA).
+pub const BUNDLE_VARS: [&str; 4] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+];
+
+fn split<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str), String> {
+    s.split_once('=')
+        .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+        .ok_or_else(|| format!("{flag} {s:?}: write NAME=VALUE"))
+}
+
+/// The bindings of the policy files, then the flags on top.
+fn bindings(
+    policy: Option<&PolicyFile>,
+    args: &SecretArgs,
+) -> Result<BTreeMap<String, SecretBinding>, String> {
+    let mut out: BTreeMap<String, SecretBinding> = policy
+        .map(|p| {
+            p.secrets
+                .iter()
+                .map(|(k, e)| (k.clone(), e.value.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for s in &args.secret {
+        let (name, source) = split("--secret", s)?;
+        let from = SecretSource::parse(source)?;
+        out.entry(name.to_owned())
+            .and_modify(|b| b.from = from.clone())
+            .or_insert_with(|| SecretBinding {
+                from,
+                hosts: Vec::new(),
+                header: None,
+                env: name.to_owned(),
+            });
+    }
+    let named = |flag: &str, s: &str| -> Result<(String, String), String> {
+        let (n, v) = split(flag, s)?;
+        if !out.contains_key(n) && !args.secret.iter().any(|x| x.starts_with(&format!("{n}="))) {
+            return Err(format!(
+                "{flag} {s:?}: no secret {n} (give --secret {n}=SOURCE)"
+            ));
+        }
+        Ok((n.to_owned(), v.to_owned()))
+    };
+    let mut hosts = Vec::new();
+    for s in &args.secret_host {
+        let (n, h) = named("--secret-host", s)?;
+        let h: HostPattern = h.parse().map_err(|e| format!("--secret-host {s:?}: {e}"))?;
+        hosts.push((n, h));
+    }
+    let mut headers = Vec::new();
+    for s in &args.secret_header {
+        headers.push(named("--secret-header", s)?);
+    }
+    let mut envs = Vec::new();
+    for s in &args.secret_env {
+        envs.push(named("--secret-env", s)?);
+    }
+    for (n, h) in hosts {
+        out.get_mut(&n).expect("checked").hosts.push(h);
+    }
+    for (n, h) in headers {
+        out.get_mut(&n).expect("checked").header = Some(h);
+    }
+    for (n, v) in envs {
+        out.get_mut(&n).expect("checked").env = v;
+    }
+    Ok(out)
+}
+
+/// Reads a secret's value from its source. `grants`: every path the
+/// sandbox may read; a file source inside one is refused (the program
+/// could read the value itself).
+fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Result<String, String> {
+    match from {
+        SecretSource::Env(var) => std::env::var(var).map_err(|_| {
+            format!("secret {name}: its source env:{var} is not set (or not UTF-8) in cordon's environment")
+        }),
+        SecretSource::File(path) => {
+            let real = std::fs::canonicalize(path)
+                .map_err(|e| format!("secret {name}: its source file {} cannot be read: {e}", path.display()))?;
+            for g in grants {
+                if let Ok(g) = std::fs::canonicalize(g) {
+                    if real.starts_with(&g) {
+                        return Err(format!(
+                            "secret {name}: its source file {} is inside {}, which the sandbox may \
+                             read: keep the file out of every grant",
+                            path.display(),
+                            g.display()
+                        ));
+                    }
+                }
+            }
+            let mut v = std::fs::read_to_string(&real)
+                .map_err(|e| format!("secret {name}: its source file {} cannot be read: {e}", path.display()))?;
+            if v.ends_with('\n') {
+                v.pop();
+                if v.ends_with('\r') {
+                    v.pop();
+                }
+            }
+            Ok(v)
+        }
+        SecretSource::Store { package, name: key } => Err(format!(
+            "secret {name}: source store:{package}/{key}: `cordon run` does not read the sealed \
+             store yet; use env: or file:"
+        )),
+    }
+}
+
+/// Sets the run up for the broker when the policy or the flags ask for
+/// it: the secrets read, the broker made and put in `config.network`,
+/// the trust bundle granted and named in the program's environment, the
+/// placeholders in their variables. `None` when nothing asks for it.
+pub fn prepare(
+    policy: Option<&PolicyFile>,
+    args: &SecretArgs,
+    config: &mut RunnerConfig,
+    spec: &mut ChildSpec,
+) -> Result<Option<Brokering>, String> {
+    let bindings = bindings(policy, args)?;
+    let mut rules: Vec<RequestRule> = policy
+        .map(|p| p.rules.iter().map(|e| e.value.clone()).collect())
+        .unwrap_or_default();
+    rules.extend(args.rule.iter().cloned());
+    let upstream_ca = args
+        .upstream_ca
+        .clone()
+        .or_else(|| policy.and_then(|p| p.upstream_ca.as_ref().map(|e| e.value.clone())));
+    if bindings.is_empty() && rules.is_empty() {
+        if upstream_ca.is_some() {
+            return Err(
+                "--upstream-ca (network.upstream_ca) is for the hosts the broker terminates: \
+                 name a secret or a request rule, or drop it"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    }
+    let mut grants: Vec<PathBuf> = config.read_only.clone();
+    grants.extend(config.read_write.iter().cloned());
+    grants.extend(config.executable.iter().cloned());
+    let mut secrets = Vec::new();
+    for (name, b) in &bindings {
+        if b.hosts.is_empty() {
+            return Err(format!(
+                "secret {name} is bound to no host: give --secret-host {name}=HOST (secrets.{name}.hosts)"
+            ));
+        }
+        if let SecretSource::Env(var) = &b.from {
+            let passed = spec.pass_env.iter().any(|v| v == var.as_str())
+                || spec.env.iter().any(|(k, _)| k == var.as_str());
+            if passed {
+                return Err(format!(
+                    "secret {name}'s source {var} is also passed to the program (--env or \
+                     env.pass/env.set): the program would hold the value; drop it from the \
+                     environment"
+                ));
+            }
+        }
+        let value = read_value(name, &b.from, &grants)?;
+        let header = b
+            .header
+            .as_deref()
+            .map(|h| h.parse::<HeaderTemplate>())
+            .transpose()
+            .map_err(|e| format!("secret {name}: {e}"))?;
+        secrets.push(Secret::new(name, value, b.hosts.clone(), header).map_err(|e| e.to_string())?);
+    }
+    let ca_pem = upstream_ca
+        .as_ref()
+        .map(|p| {
+            std::fs::read(p)
+                .map_err(|e| format!("--upstream-ca {}: cannot be read: {e}", p.display()))
+        })
+        .transpose()?;
+    let broker = Broker::new(secrets, rules, ca_pem.as_deref()).map_err(|e| e.to_string())?;
+
+    // The trust bundle: a fresh directory of the host's, read-only to
+    // the sandbox.
+    let dir = tempfile::Builder::new()
+        .prefix("cordon-trust-")
+        .tempdir()
+        .map_err(|e| format!("cannot make the trust bundle's directory: {e}"))?;
+    let system = SYSTEM_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .unwrap_or_default();
+    let ca = broker.ca().certificate_pem();
+    let mut bundle = system;
+    bundle.extend_from_slice(b"\n");
+    bundle.extend_from_slice(ca.as_bytes());
+    let bundle_path = dir.path().join("ca-bundle.pem");
+    let ca_path = dir.path().join("run-ca.pem");
+    write_readable(&bundle_path, &bundle)?;
+    write_readable(&ca_path, ca.as_bytes())?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot open the trust bundle's directory to the sandbox: {e}"))?;
+    config.read_only.push(dir.path().to_path_buf());
+    for var in BUNDLE_VARS {
+        spec.env.push((var.into(), bundle_path.clone().into()));
+    }
+    spec.env
+        .push(("NODE_EXTRA_CA_CERTS".into(), ca_path.clone().into()));
+    // Node 24 (and 22.21) read the proxy variables only when asked.
+    spec.env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    for (name, b) in &bindings {
+        let s = broker
+            .secrets()
+            .iter()
+            .find(|s| s.name() == name)
+            .expect("every binding made a secret");
+        spec.env
+            .push((OsString::from(&b.env), OsString::from(s.placeholder())));
+    }
+    let broker = Arc::new(broker);
+    let mut hosts = config
+        .network
+        .allowlist()
+        .map(<[_]>::to_vec)
+        .unwrap_or_default();
+    hosts.extend(broker.hosts());
+    config.network = Network::Brokered(BrokeredNetwork {
+        hosts,
+        intercept: broker,
+    });
+    Ok(Some(Brokering { _bundle: dir }))
+}
+
+fn write_readable(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
