@@ -349,12 +349,13 @@ fn refuse_target(
     let body = format!("cordon egress proxy: {why}\n");
     let _ = client.set_nonblocking(false);
     let _ = client.set_write_timeout(Some(Duration::from_secs(2)));
-    let _ = write!(
-        client,
+    // One write: a client reading the status line gets it whole.
+    let answer = format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
     );
+    let _ = client.write_all(answer.as_bytes());
 }
 
 /// How many of a name's addresses the proxy tries.

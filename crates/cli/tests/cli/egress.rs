@@ -4,12 +4,12 @@
 //! so "it failed" is checked where it counts: nothing reached them.
 
 use std::net::{TcpListener, UdpSocket};
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::common::as_each_uid;
 use crate::common::http::{git_repo, HostServer, GREETING};
-use crate::common::{cordon, run, text, unprivileged};
+use crate::common::{cordon, run, text};
 
 /// A TCP listener on every address of the host and a UDP socket on
 /// 127.0.0.1, counting what reaches them: the victims of the bypasses.
@@ -159,16 +159,6 @@ attempt("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
 attempt("bind", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).bind(("127.0.0.1", 0)))
 print(json.dumps(out))
 "#;
-
-/// Root, then uid 65534 (a copy of cordon it can run, a HOME of its own).
-fn as_each_uid(dir: &Path, mut check: impl FnMut(&str, &mut dyn FnMut() -> std::process::Command)) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let cache = crate::common::shared_cache();
-    check("root", &mut || cordon(cache.path()));
-    let sub = dir.join("65534");
-    check("65534", &mut || unprivileged(&sub));
-}
 
 #[test]
 fn the_listed_host_is_reachable_and_every_bypass_fails() {

@@ -3,6 +3,7 @@
 //! the real `cordon` binary, as root and as an unprivileged uid, on this
 //! host as it is and under a container runtime's seccomp filter.
 
+mod broker;
 mod cache;
 mod commands;
 mod common;

@@ -8,6 +8,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 pub mod http;
+pub mod https;
 
 pub const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
 
@@ -371,4 +372,15 @@ pub fn run_unread_limited(cmd: &mut Command, address_space: Option<u64>) -> Ende
         peak_mib: usage.ru_maxrss / 1024,
         stderr,
     }
+}
+
+/// Runs `check` as root, then as uid 65534 (a copy of cordon it can
+/// run, a HOME of its own under `dir`); `dir` is made 0755.
+pub fn as_each_uid(dir: &Path, mut check: impl FnMut(&str, &mut dyn FnMut() -> Command)) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = shared_cache();
+    check("root", &mut || cordon(cache.path()));
+    let sub = dir.join("65534");
+    check("65534", &mut || unprivileged(&sub));
 }

