@@ -95,8 +95,9 @@ impl Broker {
         out
     }
 
-    fn ruled(&self, host: &TargetHost, port: u16) -> bool {
-        self.rules.iter().any(|r| r.covers(host, port))
+    /// Whether an `https://` rule is for `host`:`port`.
+    fn ruled_tls(&self, host: &TargetHost, port: u16) -> bool {
+        self.rules.iter().any(|r| r.covers(host, port, true))
     }
 
     fn scrubber(&self) -> Scrubber {
@@ -126,32 +127,69 @@ impl Intercept for Broker {
         let TargetHost::Name(name) = host else {
             return false;
         };
-        self.secrets.iter().any(|s| s.bound_to(name, port)) || self.ruled(host, port)
+        self.secrets.iter().any(|s| s.bound_to(name, port)) || self.ruled_tls(host, port)
     }
 
-    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), String> {
-        if let TargetHost::Name(name) = host {
-            let bound = self
-                .secrets
-                .iter()
-                .any(|s| s.hosts().iter().any(|(h, _)| h == name));
-            if bound || self.ruled(host, 443) {
-                return Err(format!(
-                    "plain HTTP to {host}:{port}: a secret or a request rule is for {host}, \
-                     which goes over HTTPS only"
-                ));
-            }
-        }
+    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), RefusedRequest> {
+        let refused = |reason: String, allow_rule: Option<String>| RefusedRequest {
+            target: Some(format!("{host}:{port}")),
+            allow_with: None,
+            reason,
+            allow_rule,
+        };
         for s in &self.secrets {
             if contains(head, s.placeholder().as_bytes()) {
-                return Err(format!(
-                    "secret {}'s placeholder was sent to {host}:{port} over plain HTTP; it goes \
-                     to its bound hosts over HTTPS only",
-                    s.name()
+                return Err(refused(
+                    format!(
+                        "secret {}'s placeholder was sent to {host}:{port} over plain HTTP; it \
+                         goes to its bound hosts over HTTPS only",
+                        s.name()
+                    ),
+                    None,
                 ));
             }
         }
-        Ok(())
+        let plain_rules = self.rules.iter().any(|r| r.covers(host, port, false));
+        let bound = matches!(host, TargetHost::Name(name)
+            if self.secrets.iter().any(|s| s.hosts().iter().any(|(h, _)| h == name)));
+        if bound || (!plain_rules && self.ruled_tls(host, 443)) {
+            return Err(refused(
+                format!(
+                    "plain HTTP to {host}:{port}: a secret or an https:// request rule is for \
+                     {host}, which goes over HTTPS only"
+                ),
+                None,
+            ));
+        }
+        if !plain_rules {
+            return Ok(());
+        }
+        // The request line: METHOD http://authority/path HTTP/1.1.
+        let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        let mut parts = line.split(' ');
+        let (method, url) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let target = url
+            .split_once("://")
+            .map(|(_, rest)| rest.find('/').map_or("/", |i| &rest[i..]))
+            .unwrap_or(url);
+        if self
+            .rules
+            .iter()
+            .any(|r| r.allows(method, host, port, false, target))
+        {
+            return Ok(());
+        }
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        let shown = if port == 80 {
+            host.to_string()
+        } else {
+            format!("{host}:{port}")
+        };
+        Err(refused(
+            format!("no request rule allows {method} {target} on {host}"),
+            Some(format!("{method} http://{shown}{path}")),
+        ))
     }
 
     fn serve(&self, conn: Intercepted) {
@@ -457,12 +495,12 @@ impl Session<'_> {
         };
         let req = rewrite(&raw, self.name, self.port, &self.broker.secrets)
             .map_err(|r| Stop::Refused(r.0, None))?;
-        if self.broker.ruled(self.host, self.port)
+        if self.broker.ruled_tls(self.host, self.port)
             && !self
                 .broker
                 .rules
                 .iter()
-                .any(|r| r.allows(&req.method, self.host, self.port, &req.target))
+                .any(|r| r.allows(&req.method, self.host, self.port, true, &req.target))
         {
             let path = req
                 .target

@@ -27,8 +27,9 @@ pub trait Intercept: Send + Sync + std::fmt::Debug {
     fn terminates(&self, host: &TargetHost, port: u16) -> bool;
 
     /// Checks a plain-HTTP request head (already allowed) before the
-    /// proxy sends it: `Err` refuses it with that reason (a `403`).
-    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), String>;
+    /// proxy sends it: `Err` refuses it (a `403` with its reason, and the
+    /// refusal as the proxy's observer sees it).
+    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), RefusedRequest>;
 
     /// Serves one terminated connection, to its end. The program has been
     /// told `200 Connection established`; `upstream` is connected to an

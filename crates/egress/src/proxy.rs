@@ -330,21 +330,33 @@ fn refuse(shared: &Shared, client: TcpStream, code: u16, reason: &str, why: &Ref
 /// that would allow it.
 fn refuse_target(
     shared: &Shared,
-    mut client: TcpStream,
+    client: TcpStream,
     (code, reason): (u16, &str),
     why: &Refusal,
     target: Option<String>,
     allow_with: Option<String>,
 ) {
+    let request = RefusedRequest {
+        target,
+        allow_with,
+        reason: why.0.clone(),
+        allow_rule: None,
+    };
+    refuse_request(shared, client, (code, reason), request);
+}
+
+/// [`refuse_target`], for a refusal already put together.
+fn refuse_request(
+    shared: &Shared,
+    mut client: TcpStream,
+    (code, reason): (u16, &str),
+    request: RefusedRequest,
+) {
     shared.refused.fetch_add(1, Ordering::Relaxed);
     if let Some(observe) = &shared.observer {
-        observe(&RefusedRequest {
-            target,
-            allow_with,
-            reason: why.0.clone(),
-            allow_rule: None,
-        });
+        observe(&request);
     }
+    let why = &request.reason;
     tracing::info!(target: "cordon::egress", code, reason = %why, "egress: refused");
     let body = format!("cordon egress proxy: {why}\n");
     let _ = client.set_nonblocking(false);
@@ -444,9 +456,8 @@ fn serve_connection(shared: &Arc<Shared>, client: TcpStream) {
     }
     let intercept = shared.intercept.clone();
     if let (Some(i), false) = (&intercept, req.connect) {
-        if let Err(why) = i.check_plain(&req.host, req.port, &head) {
-            let forbidden = (403, "Forbidden");
-            return refuse_target(shared, client, forbidden, &Refusal(why), Some(target), None);
+        if let Err(r) = i.check_plain(&req.host, req.port, &head) {
+            return refuse_request(shared, client, (403, "Forbidden"), r);
         }
     }
     let Some(upstream) = connect_any(shared, &addrs) else {

@@ -2,13 +2,15 @@
 //! grammar policy files, `cordon run --rule` and a Starlark package's
 //! `network_access` share.
 //!
-//! A rule is `METHODS https://HOST[:PORT]/PATH`:
+//! A rule is `METHODS SCHEME://HOST[:PORT]/PATH`:
 //!
 //! - `METHODS`: `*` (any method) or upper-case methods joined by `,`
 //!   (`GET`, `GET,HEAD`);
-//! - `HOST`: an exact name or `*.domain`, as in a [`HostPattern`]; HTTPS
-//!   only (a rule is enforced inside a terminated connection, and a host
-//!   with a rule is refused over plain HTTP);
+//! - `SCHEME`: `https` (the process plane's proxy terminates TLS to that
+//!   host to enforce it; plain HTTP to the host is then refused unless an
+//!   `http://` rule is for it too) or `http` (judged on the plain request);
+//! - `HOST`: an exact name or `*.domain`, as in a [`HostPattern`]; the
+//!   port is the scheme's unless given;
 //! - `PATH`: starts with `/`; `*` matches any characters but `/` (one
 //!   segment or part of one), `**` any characters, `/` included. The
 //!   query string is not matched.
@@ -23,7 +25,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{HostPattern, TargetHost};
+use super::{HostPattern, Scheme, TargetHost};
 
 /// One request rule ([module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -38,7 +40,7 @@ pub struct RequestRule {
 /// Why a [`RequestRule`] could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "`{rule}` is not a request rule: {why} (write METHODS https://HOST/PATH, such as \
+    "`{rule}` is not a request rule: {why} (write METHODS SCHEME://HOST/PATH, such as \
      `GET https://api.github.com/repos/acme/*` or `GET,HEAD https://*.example.com/**`)"
 )]
 pub struct RequestRuleError {
@@ -69,10 +71,11 @@ impl FromStr for RequestRule {
         {
             return Err(err("methods are `*` or upper-case names joined by `,`"));
         }
-        let rest = url
-            .trim()
-            .strip_prefix("https://")
-            .ok_or_else(|| err("a rule's URL is https:// (rules are enforced inside TLS)"))?;
+        let url = url.trim();
+        let (scheme, rest) = url
+            .split_once("://")
+            .filter(|(s, _)| *s == "https" || *s == "http")
+            .ok_or_else(|| err("a rule's URL starts with https:// or http://"))?;
         let (authority, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => return Err(err("a rule's URL has a path (`/**` for any)")),
@@ -85,12 +88,12 @@ impl FromStr for RequestRule {
                 "a rule's path has no `.`/`..`/empty segment, `\\` or percent-encoded `/`, `\\` or `.`",
             ));
         }
-        let host: HostPattern = format!("https://{authority}")
+        let host: HostPattern = format!("{scheme}://{authority}")
             .parse()
             .map_err(|e: super::HostPatternError| err(&e.to_string()))?;
-        if host.ip_literal().is_some() {
+        if host.ip_literal().is_some() && scheme == "https" {
             return Err(err(
-                "a rule names its host by name (TLS is terminated by name)",
+                "an https:// rule names its host by name (TLS is terminated by name)",
             ));
         }
         Ok(RequestRule {
@@ -127,25 +130,40 @@ impl From<RequestRule> for String {
 }
 
 impl RequestRule {
-    /// The host pattern the rule is for (`https://`, its port 443 unless
-    /// it names one).
+    /// The host pattern the rule is for, with its scheme (the scheme's
+    /// port unless it names one).
     pub fn host(&self) -> &HostPattern {
         &self.host
     }
 
-    /// Whether the rule is for `host`:`port`.
-    pub fn covers(&self, host: &TargetHost, port: u16) -> bool {
-        super::Allowlist::for_process(vec![self.host.clone()])
-            .match_target(host, port, super::Access::Tunnel)
-            .is_ok()
+    /// Whether the rule is for HTTPS (`tls`) or plain HTTP to
+    /// `host`:`port`.
+    pub fn covers(&self, host: &TargetHost, port: u16, tls: bool) -> bool {
+        let (scheme, access) = if tls {
+            (Scheme::Https, super::Access::Https)
+        } else {
+            (Scheme::Http, super::Access::Http)
+        };
+        self.host.scheme() == Some(scheme)
+            && super::Allowlist::for_process(vec![self.host.clone()])
+                .match_target(host, port, access)
+                .is_ok()
     }
 
     /// Whether the rule allows `method` on `target` (a request target in
-    /// origin form, `/path?query`) to `host`:`port`. A path a server
-    /// could read as another is never allowed ([module docs](self)).
-    pub fn allows(&self, method: &str, host: &TargetHost, port: u16, target: &str) -> bool {
+    /// origin form, `/path?query`) to `host`:`port` over HTTPS (`tls`) or
+    /// plain HTTP. A path a server could read as another is never
+    /// allowed ([module docs](self)).
+    pub fn allows(
+        &self,
+        method: &str,
+        host: &TargetHost,
+        port: u16,
+        tls: bool,
+        target: &str,
+    ) -> bool {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
-        self.covers(host, port)
+        self.covers(host, port, tls)
             && (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
             && path_is_plain(path)
             && glob(self.path.as_bytes(), path.as_bytes())

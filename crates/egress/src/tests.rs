@@ -845,3 +845,60 @@ fn a_connection_without_a_head_is_closed_at_the_head_timeout() {
 // What the proxy does with a name's answer, through the real resolver.
 #[cfg(target_os = "linux")]
 mod resolver;
+
+#[test]
+fn request_rules_parse_print_and_match() {
+    use crate::RequestRule;
+    let name = |n: &str| TargetHost::Name(n.into());
+    let r: RequestRule = "GET,HEAD https://api.github.com/repos/acme/*"
+        .parse()
+        .unwrap();
+    assert_eq!(
+        r.to_string(),
+        "GET,HEAD https://api.github.com/repos/acme/*"
+    );
+    let gh = name("api.github.com");
+    assert!(r.allows("GET", &gh, 443, true, "/repos/acme/widget"));
+    assert!(r.allows("HEAD", &gh, 443, true, "/repos/acme/widget?page=2"));
+    // `*` is one segment; another method, host, port or scheme is not it.
+    assert!(!r.allows("GET", &gh, 443, true, "/repos/acme/widget/issues"));
+    assert!(!r.allows("POST", &gh, 443, true, "/repos/acme/widget"));
+    assert!(!r.allows("GET", &name("github.com"), 443, true, "/repos/acme/widget"));
+    assert!(!r.allows("GET", &gh, 8443, true, "/repos/acme/widget"));
+    assert!(!r.allows("GET", &gh, 443, false, "/repos/acme/widget"));
+    // A path a server could read as another is never allowed.
+    for sly in [
+        "/repos/acme/../other",
+        "/repos/acme/./x",
+        "/repos//acme/x",
+        "/repos/acme/x%2f..%2fy",
+        "/repos/acme/%2e%2e",
+        "/repos/acme/x\\y",
+        "repos/acme/x",
+    ] {
+        assert!(!r.allows("GET", &gh, 443, true, sly), "{sly}");
+    }
+    let any: RequestRule = "* http://*.example.org:8080/v1/**".parse().unwrap();
+    let api = name("api.example.org");
+    assert!(any.allows("DELETE", &api, 8080, false, "/v1/a/b/c"));
+    assert!(!any.allows("DELETE", &api, 8080, false, "/v2/a"));
+    assert!(!any.allows("GET", &name("example.org"), 8080, false, "/v1/a"));
+    // Many `**` against a long hostile path: linear, not exponential.
+    let many: RequestRule = "GET https://h.example/**a**a**a**a**a**a**b"
+        .parse()
+        .unwrap();
+    let long = format!("/{}", "a".repeat(20_000));
+    assert!(!many.allows("GET", &name("h.example"), 443, true, &long));
+    for bad in [
+        "GET",
+        "get https://a.example/x",
+        "GET ftp://a.example/x",
+        "GET https://a.example",
+        "GET https://a.example/x?y",
+        "GET https://a.example/../x",
+        "GET https://10.0.0.1/x",
+        "GET, https://a.example/x",
+    ] {
+        assert!(bad.parse::<RequestRule>().is_err(), "{bad}");
+    }
+}

@@ -343,7 +343,14 @@ impl ModuleBroker {
                         ),
                         Remedy::AllowHost(entry),
                     ),
-                    None => (why.clone(), Remedy::None),
+                    // A request rule's refusal names the rule to add.
+                    None => match why
+                        .rsplit_once("(add \"")
+                        .and_then(|(_, rest)| rest.split_once("\" to network_access)"))
+                    {
+                        Some((rule, _)) => (why.clone(), Remedy::AllowRequest(rule.to_owned())),
+                        None => (why.clone(), Remedy::None),
+                    },
                 };
                 self.refusals
                     .record(DenialKind::Network, &object, "connect", remedy);
@@ -426,7 +433,10 @@ impl ModuleBroker {
                 }
                 let client = self
                     .http
-                    .get_or_init(|| HttpClient::new(self.allowlist.clone()))
+                    .get_or_init(|| {
+                        let rules = crate::grants::rules(&self.package.manifest.network_access);
+                        HttpClient::new(self.allowlist.clone(), rules)
+                    })
                     .as_ref()
                     .map_err(|e| ModuleError::Unavailable(e.clone()))?;
                 let r = client

@@ -83,16 +83,34 @@ pub enum GrantStatus {
     },
 }
 
-/// The manifest's `network_access` targets, parsed with the one grammar.
+/// The manifest's `network_access` targets, parsed with the one grammar:
+/// each entry a target, or a request rule (`METHODS SCHEME://HOST/PATH`,
+/// told by its space), which allows its host for the requests it names.
 pub(crate) fn targets(manifest: &Manifest) -> Result<Vec<HostPattern>, String> {
     manifest
         .network_access
         .iter()
         .map(|raw| {
-            raw.trim()
-                .parse::<HostPattern>()
-                .map_err(|e| format!("network_access: {e}"))
+            let raw = raw.trim();
+            if raw.contains(' ') {
+                raw.parse::<cordon_egress::RequestRule>()
+                    .map(|r| r.host().clone())
+                    .map_err(|e| format!("network_access: {e}"))
+            } else {
+                raw.parse::<HostPattern>()
+                    .map_err(|e| format!("network_access: {e}"))
+            }
         })
+        .collect()
+}
+
+/// The request rules among `network_access` (entries that are not
+/// rules, or do not parse, are [`targets`]' to judge).
+pub(crate) fn rules(network_access: &[String]) -> Vec<cordon_egress::RequestRule> {
+    network_access
+        .iter()
+        .filter(|raw| raw.trim().contains(' '))
+        .filter_map(|raw| raw.trim().parse().ok())
         .collect()
 }
 

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_egress::{Access, Allowlist, TargetHost};
+use cordon_egress::{Access, Allowlist, RequestRule, TargetHost};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
@@ -59,6 +59,9 @@ impl Resolve for GuardedResolver {
 pub struct HttpClient {
     client: reqwest::Client,
     allow: Arc<Allowlist>,
+    /// The package's request rules: on a host one is for, only what a
+    /// rule allows.
+    rules: Arc<Vec<RequestRule>>,
 }
 
 impl std::fmt::Debug for HttpClient {
@@ -68,8 +71,9 @@ impl std::fmt::Debug for HttpClient {
 }
 
 impl HttpClient {
-    /// The client for an invocation whose package may reach `allow`.
-    pub fn new(allow: Allowlist) -> Result<HttpClient, String> {
+    /// The client for an invocation whose package may reach `allow`,
+    /// with the request `rules` of its `network_access`.
+    pub fn new(allow: Allowlist, rules: Vec<RequestRule>) -> Result<HttpClient, String> {
         let allow = Arc::new(allow);
         let client = reqwest::Client::builder()
             .dns_resolver(Arc::new(GuardedResolver(allow.clone())))
@@ -80,7 +84,11 @@ impl HttpClient {
             .user_agent(concat!("cordon-starlark/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build HTTP client: {e}"))?;
-        Ok(HttpClient { client, allow })
+        Ok(HttpClient {
+            client,
+            allow,
+            rules: Arc::new(rules),
+        })
     }
 
     /// Perform a request with every check. `budget` counts requests left in
@@ -147,6 +155,7 @@ impl HttpClient {
         let mut hops = 0u32;
         loop {
             check_target(&self.allow, &url)?;
+            check_rules(&self.rules, method.as_str(), &url)?;
             take_budget(budget, limits)?;
             tracing::debug!(method = %method, url = %url, hop = hops, "http request");
             let mut rb = self
@@ -225,6 +234,36 @@ fn check_target(allow: &Allowlist, url: &Url) -> Result<(), ModuleError> {
             .map_err(denied)?;
     }
     Ok(())
+}
+
+/// Whether the package's request rules let `method` on `url` through: on
+/// a host no rule is for, anything the allowlist allows; on one a rule is
+/// for, only what a rule allows (each redirect hop too).
+fn check_rules(rules: &[RequestRule], method: &str, url: &Url) -> Result<(), ModuleError> {
+    let (host, port, access) = target_of(url)?;
+    let tls = access != Access::Http;
+    if !rules.iter().any(|r| r.covers(&host, port, tls)) {
+        return Ok(());
+    }
+    let path = url.path();
+    let target = match url.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    if rules
+        .iter()
+        .any(|r| r.allows(method, &host, port, tls, &target))
+    {
+        return Ok(());
+    }
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    Err(ModuleError::NetworkDenied(format!(
+        "no request rule of the package allows {method} {path} on {host} (add \"{method} {}://{authority}{path}\" to network_access)",
+        url.scheme()
+    )))
 }
 
 /// The host, port and access of `url`, as the allowlist sees them.

@@ -377,22 +377,25 @@ fn a_missing_secret_source_refuses_the_run() {
 fn request_rules_allow_one_request_and_explain_the_others() {
     let dir = readable_dir();
     let server = HttpsServer::start(dir.path().join("www"), dir.path(), KEY);
+    let plain = HostServer::start(dir.path().to_path_buf());
     let host = format!("localhost:{}", server.port);
     let url = format!("https://{host}");
+    let plain_url = format!("http://127.0.0.1:{}", plain.port);
     as_each_uid(dir.path(), |who, cmd| {
         let mut c = cmd();
         let mut args = brokered(&mut c, &server);
         args.extend(["--rule".into(), format!("GET https://{host}/allowed/*")]);
+        // The same grammar for plain HTTP, judged on the request as sent.
+        args.extend(["--rule".into(), format!("GET {plain_url}/")]);
         args.extend(["--".into(), "/bin/sh".into(), "-c".into()]);
         args.push(format!(
-            "curl -s -o /dev/null -w '%{{http_code}} ' {url}/allowed/x; \
-             curl -s -o /dev/null -w '%{{http_code}} ' -X POST {url}/allowed/x; \
-             curl -s -o /dev/null -w '%{{http_code}} ' {url}/other; \
-             curl -s -o /dev/null -w '%{{http_code}}' --path-as-is {url}/allowed/../other"
+            "for a in '{url}/allowed/x' '-X POST {url}/allowed/x' '{url}/other' \
+                      '--path-as-is {url}/allowed/../other' '{plain_url}/' '{plain_url}/x'; do \
+               curl -s -o /dev/null -w '%{{http_code}} ' $a; done"
         ));
         let out = run(c.args(&args));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert_eq!(stdout, "200 403 403 403", "{who}: {stderr}");
+        assert_eq!(stdout, "200 403 403 403 200 403 ", "{who}: {stderr}");
         assert!(
             stderr.contains(&format!("--rule 'POST https://{host}/allowed/x'")),
             "{who}: the explain line names the rule that would allow it: {stderr}"
@@ -401,8 +404,17 @@ fn request_rules_allow_one_request_and_explain_the_others() {
             stderr.contains("no request rule allows GET /other"),
             "{who}: {stderr}"
         );
+        assert!(
+            stderr.contains(&format!("--rule 'GET {plain_url}/x'")),
+            "{who}: {stderr}"
+        );
     });
     let seen = server.seen();
     assert!(seen.contains("GET /allowed/x"), "{seen}");
     assert!(!seen.contains("POST") && !seen.contains("/other"), "{seen}");
+    let plain_seen = plain.requests();
+    assert!(
+        plain_seen.iter().all(|r| r.starts_with("GET / ")),
+        "{plain_seen:?}"
+    );
 }

@@ -68,6 +68,58 @@ async fn each_refusal_is_named_with_what_allows_it() {
         );
     }
 
+    // Request rules: the GET a rule names passes; a POST to it, or
+    // another path on the same host, is refused with the rule to add.
+    let ruled = vec![format!("GET http://127.0.0.1:{port}/hello")];
+    let pkg = package(
+        "d-rule-ok",
+        &[Permission::ApiHttp],
+        &ruled,
+        &get(format!("{base}/hello")),
+    );
+    h.grant_all(&pkg);
+    let ok = h.runner.call_keeping_output(&pkg, "main", vec![]).await;
+    assert!(
+        ok.is_ok(),
+        "the allowed GET: {:?}",
+        ok.err().map(|e| e.error)
+    );
+    for (id, code, method, path) in [
+        (
+            "d-rule-post",
+            format!(
+                "def main():\n    return http.post({:?}, body='x').status\n",
+                format!("{base}/hello")
+            ),
+            "POST",
+            "/hello",
+        ),
+        ("d-rule-path", get(format!("{base}/other")), "GET", "/other"),
+    ] {
+        let pkg = package(id, &[Permission::ApiHttp], &ruled, &code);
+        h.grant_all(&pkg);
+        let (kind, object, _, remedy) = refused(&h, &pkg).await;
+        assert_eq!(kind, DenialKind::Network, "{id}");
+        assert!(
+            object.contains(&format!(
+                "no request rule of the package allows {method} {path}"
+            )),
+            "{id}: {object}"
+        );
+        assert_eq!(
+            remedy,
+            Remedy::AllowRequest(format!("{method} http://127.0.0.1:{port}{path}")),
+            "{id}"
+        );
+    }
+    let seen = srv.seen.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.path.contains("other") || s.method == "POST"),
+        "a refused request reached the server: {seen:?}"
+    );
+
     // More requests than the invocation's budget.
     let twice = format!(
         "def main():\n    http.get('{base}/hello')\n    return http.get('{base}/hello').status\n"

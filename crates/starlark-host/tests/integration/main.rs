@@ -81,7 +81,15 @@ impl Harness {
             self.perms.grant(&pkg.id, *p);
         }
         for t in &pkg.manifest.network_access {
-            let t: cordon_egress::HostPattern = t.parse().unwrap();
+            let t: cordon_egress::HostPattern = match t.split_once(' ') {
+                // A request rule allows its host.
+                Some(_) => t
+                    .parse::<cordon_egress::RequestRule>()
+                    .unwrap()
+                    .host()
+                    .clone(),
+                None => t.parse().unwrap(),
+            };
             if let Some(ip) = t.ip_literal() {
                 self.perms
                     .allow_private(&pkg.id, cordon_egress::IpRange::single(ip));
