@@ -323,6 +323,13 @@ fn confine(
              was started; drop the masks or grant only the subtrees the program needs",
         ));
     }
+    if !policy.placed.is_empty() {
+        return Err(WrapError::new(
+            BACKEND_NAME,
+            "the macos backend has no view of its own to place a file in: refused, nothing was \
+             started",
+        ));
+    }
     let profile = build_profile(policy, canon)
         .map_err(|e| WrapError::new(BACKEND_NAME, e.to_string()).with_source(e))?;
     for path in &profile.skipped {

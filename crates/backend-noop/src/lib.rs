@@ -51,6 +51,13 @@ impl SandboxBackend for NoopBackend {
                  refused",
             ));
         }
+        if !policy.placed.is_empty() {
+            return Err(WrapError::new(
+                "noop",
+                "the no-op backend has no view of its own to place a file in: a policy with \
+                 placed files is refused",
+            ));
+        }
         if !policy.masked.is_empty() {
             return Err(WrapError::new(
                 "noop",

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use cordon_broker::{Broker, HeaderTemplate, Secret};
-use cordon_core::policy::{PolicyFile, SecretBinding, SecretSource};
+use cordon_core::policy::{PlacedFile, PolicyFile, SecretBinding, SecretSource};
 use cordon_core::{BrokeredNetwork, ChildSpec, Network, RunnerConfig};
 use cordon_egress::{HostPattern, RequestRule};
 
@@ -257,9 +257,13 @@ pub fn prepare(
         .prefix("cordon-trust-")
         .tempdir()
         .map_err(|e| format!("cannot make the trust bundle's directory: {e}"))?;
-    let system = SYSTEM_BUNDLES
+    // The system's bundle, by its real path (a symlink on some systems).
+    let system_path = SYSTEM_BUNDLES
         .iter()
-        .find_map(|p| std::fs::read(p).ok())
+        .find_map(|p| std::fs::canonicalize(p).ok());
+    let system = system_path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
         .unwrap_or_default();
     let ca = broker.ca().certificate_pem();
     let mut bundle = system;
@@ -272,6 +276,14 @@ pub fn prepare(
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("cannot open the trust bundle's directory to the sandbox: {e}"))?;
     config.read_only.push(dir.path().to_path_buf());
+    // Clients that read only the system's bundle (Go without
+    // SSL_CERT_FILE, say) find the run's CA there too.
+    if let Some(at) = system_path {
+        config.placed.push(PlacedFile {
+            at,
+            from: bundle_path.clone(),
+        });
+    }
     for var in BUNDLE_VARS {
         spec.env.push((var.into(), bundle_path.clone().into()));
     }

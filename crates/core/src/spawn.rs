@@ -64,6 +64,9 @@ pub struct RunnerConfig {
     /// Paths and patterns hidden inside the grants
     /// ([`SandboxPolicy::masked`], resolved at each spawn).
     pub masks: Vec<crate::policy::MaskPattern>,
+    /// Host files shown read-only over files the sandbox sees
+    /// ([`SandboxPolicy::placed`]).
+    pub placed: Vec<crate::policy::PlacedFile>,
     /// Network policy for sandboxed children.
     pub network: Network,
     /// How many bytes of stderr a child keeps (the newest ones); see
@@ -101,6 +104,7 @@ impl Default for RunnerConfig {
             read_write: Vec::new(),
             executable: Vec::new(),
             masks: Vec::new(),
+            placed: Vec::new(),
             network: Network::Deny,
             stderr_ring_bytes: 64 * 1024,
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
@@ -318,6 +322,7 @@ impl Spawner {
                 limits,
                 explain: spec.explain,
                 masked,
+                placed: self.config.placed.clone(),
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }

@@ -119,6 +119,8 @@ pub(crate) struct MaskPlan {
     stage_file: CString,
     stage_dir: CString,
     masks: Vec<(CString, bool)>,
+    /// Host files shown over files of the sandbox's view: (from, at).
+    placed: Vec<(CString, CString)>,
 }
 
 impl MaskPlan {
@@ -128,8 +130,9 @@ impl MaskPlan {
     pub(crate) fn prepare(
         scratch: &Path,
         masked: &[std::path::PathBuf],
+        placed: &[cordon_core::policy::PlacedFile],
     ) -> Result<Option<MaskPlan>, String> {
-        if masked.is_empty() {
+        if masked.is_empty() && placed.is_empty() {
             return Ok(None);
         }
         let c = |p: &Path| {
@@ -145,11 +148,26 @@ impl MaskPlan {
             }
             masks.push((c(p)?, meta.is_dir()));
         }
+        let mut over = Vec::new();
+        for p in placed {
+            for (what, path) in [("place over", &p.at), ("place", &p.from)] {
+                let meta = std::fs::symlink_metadata(path)
+                    .map_err(|e| format!("cannot {what} `{}`: {e}", path.display()))?;
+                if !meta.file_type().is_file() {
+                    return Err(format!(
+                        "cannot {what} `{}`: not a regular file",
+                        path.display()
+                    ));
+                }
+            }
+            over.push((c(&p.from)?, c(&p.at)?));
+        }
         Ok(Some(MaskPlan {
             stage: c(scratch)?,
             stage_file: c(&scratch.join("f"))?,
             stage_dir: c(&scratch.join("d"))?,
             masks,
+            placed: over,
         }))
     }
 
@@ -182,6 +200,9 @@ impl MaskPlan {
                     &self.stage_file
                 };
                 cover(source, path)?;
+            }
+            for (from, at) in &self.placed {
+                cover(from, at)?;
             }
             check(libc::umount2(self.stage.as_ptr(), libc::MNT_DETACH))
         }

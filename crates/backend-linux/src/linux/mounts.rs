@@ -165,7 +165,7 @@ impl MountPlan {
                 .map(|p| Writable::new(p, idmap))
                 .collect::<Result<_, _>>()?,
             scratch_mount,
-            masks: super::masks::MaskPlan::prepare(scratch, &policy.masked)?,
+            masks: super::masks::MaskPlan::prepare(scratch, &policy.masked, &policy.placed)?,
         })
     }
 

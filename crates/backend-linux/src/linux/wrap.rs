@@ -51,6 +51,12 @@ fn wrap_inner(
     if landlock_tier {
         landlock_tier_admits(policy, euid == 0)?;
     }
+    if !policy.placed.is_empty() && (landlock_tier || !layers.mount_namespace) {
+        return Err(wrap_err(
+            "placing a file over one the sandbox sees (the credential broker's trust bundle) \
+             needs a mount namespace: tier namespaces with every layer",
+        ));
+    }
     if !policy.masked.is_empty() && (landlock_tier || !layers.mount_namespace) {
         return Err(wrap_err(
             "tier landlock cannot hide a path inside a grant (a mask): with no mount namespace \

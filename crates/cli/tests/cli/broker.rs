@@ -68,8 +68,23 @@ fn real_clients_call_an_api_with_a_key_they_never_hold() {
     let url = format!("https://localhost:{}", server.port);
     as_each_uid(dir.path(), |who, cmd| {
         let mut placeholders = Vec::new();
-        let clients: [(&str, Vec<String>); 4] = [
+        let clients: [(&str, Vec<String>); 5] = [
             ("curl", vec!["/usr/bin/curl".into(), "-sS".into(), format!("{url}/echo")]),
+            // A client that reads only the system's bundle (Go without
+            // SSL_CERT_FILE, say): the run's CA is placed there too.
+            (
+                "curl-system-bundle",
+                vec![
+                    "/usr/bin/env".into(),
+                    "-u".into(),
+                    "SSL_CERT_FILE".into(),
+                    "-u".into(),
+                    "CURL_CA_BUNDLE".into(),
+                    "/usr/bin/curl".into(),
+                    "-sS".into(),
+                    format!("{url}/echo"),
+                ],
+            ),
             (
                 "python",
                 vec![
@@ -134,7 +149,7 @@ fn real_clients_call_an_api_with_a_key_they_never_hold() {
         // One run, one placeholder: each run draws its own.
         placeholders.sort();
         placeholders.dedup();
-        assert_eq!(placeholders.len(), 4, "{who}: {placeholders:?}");
+        assert_eq!(placeholders.len(), 5, "{who}: {placeholders:?}");
     });
     let seen = server.seen();
     for agent in ["curl/", "Python-urllib/", "git/"] {

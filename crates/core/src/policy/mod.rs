@@ -630,6 +630,23 @@ pub struct SandboxPolicy {
     /// them (Linux's tier landlock, macOS) refuses a policy that has any.
     #[serde(default)]
     pub masked: Vec<PathBuf>,
+    /// Host files shown, read-only, in place of files inside the grants
+    /// (the credential broker's trust bundle over the system's CA bundle,
+    /// for clients that read only that). A backend that cannot place
+    /// them (Linux's tier landlock, macOS, no-op) refuses a policy that
+    /// has any.
+    #[serde(default)]
+    pub placed: Vec<PlacedFile>,
+}
+
+/// A host file shown in place of another ([`SandboxPolicy::placed`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedFile {
+    /// The file the sandbox sees replaced: a regular file (not a
+    /// symlink), by its real path.
+    pub at: PathBuf,
+    /// The host file shown there instead.
+    pub from: PathBuf,
 }
 
 impl SandboxPolicy {
@@ -647,6 +664,7 @@ impl SandboxPolicy {
             limits,
             explain: false,
             masked: Vec::new(),
+            placed: Vec::new(),
         }
     }
 }
