@@ -372,7 +372,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     // Held until the program ends: the trust bundle's directory.
     let _brokering = match args.trusted {
         true => None,
-        false => crate::secrets::prepare(loaded.as_ref(), &args.secrets, &mut config, &mut spec)?,
+        false => {
+            crate::secrets::prepare(loaded.as_ref(), &args.secrets, &mut config, &mut spec).await?
+        }
     };
 
     let program_named = spec.program.clone();

@@ -146,7 +146,7 @@ fn bindings(
 /// Reads a secret's value from its source. `grants`: every path the
 /// sandbox may read; a file source inside one is refused (the program
 /// could read the value itself).
-fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Result<String, String> {
+async fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Result<String, String> {
     match from {
         SecretSource::Env(var) => std::env::var(var).map_err(|_| {
             format!("secret {name}: its source env:{var} is not set (or not UTF-8) in cordon's environment")
@@ -176,9 +176,14 @@ fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Result<Str
             }
             Ok(v)
         }
+        #[cfg(feature = "starlark")]
+        SecretSource::Store { package, name: key } => crate::star::read_secret(package, key)
+            .await
+            .map_err(|e| format!("secret {name}: its source store:{package}/{key}: {e}")),
+        #[cfg(not(feature = "starlark"))]
         SecretSource::Store { package, name: key } => Err(format!(
-            "secret {name}: source store:{package}/{key}: `cordon run` does not read the sealed \
-             store yet; use env: or file:"
+            "secret {name}: source store:{package}/{key}: this cordon was built without the \
+             store (the `starlark` feature); use env: or file:"
         )),
     }
 }
@@ -187,7 +192,7 @@ fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Result<Str
 /// it: the secrets read, the broker made and put in `config.network`,
 /// the trust bundle granted and named in the program's environment, the
 /// placeholders in their variables. `None` when nothing asks for it.
-pub fn prepare(
+pub async fn prepare(
     policy: Option<&PolicyFile>,
     args: &SecretArgs,
     config: &mut RunnerConfig,
@@ -233,7 +238,7 @@ pub fn prepare(
                 ));
             }
         }
-        let value = read_value(name, &b.from, &grants)?;
+        let value = read_value(name, &b.from, &grants).await?;
         let header = b
             .header
             .as_deref()

@@ -31,7 +31,7 @@ use super::{parse_perm, StarCommand};
 use crate::EXIT_CORDON_FAILED;
 
 /// Where the store database and its key are.
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, Default)]
 pub struct StoreLocation {
     /// The store database: a SQLite file, or a PostgreSQL URL
     /// (postgres://USER@HOST:PORT/DB?sslmode=require; its password from
@@ -217,6 +217,32 @@ pub async fn open_store(
         }
     }
     store
+}
+
+/// The value of secret `name` of package `package` in the store at its
+/// usual place (`CORDON_STORE_URL`, else the user's SQLite file; its key
+/// from `CORDON_STORE_KEY` or the key file): `cordon run --secret
+/// K=store:PACKAGE/NAME`. A store that does not exist is an error, never
+/// made.
+pub async fn read_secret(package: &str, name: &str) -> Result<String, String> {
+    let loc = StoreLocation::default();
+    if let Location::File(db) = location(&loc)? {
+        if std::fs::symlink_metadata(&db).is_err() {
+            return Err(format!(
+                "there is no store at {} (set one up with cordon star install and cordon star \
+                 secret set, or point CORDON_STORE_URL at it)",
+                db.display()
+            ));
+        }
+    }
+    let store = open_store(&loc, false).await?;
+    match cordon_starlark::SecretStore::get(&*store, package, name).await {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err(format!(
+            "the store has no secret {name} for package {package} (cordon star secret set)"
+        )),
+        Err(e) => Err(format!("the store could not be read: {e}")),
+    }
 }
 
 fn who(user: &Option<String>) -> String {

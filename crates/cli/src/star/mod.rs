@@ -26,6 +26,7 @@ use crate::{EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
 mod manage;
 pub mod stderr;
+pub(crate) use manage::read_secret;
 use manage::{open_store, read_stdin, StoreArgs};
 use stderr::say;
 

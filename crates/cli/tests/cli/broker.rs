@@ -433,3 +433,115 @@ fn request_rules_allow_one_request_and_explain_the_others() {
         "{plain_seen:?}"
     );
 }
+
+/// The store `cordon star secret set` writes is a source too: one
+/// command sets a key for both planes.
+#[cfg(feature = "starlark")]
+#[test]
+fn a_secret_of_the_sealed_store_is_used_and_never_held() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let dir = readable_dir();
+    let server = HttpsServer::start(dir.path().join("www"), dir.path(), KEY);
+    let cache = crate::common::shared_cache();
+    let with_store = |c: &mut Command| {
+        c.env("XDG_DATA_HOME", dir.path().join("data"))
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env_remove("CORDON_STORE_URL")
+            .env_remove("CORDON_STORE_KEY");
+    };
+    let pkg = dir.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("package.toml"), "id = \"p\"\n").unwrap();
+    std::fs::write(pkg.join("main.star"), "def main():\n    return 1\n").unwrap();
+    // Before the store exists: refused, and no store is made.
+    let mut c = crate::common::cordon(cache.path());
+    with_store(&mut c);
+    let out = run(c.args([
+        "run",
+        "--secret",
+        "K=store:p/tok",
+        "--secret-host",
+        "K=api.example.com",
+        "--",
+        "/bin/true",
+    ]));
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("there is no store"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.path().join("data/cordon/star.db").exists());
+
+    let mut c = crate::common::cordon(cache.path());
+    with_store(&mut c);
+    let out = run(c.args(["star", "install"]).arg(&pkg));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut c = crate::common::cordon(cache.path());
+    with_store(&mut c);
+    let mut child = c
+        .args(["star", "secret", "set", "p", "tok"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(KEY.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let mut c = crate::common::cordon(cache.path());
+    with_store(&mut c);
+    let host = format!("localhost:{}", server.port);
+    let out = run(c
+        .args([
+            "run",
+            "--secret",
+            "K=store:p/tok",
+            "--secret-host",
+            &format!("K={host}"),
+        ])
+        .args([
+            "--secret-header",
+            "K=Authorization: Bearer {}",
+            "--upstream-ca",
+        ])
+        .arg(&server.ca)
+        .args([
+            "--",
+            "/usr/bin/curl",
+            "-sS",
+            &format!("https://{host}/echo"),
+        ]));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("Bearer cordon-placeholder-K-") && !stdout.contains(KEY),
+        "{stdout}"
+    );
+    assert!(server.seen().contains(&format!("Bearer {KEY}")));
+    // A name the store does not hold refuses the run.
+    let mut c = crate::common::cordon(cache.path());
+    with_store(&mut c);
+    let out = run(c.args([
+        "run",
+        "--secret",
+        "K=store:p/nope",
+        "--secret-host",
+        &format!("K={host}"),
+        "--",
+        "/bin/true",
+    ]));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("no secret nope"),
+        "{}",
+        text(&out.stderr)
+    );
+}
