@@ -100,6 +100,24 @@ impl Broker {
         self.rules.iter().any(|r| r.covers(host, port, true))
     }
 
+    /// Why `host` is reached only through the broker, if it is: a secret
+    /// is bound to it, or a request rule is for it (on any port).
+    fn claimed_host(&self, host: &TargetHost) -> Option<String> {
+        if let TargetHost::Name(name) = host {
+            if let Some(s) = self
+                .secrets
+                .iter()
+                .find(|s| s.hosts().iter().any(|(h, _)| h == name))
+            {
+                return Some(format!("secret {} is bound to {host}", s.name()));
+            }
+        }
+        self.rules
+            .iter()
+            .find(|r| r.names(host))
+            .map(|r| format!("request rule `{r}` is for {host}"))
+    }
+
     fn scrubber(&self) -> Scrubber {
         Scrubber::new(
             self.secrets
@@ -130,7 +148,27 @@ impl Intercept for Broker {
         self.secrets.iter().any(|s| s.bound_to(name, port)) || self.ruled_tls(host, port)
     }
 
-    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), RefusedRequest> {
+    fn check_tunnel(&self, host: &TargetHost, port: u16) -> Result<(), RefusedRequest> {
+        if let Some(why) = self.claimed_host(host) {
+            return Err(RefusedRequest {
+                target: Some(format!("{host}:{port}")),
+                allow_with: None,
+                reason: format!(
+                    "a tunnel to {host}:{port}: {why}, so it is reached only as that says, \
+                     through the broker"
+                ),
+                allow_rule: None,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_plain(
+        &self,
+        host: &TargetHost,
+        port: u16,
+        head: &[u8],
+    ) -> Result<Option<u64>, RefusedRequest> {
         let refused = |reason: String, allow_rule: Option<String>| RefusedRequest {
             target: Some(format!("{host}:{port}")),
             allow_with: None,
@@ -150,35 +188,53 @@ impl Intercept for Broker {
             }
         }
         let plain_rules = self.rules.iter().any(|r| r.covers(host, port, false));
-        let bound = matches!(host, TargetHost::Name(name)
-            if self.secrets.iter().any(|s| s.hosts().iter().any(|(h, _)| h == name)));
-        if bound || (!plain_rules && self.ruled_tls(host, 443)) {
-            return Err(refused(
-                format!(
-                    "plain HTTP to {host}:{port}: a secret or an https:// request rule is for \
-                     {host}, which goes over HTTPS only"
-                ),
-                None,
-            ));
-        }
         if !plain_rules {
-            return Ok(());
+            return match self.claimed_host(host) {
+                Some(why) => Err(refused(
+                    format!("plain HTTP to {host}:{port}: {why}, which plain HTTP there is not"),
+                    None,
+                )),
+                None => Ok(None),
+            };
         }
-        // The request line: METHOD http://authority/path HTTP/1.1.
-        let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-        let line = String::from_utf8_lossy(line);
-        let mut parts = line.split(' ');
-        let (method, url) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let target = url
-            .split_once("://")
-            .map(|(_, rest)| rest.find('/').map_or("/", |i| &rest[i..]))
-            .unwrap_or(url);
+        // The head the proxy sends: origin form, as the server reads it.
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut fields);
+        let (Ok(httparse::Status::Complete(_)), Some(method), Some(target)) =
+            (req.parse(head), req.method, req.path)
+        else {
+            return Err(refused("the request head does not parse".into(), None));
+        };
+        let mut length = None;
+        for f in req.headers.iter() {
+            if f.name.eq_ignore_ascii_case("transfer-encoding")
+                || length.is_some() && f.name.eq_ignore_ascii_case("content-length")
+            {
+                return Err(refused(
+                    "a chunked or doubly framed body to a host with request rules: send one \
+                     Content-Length"
+                        .into(),
+                    None,
+                ));
+            }
+            if f.name.eq_ignore_ascii_case("content-length") {
+                let n = std::str::from_utf8(f.value)
+                    .ok()
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| refused("Content-Length is not a number".into(), None))?;
+                length = Some(n);
+            }
+            if let Some(why) = overriding(f.name) {
+                return Err(refused(why, None));
+            }
+        }
         if self
             .rules
             .iter()
             .any(|r| r.allows(method, host, port, false, target))
         {
-            return Ok(());
+            return Ok(Some(length.unwrap_or(0)));
         }
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         let shown = if port == 80 {
@@ -188,7 +244,7 @@ impl Intercept for Broker {
         };
         Err(refused(
             format!("no request rule allows {method} {target} on {host}"),
-            Some(format!("{method} http://{shown}{path}")),
+            suggestion(method, &format!("http://{shown}"), path),
         ))
     }
 
@@ -323,6 +379,8 @@ struct Buffered<S> {
     stream: S,
     buf: Vec<u8>,
     pos: usize,
+    /// What is queued to go out.
+    out: Vec<u8>,
 }
 
 /// The longest chunk-size or trailer line the broker reads.
@@ -334,6 +392,7 @@ impl<S: Read + Write + Closing> Buffered<S> {
             stream,
             buf: Vec::new(),
             pos: 0,
+            out: Vec::new(),
         }
     }
 
@@ -343,10 +402,10 @@ impl<S: Read + Write + Closing> Buffered<S> {
 
     /// Reads more; `false` at the end of the stream.
     fn fill(&mut self) -> Result<bool, Stop> {
-        if self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
+        // What was used goes first: a peer whose pieces never line up
+        // with what the broker reads must not grow the buffer.
+        self.buf.drain(..self.pos);
+        self.pos = 0;
         let mut chunk = [0u8; 16 * 1024];
         match self.stream.read(&mut chunk) {
             Ok(0) => Ok(false),
@@ -415,7 +474,24 @@ impl<S: Read + Write + Closing> Buffered<S> {
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<(), Stop> {
-        self.stream.write_all(bytes)?;
+        self.queue(bytes)?;
+        self.flush()
+    }
+
+    /// Adds to what goes out with the next [`flush`](Self::flush) (sent
+    /// now if it is large): an answer's head and body leave in as few
+    /// records and segments as they can.
+    fn queue(&mut self, bytes: &[u8]) -> Result<(), Stop> {
+        self.out.extend_from_slice(bytes);
+        if self.out.len() >= 64 * 1024 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Stop> {
+        self.stream.write_all(&self.out)?;
+        self.out.clear();
         self.stream.flush()?;
         Ok(())
     }
@@ -516,7 +592,7 @@ impl Session<'_> {
                     "no request rule allows {} {} on {}",
                     req.method, req.target, self.host
                 ),
-                Some(format!("{} https://{}{port}{path}", req.method, self.host)),
+                suggestion(&req.method, &format!("https://{}{port}", self.host), path),
             ));
         }
         if req.expects_continue {
@@ -710,12 +786,19 @@ impl Session<'_> {
                 out.extend_from_slice(b"Connection: close\r\n");
             }
             out.extend_from_slice(b"\r\n");
-            program.send(&out)?;
+            program.queue(&out)?;
             let mut scrub = self.broker.scrubber();
-            let mut emit = |program: &mut Buffered<P>, piece: &[u8]| -> Result<(), Stop> {
-                let clean = scrub.push(piece);
-                send_chunk(program, &clean)
-            };
+            // What is queued goes out before the broker waits on the
+            // server again: a slow answer reaches the program as it comes.
+            let mut emit =
+                |program: &mut Buffered<P>, piece: &[u8], more_ready: bool| -> Result<(), Stop> {
+                    let clean = scrub.push(piece);
+                    send_chunk(program, &clean)?;
+                    if !more_ready {
+                        program.flush()?;
+                    }
+                    Ok(())
+                };
             if chunked {
                 loop {
                     let line = server.line()?;
@@ -733,7 +816,7 @@ impl Session<'_> {
                             return Err(Stop::Io);
                         };
                         left -= piece.len() as u64;
-                        emit(program, &piece)?;
+                        emit(program, &piece, !server.available().is_empty())?;
                     }
                     if !server.line()?.is_empty() {
                         return Err(Stop::Io);
@@ -745,11 +828,11 @@ impl Session<'_> {
                         return Err(Stop::Io);
                     };
                     left -= piece.len() as u64;
-                    emit(program, &piece)?;
+                    emit(program, &piece, left == 0 || !server.available().is_empty())?;
                 }
             } else {
                 while let Some(piece) = server.some(64 * 1024)? {
-                    emit(program, &piece)?;
+                    emit(program, &piece, !server.available().is_empty())?;
                 }
             }
             send_chunk(program, &scrub.finish())?;
@@ -770,7 +853,7 @@ fn send_chunk<P: Read + Write + Closing>(to: &mut Buffered<P>, bytes: &[u8]) -> 
     let mut framed = format!("{:x}\r\n", bytes.len()).into_bytes();
     framed.extend_from_slice(bytes);
     framed.extend_from_slice(b"\r\n");
-    to.send(&framed)
+    to.queue(&framed)
 }
 
 /// A chunk-size line: hex digits (at most 15), and, when
@@ -831,7 +914,88 @@ impl<'a> Watch<'a> {
     }
 }
 
+/// The rule that would allow `method` on `path` at `origin`, as
+/// `--explain` suggests it: none for a path with `*` (the rule would read
+/// it as a wildcard and allow far more than was asked).
+fn suggestion(method: &str, origin: &str, path: &str) -> Option<String> {
+    (!path.contains('*')).then(|| format!("{method} {origin}{path}"))
+}
+
+/// Headers some servers and frameworks route or dispatch by instead of
+/// the request line or `Host`: a request rule could not see what they
+/// ask for.
+const OVERRIDING: [&str; 10] = [
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-forwarded-host",
+    "x-forwarded-prefix",
+    "x-forwarded-path",
+    "x-forwarded-uri",
+    "forwarded",
+];
+
+/// Why a header named `name` is refused toward a host the broker judges.
+pub(crate) fn overriding(name: &str) -> Option<String> {
+    OVERRIDING
+        .iter()
+        .any(|o| name.eq_ignore_ascii_case(o))
+        .then(|| {
+            format!(
+                "header {name}: some servers route or dispatch by it instead of the request \
+                 line, which is what the broker judges"
+            )
+        })
+}
+
 /// Whether `needle` is in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer whose pieces never end where a line does.
+    struct Misaligned(usize);
+
+    impl Read for Misaligned {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0 == 0 {
+                return Ok(0);
+            }
+            self.0 -= 1;
+            let piece = b"D\r\nC";
+            buf[..piece.len()].copy_from_slice(piece);
+            Ok(piece.len())
+        }
+    }
+
+    impl Write for Misaligned {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Closing for Misaligned {
+        fn close(&mut self) {}
+    }
+
+    /// What was read and used is dropped before the next read: a peer
+    /// that always leaves part of a line unread does not grow the buffer
+    /// (it grew by every piece before).
+    #[test]
+    fn the_read_buffer_stays_small_however_the_pieces_fall() {
+        let mut b = Buffered::new(Misaligned(100_000));
+        while let Ok(line) = b.line() {
+            assert_eq!(line.len(), if line.starts_with(b"C") { 2 } else { 1 });
+        }
+        assert!(b.buf.capacity() < 64 * 1024, "{}", b.buf.capacity());
+    }
 }

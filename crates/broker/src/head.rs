@@ -153,6 +153,9 @@ pub fn rewrite(
         {
             return Err(Refused(format!("a placeholder in header {name}")));
         }
+        if let Some(why) = crate::broker::overriding(name) {
+            return Err(Refused(why));
+        }
         if name.eq_ignore_ascii_case("upgrade") || name.eq_ignore_ascii_case("http2-settings") {
             return Err(Refused(format!(
                 "header {name}: the connection would stop being HTTP/1.1 the broker reads"

@@ -412,9 +412,29 @@ fn the_value_is_scrubbed_however_the_pieces_fall() {
     out.extend(sc.finish());
     assert_eq!(out, b"x <long> y");
     assert!(!format!("{sc:?}").contains("0123"), "{sc:?}");
-    // Control: bytes that only begin like the value are sent on as they are.
+    // The shorter value ending a piece is not replaced early: the rest
+    // of the longer one must not go out in clear.
+    for split in 1..27 {
+        let mut sc = Scrubber::new(vec![
+            (b"0123456789abcdef".to_vec(), b"<short>".to_vec()),
+            (b"0123456789abcdef-longer".to_vec(), b"<long>".to_vec()),
+        ]);
+        let mut out = Vec::new();
+        for piece in b"x 0123456789abcdef-longer y".chunks(split) {
+            out.extend(sc.push(piece));
+        }
+        out.extend(sc.finish());
+        assert_eq!(out, b"x <long> y", "pieces of {split}");
+    }
+    // Parts of a value: a server that echoes the first 12 bytes of a
+    // header, or the value cut in two by other bytes, hands back neither.
     let mut sc = Scrubber::new(vec![(value.clone(), b"X".to_vec())]);
-    let mut out = sc.push(b"s3cret-val");
+    let mut out = sc.push(b"note=s3cret-value; tail=lue-0123.");
     out.extend(sc.finish());
-    assert_eq!(out, b"s3cret-val");
+    assert_eq!(out, b"note=X; tail=X.");
+    // Control: fewer than SCRUB_RUN bytes of it are sent on as they are.
+    let mut sc = Scrubber::new(vec![(value.clone(), b"X".to_vec())]);
+    let mut out = sc.push(b"s3cret- 0123");
+    out.extend(sc.finish());
+    assert_eq!(out, b"s3cret- 0123");
 }

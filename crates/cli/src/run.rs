@@ -248,10 +248,12 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             l.max_processes.is_some(),
             l.disk_bytes.is_some(),
         ];
-        if args.trusted && (!policy.masks.is_empty() || !policy.network.is_empty()) {
+        let brokered =
+            !policy.secrets.is_empty() || !policy.rules.is_empty() || policy.upstream_ca.is_some();
+        if args.trusted && (!policy.masks.is_empty() || !policy.network.is_empty() || brokered) {
             return Err(
-                "--trusted runs without the sandbox, which the policy's masks and network \
-                 allowlist need; drop --trusted"
+                "--trusted runs without the sandbox, which the policy's masks, network \
+                 allowlist, secrets and request rules need; drop --trusted"
                     .into(),
             );
         }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{Read as _, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -151,31 +151,7 @@ async fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Resu
         SecretSource::Env(var) => std::env::var(var).map_err(|_| {
             format!("secret {name}: its source env:{var} is not set (or not UTF-8) in cordon's environment")
         }),
-        SecretSource::File(path) => {
-            let real = std::fs::canonicalize(path)
-                .map_err(|e| format!("secret {name}: its source file {} cannot be read: {e}", path.display()))?;
-            for g in grants {
-                if let Ok(g) = std::fs::canonicalize(g) {
-                    if real.starts_with(&g) {
-                        return Err(format!(
-                            "secret {name}: its source file {} is inside {}, which the sandbox may \
-                             read: keep the file out of every grant",
-                            path.display(),
-                            g.display()
-                        ));
-                    }
-                }
-            }
-            let mut v = std::fs::read_to_string(&real)
-                .map_err(|e| format!("secret {name}: its source file {} cannot be read: {e}", path.display()))?;
-            if v.ends_with('\n') {
-                v.pop();
-                if v.ends_with('\r') {
-                    v.pop();
-                }
-            }
-            Ok(v)
-        }
+        SecretSource::File(path) => read_secret_file(name, path, grants),
         #[cfg(feature = "starlark")]
         SecretSource::Store { package, name: key } => crate::star::read_secret(package, key)
             .await
@@ -220,6 +196,9 @@ pub async fn prepare(
     let mut grants: Vec<PathBuf> = config.read_only.clone();
     grants.extend(config.read_write.iter().cloned());
     grants.extend(config.executable.iter().cloned());
+    if let cordon_core::Scratch::Existing(dir) = &spec.scratch {
+        grants.push(dir.clone());
+    }
     let mut secrets = Vec::new();
     for (name, b) in &bindings {
         if b.hosts.is_empty() {
@@ -317,6 +296,70 @@ pub async fn prepare(
         intercept: broker,
     });
     Ok(Some(Brokering { _bundle: dir }))
+}
+
+/// Reads a secret file: a regular file of the caller's own, readable by
+/// no one else, with one name (no hard link another path could reach),
+/// outside everything the sandbox may read or write (by the path given
+/// and by its real path: a symlinked directory in a grant is not a way
+/// out), opened without following a final symlink and read to at most a
+/// secret's length (a FIFO or a device put in its place is refused, not
+/// waited on or read without end).
+fn read_secret_file(name: &str, path: &Path, grants: &[PathBuf]) -> Result<String, String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let bad = |why: String| format!("secret {name}: its source file {}: {why}", path.display());
+    let real = std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    for g in grants {
+        let g_real = std::fs::canonicalize(g).unwrap_or_else(|_| g.clone());
+        if [path, real.as_path()]
+            .iter()
+            .any(|p| p.starts_with(g) || p.starts_with(&g_real))
+        {
+            return Err(bad(format!(
+                "it is inside {}, which the sandbox may read or write: keep the file out of \
+                 every grant and the scratch dir",
+                g.display()
+            )));
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&real)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.uid() != me || meta.mode() & 0o077 != 0 || meta.nlink() != 1 {
+        return Err(bad(format!(
+            "it must be yours (uid {me}), readable by no one else (chmod 600) and have one name \
+             (no hard link)"
+        )));
+    }
+    let mut v = Vec::new();
+    let most = cordon_broker::MAX_VALUE_LEN as u64 + 2;
+    std::io::Read::take(&file, most + 1)
+        .read_to_end(&mut v)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    if v.len() as u64 > most {
+        return Err(bad(format!(
+            "longer than a secret may be ({} bytes)",
+            cordon_broker::MAX_VALUE_LEN
+        )));
+    }
+    let mut v = String::from_utf8(v).map_err(|_| bad("not UTF-8".into()))?;
+    if v.ends_with('\n') {
+        v.pop();
+        if v.ends_with('\r') {
+            v.pop();
+        }
+    }
+    Ok(v)
 }
 
 fn write_readable(path: &Path, bytes: &[u8]) -> Result<(), String> {

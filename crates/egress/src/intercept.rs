@@ -26,10 +26,22 @@ pub trait Intercept: Send + Sync + std::fmt::Debug {
     /// terminated and served by [`serve`](Self::serve).
     fn terminates(&self, host: &TargetHost, port: u16) -> bool;
 
-    /// Checks a plain-HTTP request head (already allowed) before the
-    /// proxy sends it: `Err` refuses it (a `403` with its reason, and the
-    /// refusal as the proxy's observer sees it).
-    fn check_plain(&self, host: &TargetHost, port: u16, head: &[u8]) -> Result<(), RefusedRequest>;
+    /// Checks a `CONNECT` (already allowed) that it does not terminate:
+    /// `Err` refuses it (a `403`), e.g. a tunnel to another port of a host
+    /// a request rule is for.
+    fn check_tunnel(&self, host: &TargetHost, port: u16) -> Result<(), RefusedRequest>;
+
+    /// Checks a plain-HTTP request (already allowed) before the proxy
+    /// sends it, by the head the proxy will send (`head`: origin form,
+    /// `Connection: close`). `Err` refuses it (a `403`); `Ok(Some(n))`: the
+    /// request was judged on its head, and at most `n` more bytes (its
+    /// body) may follow it to the target, the connection closed past them.
+    fn check_plain(
+        &self,
+        host: &TargetHost,
+        port: u16,
+        head: &[u8],
+    ) -> Result<Option<u64>, RefusedRequest>;
 
     /// Serves one terminated connection, to its end. The program has been
     /// told `200 Connection established`; `upstream` is connected to an

@@ -455,9 +455,20 @@ fn serve_connection(shared: &Arc<Shared>, client: TcpStream) {
         return refuse_target(shared, client, (403, "Forbidden"), &why, Some(target), None);
     }
     let intercept = shared.intercept.clone();
-    if let (Some(i), false) = (&intercept, req.connect) {
-        if let Err(r) = i.check_plain(&req.host, req.port, &head) {
-            return refuse_request(shared, client, (403, "Forbidden"), r);
+    let mut body_limit = None;
+    if let Some(i) = &intercept {
+        let checked = if req.connect {
+            if i.terminates(&req.host, req.port) {
+                Ok(None)
+            } else {
+                i.check_tunnel(&req.host, req.port).map(|()| None)
+            }
+        } else {
+            i.check_plain(&req.host, req.port, &req.upstream_head)
+        };
+        match checked {
+            Ok(limit) => body_limit = limit,
+            Err(r) => return refuse_request(shared, client, (403, "Forbidden"), r),
         }
     }
     let Some(upstream) = connect_any(shared, &addrs) else {
@@ -491,8 +502,17 @@ fn serve_connection(shared: &Arc<Shared>, client: TcpStream) {
     if req.connect {
         first_to_client.extend_from_slice(b"HTTP/1.1 200 Connection established\r\n\r\n");
     }
+    // A judged plain request: its head and at most its body go on.
+    let up_limit = body_limit.map(|n| first_to_upstream.len() as u64 + n);
     first_to_upstream.extend_from_slice(&rest);
-    relay(shared, client, upstream, first_to_upstream, first_to_client);
+    relay(
+        shared,
+        client,
+        upstream,
+        first_to_upstream,
+        first_to_client,
+        up_limit,
+    );
 }
 
 /// Gives a terminated `CONNECT` to the interceptor. Bytes the program
@@ -563,14 +583,21 @@ impl Flow {
 }
 
 /// Copies both ways between `client` and `upstream` until both sides are
-/// done, the proxy stops, a socket fails or the byte cap is passed.
+/// done, the proxy stops, a socket fails, the byte cap is passed or more
+/// than `up_limit` bytes would go to the upstream.
 fn relay(
     shared: &Shared,
     client: TcpStream,
     upstream: TcpStream,
     to_up: Vec<u8>,
     to_client: Vec<u8>,
+    up_limit: Option<u64>,
 ) {
+    let mut up_total = to_up.len() as u64;
+    if up_limit.is_some_and(|l| up_total > l) {
+        tracing::info!(target: "cordon::egress", "egress: more than one judged request; closed");
+        return;
+    }
     if client.set_nonblocking(true).is_err() || upstream.set_nonblocking(true).is_err() {
         return;
     }
@@ -649,6 +676,16 @@ fn relay(
                             "egress: byte cap reached; connection closed"
                         );
                         return;
+                    }
+                    if i == 0 {
+                        up_total += r as u64;
+                        if up_limit.is_some_and(|l| up_total > l) {
+                            tracing::info!(
+                                target: "cordon::egress",
+                                "egress: bytes after a judged request; closed"
+                            );
+                            return;
+                        }
                     }
                     f.buf.extend_from_slice(&chunk[..r]);
                 }

@@ -16,9 +16,12 @@
 //!   query string is not matched.
 //!
 //! A request is judged on its raw path, so a path a server could read as
-//! another (a `.` or `..` segment, an empty segment, an encoded `/`, `\`
-//! or `.`, a backslash) is refused on a host with rules whatever the
-//! rules say: `/repos/acme/../other` must not pass as `/repos/acme/*`.
+//! another (a `.` or `..` segment, an empty segment, an encoded `/`, `\`,
+//! `.` or `%`, a `%u` escape, a `;` path parameter, a backslash) is
+//! refused on a host with rules whatever the rules say:
+//! `/repos/acme/../other` must not pass as `/repos/acme/*`. Headers some
+//! servers route by instead of the request line (`X-Original-URL`,
+//! `X-HTTP-Method-Override`, `Forwarded`, …) are refused by the broker.
 
 use std::fmt;
 use std::str::FromStr;
@@ -34,6 +37,10 @@ pub struct RequestRule {
     /// Empty: any method.
     methods: Vec<String>,
     host: HostPattern,
+    /// The port the rule is for (its own, or its scheme's).
+    port: u16,
+    /// `https://` (else `http://`).
+    tls: bool,
     path: String,
 }
 
@@ -96,9 +103,19 @@ impl FromStr for RequestRule {
                 "an https:// rule names its host by name (TLS is terminated by name)",
             ));
         }
+        let tls = scheme == "https";
+        let port = match host.exact_name() {
+            Some((_, Some(p))) => p,
+            _ => authority
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or(if tls { 443 } else { 80 }),
+        };
         Ok(RequestRule {
             methods,
             host,
+            port,
+            tls,
             path: path.to_owned(),
         })
     }
@@ -136,6 +153,14 @@ impl RequestRule {
         &self.host
     }
 
+    /// Whether the rule is for `host` at all, whatever the port or the
+    /// scheme asked for: a host a rule is for is reached only as the rule
+    /// says (no tunnel to another of its ports, no plain HTTP beside an
+    /// `https://` rule).
+    pub fn names(&self, host: &TargetHost) -> bool {
+        self.covers(host, self.port, self.tls)
+    }
+
     /// Whether the rule is for HTTPS (`tls`) or plain HTTP to
     /// `host`:`port`.
     pub fn covers(&self, host: &TargetHost, port: u16, tls: bool) -> bool {
@@ -171,8 +196,9 @@ impl RequestRule {
 }
 
 /// Whether a path means what it says: starts with `/`, no `.`, `..` or
-/// empty segment (but a trailing `/`), no `\`, no percent-encoded `/`,
-/// `\` or `.`.
+/// empty segment (but a trailing `/`), no `\`, no `;` (a path parameter:
+/// some servers read `..;` as `..`), no percent-encoded `/`, `\`, `.` or
+/// `%` (a server that decodes twice), no `%u` (IIS's escapes).
 pub fn path_is_plain(path: &str) -> bool {
     let Some(rest) = path.strip_prefix('/') else {
         return false;
@@ -181,7 +207,10 @@ pub fn path_is_plain(path: &str) -> bool {
     let segments: Vec<&str> = rest.split('/').collect();
     let last = segments.len() - 1;
     !path.contains('\\')
-        && !["%2f", "%5c", "%2e"].iter().any(|e| lower.contains(e))
+        && !path.contains(';')
+        && !["%2f", "%5c", "%2e", "%25", "%u"]
+            .iter()
+            .any(|e| lower.contains(e))
         && segments
             .iter()
             .enumerate()

@@ -875,6 +875,9 @@ fn request_rules_parse_print_and_match() {
         "/repos/acme/%2e%2e",
         "/repos/acme/x\\y",
         "repos/acme/x",
+        "/repos/acme/..;/other",
+        "/repos/acme/%252e%252e/other",
+        "/repos/acme/%u002e%u002e",
     ] {
         assert!(!r.allows("GET", &gh, 443, true, sly), "{sly}");
     }

@@ -15,8 +15,8 @@ use cordon_starlark_protocol::{Manifest, Permission};
 pub struct Approval {
     /// The permissions the manifest requested.
     pub requested: Vec<Permission>,
-    /// Its `network_access` targets, in their canonical form (`HostPattern`
-    /// as printed).
+    /// Its `network_access` entries, in their canonical form (a
+    /// `HostPattern` or a `RequestRule` as printed).
     pub network_access: Vec<String>,
 }
 
@@ -26,10 +26,14 @@ impl Approval {
         let mut requested = manifest.permissions.clone();
         requested.sort();
         requested.dedup();
-        let network_access = targets(manifest)?
+        // Targets and request rules each in canonical form: a rule that
+        // changes, or goes, is a change the operator approves again.
+        targets(manifest)?;
+        let network_access = manifest
+            .network_access
             .iter()
-            .map(HostPattern::to_string)
-            .collect::<BTreeSet<_>>()
+            .map(|raw| canonical_entry(raw.trim()))
+            .collect::<Result<BTreeSet<_>, _>>()?
             .into_iter()
             .collect();
         Ok(Approval {
@@ -104,6 +108,20 @@ pub(crate) fn targets(manifest: &Manifest) -> Result<Vec<HostPattern>, String> {
         .collect()
 }
 
+/// One `network_access` entry as printed: a rule's or a target's
+/// canonical form.
+fn canonical_entry(raw: &str) -> Result<String, String> {
+    if raw.contains(' ') {
+        raw.parse::<cordon_egress::RequestRule>()
+            .map(|r| r.to_string())
+            .map_err(|e| format!("network_access: {e}"))
+    } else {
+        raw.parse::<HostPattern>()
+            .map(|h| h.to_string())
+            .map_err(|e| format!("network_access: {e}"))
+    }
+}
+
 /// The request rules among `network_access` (entries that are not
 /// rules, or do not parse, are [`targets`]' to judge).
 pub(crate) fn rules(network_access: &[String]) -> Vec<cordon_egress::RequestRule> {
@@ -132,6 +150,26 @@ pub fn grant_status(grant: &Grant, manifest: &Manifest) -> Result<GrantStatus, S
         return Ok(GrantStatus::Active);
     }
     let now = Approval::of(manifest)?;
+    // A request rule the operator approved that is gone: what it limited
+    // is now reached without it.
+    let dropped: Vec<&String> = approval
+        .network_access
+        .iter()
+        .filter(|t| t.contains(' ') && !now.network_access.contains(t))
+        .collect();
+    if !dropped.is_empty() {
+        return Ok(GrantStatus::Suspended {
+            reason: format!(
+                "the package dropped request rule(s) {}, which this grant approved as limits",
+                dropped
+                    .iter()
+                    .map(|d| d.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            new_targets: Vec::new(),
+        });
+    }
     let new_targets: Vec<String> = now
         .network_access
         .into_iter()
@@ -236,4 +274,44 @@ pub(crate) fn check_grants(
     out.private.sort_by_key(|r| r.to_string());
     out.private.dedup();
     Ok(Ok(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(access: &[&str]) -> Manifest {
+        let mut m = Manifest::minimal("p", "main.star");
+        m.permissions = vec![Permission::ApiHttp];
+        m.network_access = access.iter().map(|s| s.to_string()).collect();
+        m
+    }
+
+    /// A grant that approved a request rule is suspended when the rule
+    /// widens, goes, or is replaced by its bare host: each would let the
+    /// package reach more than the operator approved.
+    #[test]
+    fn a_changed_or_dropped_request_rule_suspends_the_grant() {
+        let approved = manifest(&["GET https://api.x.example/public/*", "*.x.example"]);
+        let grant = Grant {
+            permission: Permission::ApiHttp,
+            approval: Some(Approval::of(&approved).unwrap()),
+            private: Vec::new(),
+        };
+        assert_eq!(
+            grant_status(&grant, &approved).unwrap(),
+            GrantStatus::Active
+        );
+        for later in [
+            vec!["* https://api.x.example/**", "*.x.example"],
+            vec!["https://api.x.example", "*.x.example"],
+            vec!["*.x.example"],
+        ] {
+            let status = grant_status(&grant, &manifest(&later)).unwrap();
+            assert!(
+                matches!(status, GrantStatus::Suspended { .. }),
+                "{later:?}: {status:?}"
+            );
+        }
+    }
 }

@@ -260,9 +260,18 @@ fn check_rules(rules: &[RequestRule], method: &str, url: &Url) -> Result<(), Mod
         Some(p) => format!("{host}:{p}"),
         None => host.to_string(),
     };
+    // No suggestion for a path with `*`: the rule would read it as a
+    // wildcard and allow far more than was asked.
+    let add = if path.contains('*') {
+        String::new()
+    } else {
+        format!(
+            " (add \"{method} {}://{authority}{path}\" to network_access)",
+            url.scheme()
+        )
+    };
     Err(ModuleError::NetworkDenied(format!(
-        "no request rule of the package allows {method} {path} on {host} (add \"{method} {}://{authority}{path}\" to network_access)",
-        url.scheme()
+        "no request rule of the package allows {method} {path} on {host}{add}"
     )))
 }
 

@@ -222,6 +222,10 @@ attempt("h2_preface", lambda: ask(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
 attempt("wrong_sni", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}\r\n".encode(), name="other.example"))
 attempt("by_ip", lambda: tunnel(f"127.0.0.1:{port}") and "tunnel open")
 attempt("plain_http_unbound", lambda: (lambda s: (s.sendall(f"GET http://127.0.0.1:{plain_port}/ HTTP/1.1\r\nHost: 127.0.0.1:{plain_port}\r\nX-Key: {ph}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
+attempt("plain_query_path", lambda: (lambda s: (s.sendall(f"GET http://127.0.0.1:{plain_port}?/allowed/x HTTP/1.1\r\nHost: 127.0.0.1:{plain_port}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
+attempt("tunnel_to_ruled_host", lambda: tunnel(f"127.0.0.1:{plain_port}") and "tunnel open")
+attempt("route_override", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-Original-URL: /admin\r\n\r\n".encode()))
+attempt("method_override", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-HTTP-Method-Override: DELETE\r\n\r\n".encode()))
 attempt("plain_http_downgrade", lambda: (lambda s: (s.sendall(f"GET http://localhost:{port}/echo HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
 print(json.dumps(out))
 print("\n".join(dump))
@@ -240,6 +244,12 @@ fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() 
         args.extend([
             "--allow-host".into(),
             format!("http://127.0.0.1:{}", plain.port),
+        ]);
+        // A rule for the plain host: a query that hides the path, or a
+        // tunnel beside the rule, must not reach it.
+        args.extend([
+            "--rule".into(),
+            format!("GET http://127.0.0.1:{}/allowed/**", plain.port),
         ]);
         // Plain HTTP to the bound host, allowed by the list: the broker
         // still refuses it (a downgrade would carry no TLS to terminate).
@@ -280,6 +290,9 @@ fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() 
             "h2_preface",
             "plain_http_unbound",
             "plain_http_downgrade",
+            "plain_query_path",
+            "route_override",
+            "method_override",
         ] {
             let o = got(refused);
             assert!(
@@ -288,6 +301,10 @@ fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() 
             );
         }
         assert!(got("wrong_sni").starts_with("error: "), "{who}: {outcomes}");
+        assert!(
+            got("tunnel_to_ruled_host").contains(" 403 "),
+            "{who}: {outcomes}"
+        );
         // By IP: not on the list (a secret is bound to names only).
         assert!(got("by_ip").contains(" 403 "), "{who}: {outcomes}");
         // Refused at 64 KiB: the 403, or a reset if the program was
@@ -309,7 +326,10 @@ fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() 
             "65536",
             "TLS handshake with the broker failed",
             "placeholder was sent to 127.0.0.1",
-            "which goes over HTTPS only",
+            "which plain HTTP there is not",
+            "a tunnel to 127.0.0.1",
+            "header X-Original-URL",
+            "no request rule allows GET /?/allowed/x",
             "127.0.0.1",
         ] {
             assert!(
@@ -334,29 +354,57 @@ fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() 
 }
 
 #[test]
-fn a_missing_secret_source_refuses_the_run() {
+fn a_missing_or_exposed_secret_source_refuses_the_run() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = readable_dir();
+    let private = |p: &std::path::Path| {
+        std::fs::write(p, KEY).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
     let outside = dir.path().join("outside-key");
     let granted = dir.path().join("granted");
-    std::fs::create_dir_all(&granted).unwrap();
-    std::fs::write(granted.join("key"), KEY).unwrap();
+    let scratch = dir.path().join("scratch");
+    for d in [&granted, &scratch] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    private(&granted.join("key"));
+    private(&scratch.join("key"));
+    let open = dir.path().join("open-key");
+    std::fs::write(&open, KEY).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let good = dir.path().join("good-key");
+    private(&good);
+    let hard = dir.path().join("hard-key");
+    std::fs::hard_link(&good, &hard).unwrap();
+    // A symlinked directory inside a grant that leads out of it.
+    std::os::unix::fs::symlink(dir.path(), granted.join("up")).unwrap();
     let cache = crate::common::shared_cache();
+    let file = |p: &std::path::Path| format!("file:{}", p.display());
+    let g = granted.display().to_string();
     for (source, extra, says) in [
         (
-            "env:CORDON_TEST_NO_SUCH_VAR",
-            None,
+            "env:CORDON_TEST_NO_SUCH_VAR".to_string(),
+            vec![],
             "env:CORDON_TEST_NO_SUCH_VAR is not set",
         ),
+        (file(&outside), vec![], "cannot be read"),
         (
-            &*format!("file:{}", outside.display()),
-            None,
-            "cannot be read",
-        ),
-        (
-            &*format!("file:{}", granted.join("key").display()),
-            Some(granted.display().to_string()),
+            file(&granted.join("key")),
+            vec!["--ro".to_string(), g.clone()],
             "which the sandbox may read",
         ),
+        (
+            file(&granted.join("up/good-key")),
+            vec!["--ro".to_string(), g.clone()],
+            "which the sandbox may read",
+        ),
+        (
+            file(&scratch.join("key")),
+            vec!["--scratch".to_string(), scratch.display().to_string()],
+            "which the sandbox may read",
+        ),
+        (file(&open), vec![], "readable by no one else"),
+        (file(&hard), vec![], "one name"),
     ] {
         let mut c = crate::common::cordon(cache.path());
         c.args([
@@ -366,9 +414,7 @@ fn a_missing_secret_source_refuses_the_run() {
             "--secret-host",
             "K=api.example.com",
         ]);
-        if let Some(g) = &extra {
-            c.args(["--ro", g]);
-        }
+        c.args(&extra);
         let marker = dir.path().join("ran");
         c.args(["--", "/usr/bin/touch"]).arg(&marker);
         let out = run(&mut c);
@@ -386,6 +432,26 @@ fn a_missing_secret_source_refuses_the_run() {
         assert!(!stderr.contains(KEY), "{stderr}");
         assert!(!marker.exists(), "{source}: the program ran");
     }
+    // A policy file's secrets under --trusted: refused, not ignored.
+    let policy = dir.path().join("p.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[secrets.K]\nfrom = \"{}\"\nhosts = [\"api.example.com\"]\n",
+            file(&good)
+        ),
+    )
+    .unwrap();
+    let out = run(crate::common::cordon(cache.path())
+        .args(["run", "--trusted", "--policy"])
+        .arg(&policy)
+        .args(["--", "/bin/true"]));
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("drop --trusted"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -406,11 +472,13 @@ fn request_rules_allow_one_request_and_explain_the_others() {
         args.push(format!(
             "for a in '{url}/allowed/x' '-X POST {url}/allowed/x' '{url}/other' \
                       '--path-as-is {url}/allowed/../other' '{plain_url}/' '{plain_url}/x'; do \
-               curl -s -o /dev/null -w '%{{http_code}} ' $a; done"
+               curl -s -o /dev/null -w '%{{http_code}} ' $a; done; \
+             curl -s -o /dev/null -w '%{{http_connect}}' --proxytunnel {plain_url}/"
         ));
         let out = run(c.args(&args));
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert_eq!(stdout, "200 403 403 403 200 403 ", "{who}: {stderr}");
+        // The last: a CONNECT to the host a plain rule is for, refused.
+        assert_eq!(stdout, "200 403 403 403 200 403 403", "{who}: {stderr}");
         assert!(
             stderr.contains(&format!("--rule 'POST https://{host}/allowed/x'")),
             "{who}: the explain line names the rule that would allow it: {stderr}"

@@ -91,6 +91,14 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "a warm call in process whose grants and secret come from a SQLite file / from PostgreSQL on 127.0.0.1 (a throwaway cluster; ratio to the SQLite row)",
     ),
     (
+        &["broker.get_*", "broker.terminated_to_direct"],
+        "an HTTPS GET of 1 KiB on a connection that is up: no proxy, the egress proxy's CONNECT tunnel (ratio to no proxy), the broker terminating it with a header injected and the answer scrubbed (ratio to the tunnel; goal ≤ 1.5)",
+    ),
+    (
+        &["broker.setup_*"],
+        "the same with the connection's set-up: connect, CONNECT, the handshake(s), the first GET (the broker's ratio to the tunnel)",
+    ),
+    (
         &["loop.bare_us", "loop.cordon_us", "loop.cordon_ratio"],
         "1 000 000 iterations, bare interpreter and Cordon in process",
     ),

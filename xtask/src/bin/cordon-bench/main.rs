@@ -5,6 +5,7 @@
 //! the table. This binary is also its own conformance probe child and
 //! Starlark worker, like the `cordon` binary.
 
+mod broker;
 mod keys;
 mod proc_stats;
 mod scale;
@@ -138,6 +139,11 @@ async fn run(plan: Plan, json: bool) -> i32 {
     rows.extend(scale_rows);
     rows.extend(starlark::bench(&plan, sandbox.as_ref().ok()).await);
     rows.extend(stores::bench(&plan).await);
+    rows.extend(
+        tokio::task::spawn_blocking(move || broker::bench(&plan))
+            .await
+            .unwrap_or_default(),
+    );
     let total = started.elapsed();
     let metrics = stats::metrics(&rows);
     let undocumented = keys::undocumented(metrics.keys());
