@@ -33,7 +33,8 @@ impl HeaderTemplate {
         &self.name
     }
 
-    fn render(&self, value: &str) -> String {
+    /// The header's value with `value` in the place of `{}`.
+    pub fn render(&self, value: &str) -> String {
         format!("{}{value}{}", self.before, self.after)
     }
 }

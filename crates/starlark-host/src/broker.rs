@@ -40,6 +40,9 @@ pub struct Services {
     pub providers: Option<Arc<dyn ProviderResolver>>,
     /// Timeout of one `provider.complete` call.
     pub provider_timeout: Duration,
+    /// CA certificates (PEM) the `http` module trusts besides the WebPKI
+    /// roots: a private API's CA (`cordon star run --upstream-ca`).
+    pub http_roots_pem: Option<Arc<Vec<u8>>>,
 }
 
 impl Services {
@@ -52,6 +55,7 @@ impl Services {
             notifier: None,
             providers: None,
             provider_timeout: Duration::from_secs(60),
+            http_roots_pem: None,
         }
     }
 }
@@ -213,6 +217,9 @@ pub struct ModuleBroker {
     allowlist: Allowlist,
     /// The `http` client for `allowlist`, made on the first request.
     http: OnceLock<Result<HttpClient, String>>,
+    /// The package's credentials with their values, read on the first
+    /// `http` call.
+    credentials: tokio::sync::OnceCell<Result<Arc<Vec<crate::credentials::Credential>>, String>>,
     ctx: RunContext,
     http_limits: HttpLimits,
     http_budget: AtomicU32,
@@ -269,6 +276,7 @@ impl ModuleBroker {
             modules: admitted.modules,
             allowlist,
             http: OnceLock::new(),
+            credentials: tokio::sync::OnceCell::new(),
             ctx: ctx.cloned().unwrap_or_default(),
             http_budget: AtomicU32::new(limits.http.max_requests_per_invocation),
             http_limits: limits.http.clone(),
@@ -435,12 +443,27 @@ impl ModuleBroker {
                     .http
                     .get_or_init(|| {
                         let rules = crate::grants::rules(&self.package.manifest.network_access);
-                        HttpClient::new(self.allowlist.clone(), rules)
+                        let roots = self.caps.services.http_roots_pem.as_deref();
+                        HttpClient::new(self.allowlist.clone(), rules, roots.map(Vec::as_slice))
                     })
                     .as_ref()
                     .map_err(|e| ModuleError::Unavailable(e.clone()))?;
+                let creds = self
+                    .credentials
+                    .get_or_init(|| async {
+                        crate::credentials::resolve(
+                            pkg,
+                            &self.package.manifest,
+                            self.caps.services.secrets.as_ref(),
+                        )
+                        .await
+                        .map(Arc::new)
+                    })
+                    .await
+                    .clone()
+                    .map_err(ModuleError::Unavailable)?;
                 let r = client
-                    .execute(&self.http_limits, req, &self.http_budget)
+                    .execute(&self.http_limits, req, &self.http_budget, &creds)
                     .await;
                 if let Err(e) = &r {
                     tracing::info!(package = %pkg, error = %e, "http call refused or failed");

@@ -29,13 +29,21 @@ impl Approval {
         // Targets and request rules each in canonical form: a rule that
         // changes, or goes, is a change the operator approves again.
         targets(manifest)?;
-        let network_access = manifest
+        let mut network_access = manifest
             .network_access
             .iter()
             .map(|raw| canonical_entry(raw.trim()))
-            .collect::<Result<BTreeSet<_>, _>>()?
-            .into_iter()
-            .collect();
+            .collect::<Result<BTreeSet<_>, _>>()?;
+        // The credentials too: one added, or sent elsewhere, is approved
+        // again.
+        for (name, hosts, header) in crate::credentials::bindings(manifest)? {
+            let hosts: Vec<String> = hosts.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+            network_access.insert(format!(
+                "credential {name} {header:?} to {}",
+                hosts.join(",")
+            ));
+        }
+        let network_access = network_access.into_iter().collect();
         Ok(Approval {
             requested,
             network_access,

@@ -72,10 +72,27 @@ impl std::fmt::Debug for HttpClient {
 
 impl HttpClient {
     /// The client for an invocation whose package may reach `allow`,
-    /// with the request `rules` of its `network_access`.
-    pub fn new(allow: Allowlist, rules: Vec<RequestRule>) -> Result<HttpClient, String> {
+    /// with the request `rules` of its `network_access`, trusting the
+    /// WebPKI roots and the CAs of `roots_pem` (a PEM bundle; one that
+    /// holds no certificate is refused, never ignored).
+    pub fn new(
+        allow: Allowlist,
+        rules: Vec<RequestRule>,
+        roots_pem: Option<&[u8]>,
+    ) -> Result<HttpClient, String> {
         let allow = Arc::new(allow);
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(pem) = roots_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("the http module's extra CA file: {e}"))?;
+            if certs.is_empty() {
+                return Err("the http module's extra CA file holds no PEM certificate".into());
+            }
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+        let client = builder
             .dns_resolver(Arc::new(GuardedResolver(allow.clone())))
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -93,18 +110,19 @@ impl HttpClient {
 
     /// Perform a request with every check. `budget` counts requests left in
     /// this invocation and is decremented per hop.
-    pub async fn execute(
+    pub(crate) async fn execute(
         &self,
         limits: &HttpLimits,
         req: HttpRequest,
         budget: &std::sync::atomic::AtomicU32,
+        creds: &[crate::credentials::Credential],
     ) -> Result<HttpResponse, ModuleError> {
         let timeout = req
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(limits.max_request_time)
             .min(limits.max_request_time);
-        match tokio::time::timeout(timeout, self.execute_inner(limits, req, budget)).await {
+        match tokio::time::timeout(timeout, self.execute_inner(limits, req, budget, creds)).await {
             Ok(r) => r,
             Err(_) => Err(ModuleError::Timeout(format!(
                 "HTTP request took longer than {} ms",
@@ -118,6 +136,7 @@ impl HttpClient {
         limits: &HttpLimits,
         req: HttpRequest,
         budget: &std::sync::atomic::AtomicU32,
+        creds: &[crate::credentials::Credential],
     ) -> Result<HttpResponse, ModuleError> {
         let mut method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| {
@@ -158,10 +177,14 @@ impl HttpClient {
             check_rules(&self.rules, method.as_str(), &url)?;
             take_budget(budget, limits)?;
             tracing::debug!(method = %method, url = %url, hop = hops, "http request");
+            // The package's credentials for this hop's host only: a
+            // redirect elsewhere goes without them.
+            let mut hop = headers.clone();
+            crate::credentials::apply(creds, &url, &mut hop);
             let mut rb = self
                 .client
                 .request(method.clone(), url.clone())
-                .headers(headers.clone());
+                .headers(hop);
             if let Some(b) = &body {
                 rb = rb.body(b.clone());
             }
@@ -199,7 +222,15 @@ impl HttpClient {
                     continue;
                 }
             }
-            return read_response(resp, url, limits.max_response_bytes).await;
+            let mut r = read_response(resp, url, limits.max_response_bytes).await?;
+            if !creds.is_empty() {
+                // An echo of the request must not hand the script the key.
+                r.body = crate::credentials::scrub(creds, &r.body);
+                for (_, v) in &mut r.headers {
+                    *v = crate::credentials::scrub(creds, v);
+                }
+            }
+            return Ok(r);
         }
     }
 }

@@ -112,6 +112,7 @@
 #![deny(missing_docs)]
 
 mod broker;
+mod credentials;
 mod error;
 mod eval_threads;
 mod evaluator;

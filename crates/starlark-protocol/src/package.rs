@@ -127,6 +127,23 @@ pub struct Manifest {
     /// Provider requirement; the `provider` module is absent without it.
     #[serde(default)]
     pub requires_provider: Option<ProviderRequirement>,
+    /// Credentials the host sets on the package's `http` requests to the
+    /// hosts each names, from the package's secret of that name: the
+    /// script uses the key without reading it (no `secrets.read`). The
+    /// operator approves them with the `api.http` grant.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub credentials: std::collections::BTreeMap<String, CredentialBinding>,
+}
+
+/// One `[credentials.NAME]` of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialBinding {
+    /// The hosts (exact names, HTTPS) the header is set toward.
+    pub hosts: Vec<String>,
+    /// The header, `{}` standing for the value
+    /// (`Authorization: Bearer {}`).
+    pub header: String,
 }
 
 fn default_version() -> String {
@@ -147,6 +164,7 @@ impl Manifest {
             permissions: Vec::new(),
             network_access: Vec::new(),
             requires_provider: None,
+            credentials: std::collections::BTreeMap::new(),
         }
     }
 

@@ -106,6 +106,10 @@ pub struct StarRunArgs {
     /// manifest alone never reaches such an address.
     #[arg(long = "allow-private", value_name = "CIDR")]
     allow_private: Vec<IpRange>,
+    /// A PEM file of CAs the http module trusts besides the WebPKI roots
+    /// (a private API's; as `cordon run --upstream-ca`).
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
     /// The acting user (needed by the provider module).
     #[arg(long)]
     user: Option<String>,
@@ -375,6 +379,11 @@ async fn run(args: &StarRunArgs) -> Result<Result<StarOutcome, EvalError>, Strin
                 .map_err(|e| format!("--notify-webhook: {e}"))?;
         services.notifier = Some(Arc::new(hook.clone()));
         sink = Sink::Webhook(hook);
+    }
+    if let Some(path) = &args.upstream_ca {
+        let pem =
+            std::fs::read(path).map_err(|e| format!("--upstream-ca {}: {e}", path.display()))?;
+        services.http_roots_pem = Some(Arc::new(pem));
     }
     let limits = EvalLimits {
         timeout: args.timeout.unwrap_or(EvalLimits::default().timeout),

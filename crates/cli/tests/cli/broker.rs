@@ -613,3 +613,97 @@ fn a_secret_of_the_sealed_store_is_used_and_never_held() {
         text(&out.stderr)
     );
 }
+
+/// The Starlark plane: a package's `[credentials.K]` has the host set the
+/// key as a header on its `http` calls to the bound host; the script never
+/// reads it (no `secrets.read`), an echo hands it back scrubbed, and a
+/// request rule in `network_access` allows one request and refuses its
+/// neighbours.
+#[cfg(feature = "starlark")]
+#[test]
+fn a_package_calls_an_api_with_a_credential_it_never_reads() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = readable_dir();
+    let server = HttpsServer::start(dir.path().join("www"), dir.path(), KEY);
+    let host = format!("localhost:{}", server.port);
+    let pkg = dir.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("package.toml"),
+        format!(
+            "id = \"cred\"\npermissions = [\"api.http\"]\n\
+             network_access = [\"GET https://{host}/echo\", \"GET https://{host}/allowed/*\"]\n\
+             [credentials.K]\nhosts = [\"{host}\"]\nheader = \"Authorization: Bearer {{}}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("main.star"),
+        format!(
+            "def main():\n    return http.get('https://{host}/echo').body\n\
+             def post():\n    return http.post('https://{host}/allowed/x', body='x').status\n"
+        ),
+    )
+    .unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cache = crate::common::shared_cache();
+    // The same package, its script reaching for the key.
+    let thief = dir.path().join("thief");
+    std::fs::create_dir_all(&thief).unwrap();
+    std::fs::copy(pkg.join("package.toml"), thief.join("package.toml")).unwrap();
+    std::fs::write(
+        thief.join("main.star"),
+        "def steal():\n    return secrets.get('K')\n",
+    )
+    .unwrap();
+    let star_in = |pkg: &std::path::Path, entry: &str| {
+        let mut c = crate::common::cordon(cache.path());
+        c.args(["star", "run"])
+            .arg(pkg)
+            .args([
+                "--entry",
+                entry,
+                "--grant",
+                "api.http",
+                "--allow-private",
+                "127.0.0.1/32",
+            ])
+            .arg("--secret-file")
+            .arg(format!("K={}", key.display()))
+            .arg("--upstream-ca")
+            .arg(&server.ca);
+        run(&mut c)
+    };
+    let star = |entry: &str| star_in(&pkg, entry);
+    let out = star("main");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Bearer cordon-credential-K"),
+        "the echo, scrubbed: {stdout}"
+    );
+    assert!(
+        !stdout.contains(KEY) && !stderr.contains(KEY),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        server.seen().contains(&format!("Bearer {KEY}")),
+        "{}",
+        server.seen()
+    );
+    // The script cannot read it: no secrets.read, no `secrets` module.
+    let out = star_in(&thief, "steal");
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains(KEY) && !text(&out.stderr).contains(KEY));
+    // A POST where the rule allows a GET: refused, never sent.
+    let out = star("post");
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("no request rule of the package allows POST /allowed/x"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!server.seen().contains("POST"), "{}", server.seen());
+}
