@@ -23,10 +23,9 @@
 //! * [`Scrubber`] (`scrub.rs`): the value replaced by its placeholder in a
 //!   stream that arrives in pieces.
 //!
-//! Not yet here (issue #46 is open): the proxy's use of them (a
-//! `CONNECT` to a bound host terminated instead of tunnelled), the
-//! policy keys and `cordon run` flags, the sandbox's trust bundle, and
-//! request rules. Until then no run uses this crate.
+//! * [`Broker`] (`broker.rs`): the parts put together as the egress
+//!   proxy's [`Intercept`](cordon_egress::Intercept), which `cordon run
+//!   --secret`/`--rule` hands the proxy in a `Network::Brokered`.
 //!
 //! ```
 //! use cordon_broker::{rewrite, Secret};

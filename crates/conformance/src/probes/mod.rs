@@ -24,6 +24,9 @@ macro_rules! standard_probes {
     };
 }
 
+/// P8's run with the credential broker (part of P8, not a probe of its own).
+pub(crate) mod p8_broker;
+
 standard_probes![
     p1::P1,
     p2::P2,

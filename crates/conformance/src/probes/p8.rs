@@ -58,6 +58,7 @@ impl Probe for P8 {
 
     fn checks(&self, host: &HostConditions) -> Manifest {
         let mut m = manifest(CHECKS);
+        m.extend(manifest(super::p8_broker::CHECKS));
         for ip in &host.addrs {
             m.insert(format!("direct-{ip}"), Evidence::Child);
             m.insert(format!("proxy-port-{ip}"), Evidence::Child);
@@ -151,10 +152,15 @@ impl Probe for P8 {
             Err(e) => unreachable("host-udp-socket", format!("the host cannot bind: {e}")),
         });
         checks.extend(run.into_checks());
+        // The second run: the same allowlist with the credential broker.
+        checks.extend(super::p8_broker::host(ctx, target.port, &target.requests).await);
         checks
     }
 
     fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        if args.contains_key("broker") {
+            return super::p8_broker::child(r, args);
+        }
         let port = |k: &str| args.get(k).and_then(|p| p.parse::<u16>().ok()).unwrap_or(0);
         let (target, bystander) = (port("target"), port("bystander"));
         let token = args.get("token").cloned().unwrap_or_default();
@@ -397,7 +403,7 @@ const NO_WAY: [i32; 4] = [
 ];
 
 /// The proxy's address from `http_proxy` (`http://HOST:PORT`).
-fn proxy_addr() -> Option<SocketAddr> {
+pub(super) fn proxy_addr() -> Option<SocketAddr> {
     let v = std::env::var("http_proxy").ok()?;
     v.strip_prefix("http://")?
         .trim_end_matches('/')

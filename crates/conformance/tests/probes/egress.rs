@@ -38,11 +38,75 @@ async fn the_linux_backend_proves_its_allowlist() {
         "proxy-private-name",
         "direct-tcp4",
         "udp-send",
+        "host-broker-injected",
+        "host-broker-unbound-clean",
+        "broker-control",
+        "broker-unbound",
     ] {
         assert_eq!(
             p8_status(&report, check),
             Some(ProbeStatus::Pass),
             "{check}"
+        );
+    }
+}
+
+/// The Linux backend, but its proxy ignores the credential broker: a
+/// brokered network runs as the plain allowlist (the interceptor
+/// dropped), as a backend that kept using `EgressProxy::serve_observed`
+/// would.
+struct IgnoresTheBroker(LinuxBackend);
+
+impl SandboxBackend for IgnoresTheBroker {
+    fn name(&self) -> &str {
+        "linux-ignoring-the-broker"
+    }
+    fn availability(&self) -> Availability {
+        self.0.availability()
+    }
+    fn host_facts(&self) -> BTreeMap<String, String> {
+        self.0.host_facts()
+    }
+    fn wrap(
+        &self,
+        cmd: &mut ChildCommand,
+        policy: &SandboxPolicy,
+    ) -> Result<WrapResources, WrapError> {
+        let network = match &policy.network {
+            Network::Brokered(b) => Network::Allow(b.hosts.clone()),
+            other => other.clone(),
+        };
+        self.0.wrap(
+            cmd,
+            &SandboxPolicy {
+                network,
+                ..policy.clone()
+            },
+        )
+    }
+    fn claims_egress_allowlist(&self) -> bool {
+        true
+    }
+}
+
+/// P8's broker run fails for a backend whose proxy tunnels the hosts the
+/// broker was to terminate: the program's call to the bound host fails
+/// (the host's own certificate, not one of the run's CA) and the value
+/// never reaches the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p8_fails_for_a_backend_that_ignores_the_broker() {
+    let backend = Arc::new(IgnoresTheBroker(LinuxBackend::new()));
+    let report = common::run(common::suite().only(vec![ProbeId::P8]), backend).await;
+    let p8 = &report.probes[0];
+    assert_ne!(p8.status, ProbeStatus::Pass, "{}", common::dump(&report));
+    // The allowlist itself still holds: only the broker's checks fail.
+    assert_eq!(p8_status(&report, "control-proxy"), Some(ProbeStatus::Pass));
+    for check in ["host-broker-injected", "broker-control"] {
+        assert_ne!(
+            p8_status(&report, check),
+            Some(ProbeStatus::Pass),
+            "{check}: {}",
+            common::dump(&report)
         );
     }
 }
@@ -277,8 +341,10 @@ impl SandboxBackend for PermissiveProxy {
 }
 
 /// Every P8 check can fail: each fails under the no-op backend that
-/// claims the allowlist or under a permissive proxy with no network
-/// namespace, except what the kernel itself refuses to this uid (listed).
+/// claims the allowlist, under a permissive proxy with no network
+/// namespace, or (the broker's) under the Linux backend with a proxy that
+/// ignores the broker, except what the kernel itself refuses to this uid
+/// (listed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_p8_check_fails_under_a_backend_that_does_not_hold_it() {
     let noop = common::run(
@@ -291,7 +357,17 @@ async fn every_p8_check_fails_under_a_backend_that_does_not_hold_it() {
         Arc::new(PermissiveProxy),
     )
     .await;
-    let dump = format!("{}\n\n{}", common::dump(&noop), common::dump(&open));
+    let unbrokered = common::run(
+        common::suite().only(vec![ProbeId::P8]),
+        Arc::new(IgnoresTheBroker(LinuxBackend::new())),
+    )
+    .await;
+    let dump = format!(
+        "{}\n\n{}\n\n{}",
+        common::dump(&noop),
+        common::dump(&open),
+        common::dump(&unbrokered)
+    );
     // The permissive proxy works: its positive control passes.
     assert_eq!(
         p8_status(&open, "control-proxy"),
@@ -308,13 +384,14 @@ async fn every_p8_check_fails_under_a_backend_that_does_not_hold_it() {
         .probes
         .iter()
         .chain(&open.probes)
+        .chain(&unbrokered.probes)
         .flat_map(|p| p.checks.iter().map(|c| c.name.clone()))
         .filter(|n| !n.starts_with("control-") && n != "manifest" && n != "child-exit")
         .collect();
     assert!(names.len() > 20, "{dump}");
     let mut never = Vec::new();
     for name in &names {
-        let failed = [&noop, &open]
+        let failed = [&noop, &open, &unbrokered]
             .iter()
             .any(|r| p8_status(r, name) == Some(ProbeStatus::Fail));
         if failed == kernel_refuses.contains(&name.as_str()) {
