@@ -626,17 +626,7 @@ impl Session<'_> {
         let mut watch = Watch::new(&self.broker.secrets);
         match body {
             Body::None => Ok(()),
-            Body::Length(mut left) => {
-                while left > 0 {
-                    let Some(piece) = program.some(left.min(64 * 1024) as usize)? else {
-                        return Err(Stop::Io);
-                    };
-                    watch.check(&piece)?;
-                    server.send(&piece)?;
-                    left -= piece.len() as u64;
-                }
-                Ok(())
-            }
+            Body::Length(n) => copy_watched(program, server, n, &mut watch),
             Body::Chunked => loop {
                 let line = program.line()?;
                 let size = chunk_size(&line, false).ok_or_else(|| {
@@ -658,15 +648,7 @@ impl Session<'_> {
                     return Ok(());
                 }
                 server.send(format!("{size:x}\r\n").as_bytes())?;
-                let mut left = size;
-                while left > 0 {
-                    let Some(piece) = program.some(left.min(64 * 1024) as usize)? else {
-                        return Err(Stop::Io);
-                    };
-                    watch.check(&piece)?;
-                    server.send(&piece)?;
-                    left -= piece.len() as u64;
-                }
+                copy_watched(program, server, size, &mut watch)?;
                 if !program.line()?.is_empty() {
                     return Err(Stop::Refused("a chunk does not end with CRLF".into(), None));
                 }
@@ -844,6 +826,29 @@ impl Session<'_> {
             });
         }
     }
+}
+
+/// Sends the next `n` bytes of the program's body on, each piece watched
+/// for placeholders before it goes.
+fn copy_watched<P, U>(
+    program: &mut Buffered<P>,
+    server: &mut Buffered<U>,
+    mut n: u64,
+    watch: &mut Watch<'_>,
+) -> Result<(), Stop>
+where
+    P: Read + Write + Closing,
+    U: Read + Write + Closing,
+{
+    while n > 0 {
+        let Some(piece) = program.some(n.min(64 * 1024) as usize)? else {
+            return Err(Stop::Io);
+        };
+        watch.check(&piece)?;
+        server.send(&piece)?;
+        n -= piece.len() as u64;
+    }
+    Ok(())
 }
 
 fn send_chunk<P: Read + Write + Closing>(to: &mut Buffered<P>, bytes: &[u8]) -> Result<(), Stop> {
