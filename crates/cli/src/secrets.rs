@@ -61,6 +61,9 @@ pub struct Brokering {
     _bundle: tempfile::TempDir,
 }
 
+/// The preload that sends an older Node's `fetch` through the proxy.
+const NODE_PROXY_JS: &str = include_str!("node_proxy.js");
+
 /// Where the system's CA bundle is, first found wins.
 const SYSTEM_BUNDLES: [&str; 3] = [
     "/etc/ssl/certs/ca-certificates.crt",
@@ -273,8 +276,30 @@ pub async fn prepare(
     }
     spec.env
         .push(("NODE_EXTRA_CA_CERTS".into(), ca_path.clone().into()));
-    // Node 24 (and 22.21) read the proxy variables only when asked.
+    // Node 24 (and 22.21) read the proxy variables only when asked; an
+    // older Node's fetch does not at all, and gets a preload that sends
+    // it through the proxy (node_proxy.js says how).
     spec.env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    let preload = dir.path().join("node-proxy.js");
+    write_readable(&preload, NODE_PROXY_JS.as_bytes())?;
+    let require = format!("--require {}", preload.display());
+    let given = spec
+        .env
+        .iter()
+        .position(|(k, _)| k == "NODE_OPTIONS")
+        .map(|i| spec.env.remove(i).1)
+        .or_else(|| {
+            spec.pass_env
+                .iter()
+                .any(|k| k == "NODE_OPTIONS")
+                .then(|| std::env::var_os("NODE_OPTIONS"))
+                .flatten()
+        });
+    let options = match given {
+        Some(v) => format!("{require} {}", v.to_string_lossy()),
+        None => require,
+    };
+    spec.env.push(("NODE_OPTIONS".into(), options.into()));
     for (name, b) in &bindings {
         let s = broker
             .secrets()
