@@ -36,11 +36,13 @@ impl std::fmt::Debug for Credential {
     }
 }
 
+/// One binding of a manifest, checked: its name, its hosts (exact names
+/// and ports) and its header.
+pub(crate) type Binding = (String, Vec<(String, u16)>, HeaderTemplate);
+
 /// The manifest's bindings, checked: exact names over HTTPS (as a
 /// process's secrets), a header template with one `{}`.
-pub(crate) fn bindings(
-    manifest: &Manifest,
-) -> Result<Vec<(String, Vec<(String, u16)>, HeaderTemplate)>, String> {
+pub(crate) fn bindings(manifest: &Manifest) -> Result<Vec<Binding>, String> {
     let mut out = Vec::new();
     for (name, b) in &manifest.credentials {
         let bad = |why: String| format!("credentials.{name}: {why}");

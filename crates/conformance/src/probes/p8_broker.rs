@@ -204,7 +204,7 @@ pub(crate) async fn host(
             "host-broker-injected",
             "the bound target got the placeholder: the proxy did not swap it in",
         )
-    } else if got.iter().any(|v| *v == value) && environment {
+    } else if got.contains(&value) && environment {
         pass(
             "host-broker-injected",
             "the bound target got the value, set by the broker; the child's environment and \
