@@ -595,6 +595,18 @@ impl Session<'_> {
                 suggestion(&req.method, &format!("https://{}{port}", self.host), path),
             ));
         }
+        // A body where a server may ignore it would be read by that server
+        // as a second request, unjudged, on this kept-alive connection.
+        let bodiless = ["GET", "HEAD", "OPTIONS", "TRACE"].contains(&req.method.as_str());
+        if bodiless && !matches!(req.body, Body::None | Body::Length(0)) {
+            return Err(Stop::Refused(
+                format!(
+                    "a body on {}: a server that ignores it would read it as another request",
+                    req.method
+                ),
+                None,
+            ));
+        }
         if req.expects_continue {
             program.send(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
@@ -942,8 +954,9 @@ const OVERRIDING: [&str; 10] = [
     "forwarded",
 ];
 
-/// Why a header named `name` is refused toward a host the broker judges.
-pub(crate) fn overriding(name: &str) -> Option<String> {
+/// Why a header named `name` is refused toward a host the broker judges
+/// (a bound host, or one a request rule is for): `None` for any other.
+pub fn overriding(name: &str) -> Option<String> {
     OVERRIDING
         .iter()
         .any(|o| name.eq_ignore_ascii_case(o))

@@ -56,10 +56,10 @@ mod scrub;
 mod secret;
 pub mod upstream;
 
-pub use broker::Broker;
+pub use broker::{overriding, Broker};
 pub use ca::{RunCa, MAX_LEAVES, VALID_FOR};
 pub use head::{rewrite, Body, Refused, Rewritten, MAX_HEAD, MAX_HEADERS};
-pub use scrub::{Scrubber, SCRUB_RUN};
+pub use scrub::Scrubber;
 pub use secret::{HeaderTemplate, Secret, MAX_VALUE_LEN, MIN_VALUE_LEN};
 
 /// What went wrong setting the broker up (never a request: those are

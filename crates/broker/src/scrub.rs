@@ -2,74 +2,57 @@
 //! comes back from a bound host, so a server that echoes a request hands
 //! the program the placeholder, never the value.
 //!
-//! Not only whole copies: any run of [`SCRUB_RUN`] or more bytes that
-//! also occur in a value is replaced (a server that echoes the first 20
-//! bytes of a header, or cuts a value in two, must not hand back its
-//! parts). What a server transforms first (escapes, encodes, changes the
-//! case of) is not recognised: the docs list it as a residual.
+//! Whole values only. Replacing parts of a value (a run of its bytes)
+//! would make the scrubber an oracle: a program that sends guesses of the
+//! value's next byte to an echoing server would learn, from which guess
+//! comes back replaced, the value byte by byte. A whole value cannot be
+//! guessed (16 bytes at least, [`MIN_VALUE_LEN`](crate::MIN_VALUE_LEN)). A
+//! server that echoes only part of a value hands that part back: the
+//! README lists it with the other server-side transformations not caught.
+//!
+//! Linear in the bytes that pass (Aho-Corasick, leftmost-longest): a
+//! hostile server's bytes cannot make the scan quadratic.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// The shortest run of a value's bytes that is replaced.
-pub const SCRUB_RUN: usize = 8;
-
-/// The most the scrubber holds back while a run goes on (a server that
-/// repeats a value's bytes without end): past it, the run is replaced
-/// and sent.
-const MAX_HELD: usize = 64 * 1024;
+use aho_corasick::{AhoCorasick, MatchKind};
 
 /// A streaming scrubber. Its `Debug` shows neither the values nor what
 /// it holds back.
 pub struct Scrubber {
-    /// Each value and what replaces it.
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Every window of `run` bytes of every value (as a number), to the
-    /// pair it is of.
-    windows: HashMap<u64, usize, BuildHasherDefault<Mix>>,
-    run: usize,
-    /// Bytes not yet sent on.
+    finder: AhoCorasick,
+    /// What replaces each value, by pattern index.
+    to: Vec<Vec<u8>>,
+    longest: usize,
+    /// Bytes not yet sent on: the end of what came, which could be the
+    /// start of a value.
     pending: Vec<u8>,
 }
 
 impl std::fmt::Debug for Scrubber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scrubber")
-            .field("strings", &self.pairs.len())
+            .field("strings", &self.to.len())
             .field("held_back", &self.pending.len())
             .finish()
     }
 }
 
 impl Scrubber {
-    /// Replaces each `from` (none empty), and any run of [`SCRUB_RUN`]
-    /// bytes or more of it (of its whole length, for a shorter one), by
-    /// its `to`.
+    /// Replaces each `from` (none empty) by its `to`; where values
+    /// overlap, the longest starting first wins.
     pub fn new(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Scrubber {
         assert!(
             pairs.iter().all(|(f, _)| !f.is_empty()),
             "an empty string to replace"
         );
-        let run = pairs
-            .iter()
-            .map(|(f, _)| f.len())
-            .min()
-            .unwrap_or(SCRUB_RUN)
-            .min(SCRUB_RUN);
-        let mut windows: HashMap<u64, usize, BuildHasherDefault<Mix>> = HashMap::default();
-        // Longer values first: a window shared with a shorter one names
-        // the longer.
-        let mut order: Vec<usize> = (0..pairs.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(pairs[i].0.len()));
-        for i in order {
-            for w in pairs[i].0.windows(run) {
-                windows.entry(key(w)).or_insert(i);
-            }
-        }
+        let longest = pairs.iter().map(|(f, _)| f.len()).max().unwrap_or(0);
+        let finder = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(pairs.iter().map(|(f, _)| f))
+            .expect("a handful of values up to 4 KiB each build");
         Scrubber {
-            pairs,
-            windows,
-            run,
+            finder,
+            to: pairs.into_iter().map(|(_, t)| t).collect(),
+            longest,
             pending: Vec::new(),
         }
     }
@@ -87,78 +70,32 @@ impl Scrubber {
     }
 
     fn drain(&mut self, all: bool) -> Vec<u8> {
-        let p = &self.pending;
-        let n = p.len();
-        // covered[i]: byte i lies in a window of a value's bytes; of[i]:
-        // whose.
-        let mut of: Vec<Option<usize>> = vec![None; n];
-        if n >= self.run {
-            for start in 0..=n - self.run {
-                if let Some(&who) = self.windows.get(&key(&p[start..start + self.run])) {
-                    for slot in &mut of[start..start + self.run] {
-                        slot.get_or_insert(who);
-                    }
-                }
-            }
-        }
-        let mut out = Vec::with_capacity(n);
-        let mut i = 0;
-        // Without the end of the stream, the last `run - 1` bytes could
-        // still begin a window, and a run that reaches the end could go on.
-        let judged = if all {
+        let n = self.pending.len();
+        // Before the end of the stream, nothing is decided from where a
+        // value (the longest) could still start and not yet be whole.
+        let settled = if all {
             n
         } else {
-            n.saturating_sub(self.run - 1)
+            n.saturating_sub(self.longest.saturating_sub(1))
         };
-        while i < n {
-            match of[i] {
-                None if i < judged => {
-                    out.push(p[i]);
-                    i += 1;
-                }
-                None => break,
-                Some(who) => {
-                    let end = (i..n).find(|&j| of[j].is_none()).unwrap_or(n);
-                    if end == n && !all && n - i < MAX_HELD {
-                        break;
-                    }
-                    out.extend_from_slice(&self.pairs[who].1);
-                    i = end;
-                }
+        let mut out = Vec::with_capacity(n);
+        let mut at = 0;
+        for m in self.finder.find_iter(&self.pending) {
+            // A match that starts where a longer value could still begin
+            // and run past what came waits for more.
+            if !all && m.start() + self.longest > n {
+                break;
             }
+            out.extend_from_slice(&self.pending[at..m.start()]);
+            out.extend_from_slice(&self.to[m.pattern().as_usize()]);
+            at = m.end();
         }
-        self.pending.drain(..i);
+        // Bytes before `settled` that no match took are sent as they are.
+        let keep_from = settled.max(at);
+        if keep_from > at {
+            out.extend_from_slice(&self.pending[at..keep_from]);
+        }
+        self.pending.drain(..keep_from);
         out
-    }
-}
-
-/// A window of at most 8 bytes as one number (windows are all of one
-/// length, so the zero padding of a shorter one is unambiguous).
-fn key(w: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b[..w.len()].copy_from_slice(w);
-    u64::from_le_bytes(b)
-}
-
-/// A multiplicative hash for the windows: a lookup per byte of every
-/// answer must cost little. The windows are of values the host holds,
-/// the keys looked up the server's bytes; a collision costs a comparison,
-/// never a wrong replacement (the map compares the whole key).
-#[derive(Default)]
-struct Mix(u64);
-
-impl Hasher for Mix {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0 ^ x)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
     }
 }

@@ -156,9 +156,21 @@ async fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Resu
         }),
         SecretSource::File(path) => read_secret_file(name, path, grants),
         #[cfg(feature = "starlark")]
-        SecretSource::Store { package, name: key } => crate::star::read_secret(package, key)
-            .await
-            .map_err(|e| format!("secret {name}: its source store:{package}/{key}: {e}")),
+        SecretSource::Store { package, name: key } => {
+            let bad = |e: String| format!("secret {name}: its source store:{package}/{key}: {e}");
+            // The store's database and key open every secret in it: none
+            // may be where the sandbox reads.
+            for file in crate::star::store_files().map_err(bad)? {
+                if let Some(g) = exposed(&file, grants) {
+                    return Err(bad(format!(
+                        "the store's {} is inside {}, which the sandbox may read",
+                        file.display(),
+                        g.display()
+                    )));
+                }
+            }
+            crate::star::read_secret(package, key).await.map_err(bad)
+        }
         #[cfg(not(feature = "starlark"))]
         SecretSource::Store { package, name: key } => Err(format!(
             "secret {name}: source store:{package}/{key}: this cordon was built without the \
@@ -218,6 +230,18 @@ pub async fn prepare(
                      env.pass/env.set): the program would hold the value; drop it from the \
                      environment"
                 ));
+            }
+        }
+        if matches!(b.from, SecretSource::Store { .. }) {
+            for var in ["CORDON_STORE_KEY", "CORDON_STORE_URL", "PGPASSWORD"] {
+                let passed = spec.pass_env.iter().any(|v| v == var)
+                    || spec.env.iter().any(|(k, _)| k == var);
+                if passed {
+                    return Err(format!(
+                        "secret {name} comes from the store, and {var}, which opens it, is also \
+                         passed to the program: drop it from the environment"
+                    ));
+                }
             }
         }
         let value = read_value(name, &b.from, &grants).await?;
@@ -323,6 +347,27 @@ pub async fn prepare(
     Ok(Some(Brokering { _bundle: dir }))
 }
 
+/// Directories every sandbox may read whatever its grants (the Linux
+/// backend's system set, and `/etc`, parts of which it reads): a secret
+/// source there could be read by a sandbox of the caller's own uid.
+const SYSTEM_DIRS: [&str; 9] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+
+/// The grant (or system directory) `path` lies in, by the path given and
+/// by its real path (a symlinked directory in a grant is not a way out),
+/// if any.
+fn exposed(path: &Path, grants: &[PathBuf]) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(path).ok();
+    let system = SYSTEM_DIRS.iter().map(PathBuf::from);
+    grants.iter().cloned().chain(system).find(|g| {
+        let g_real = std::fs::canonicalize(g).unwrap_or_else(|_| g.clone());
+        std::iter::once(path)
+            .chain(real.as_deref())
+            .any(|p| p.starts_with(g) || p.starts_with(&g_real))
+    })
+}
+
 /// Reads a secret file: a regular file of the caller's own, readable by
 /// no one else, with one name (no hard link another path could reach),
 /// outside everything the sandbox may read or write (by the path given
@@ -333,20 +378,15 @@ pub async fn prepare(
 fn read_secret_file(name: &str, path: &Path, grants: &[PathBuf]) -> Result<String, String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let bad = |why: String| format!("secret {name}: its source file {}: {why}", path.display());
-    let real = std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-    for g in grants {
-        let g_real = std::fs::canonicalize(g).unwrap_or_else(|_| g.clone());
-        if [path, real.as_path()]
-            .iter()
-            .any(|p| p.starts_with(g) || p.starts_with(&g_real))
-        {
-            return Err(bad(format!(
-                "it is inside {}, which the sandbox may read or write: keep the file out of \
-                 every grant and the scratch dir",
-                g.display()
-            )));
-        }
+    std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    if let Some(g) = exposed(path, grants) {
+        return Err(bad(format!(
+            "it is inside {}, which the sandbox may read or write: keep the file out of every \
+             grant, the scratch dir and the system directories",
+            g.display()
+        )));
     }
+    let real = std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)

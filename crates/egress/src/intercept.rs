@@ -90,7 +90,9 @@ impl Refusals {
 }
 
 /// One of an intercepted connection's sockets, blocking, that keeps the
-/// proxy's rules ([module docs](self)).
+/// proxy's rules: the proxy's stop ends every wait, a peer silent for the
+/// head timeout ends the connection, and the bytes read count toward the
+/// sandbox's byte cap.
 #[derive(Debug)]
 pub struct GuardedStream {
     socket: TcpStream,

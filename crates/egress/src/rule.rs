@@ -30,7 +30,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{HostPattern, Scheme, TargetHost};
 
-/// One request rule ([module docs](self)).
+/// One request rule, `METHODS SCHEME://HOST[:PORT]/PATH`: `METHODS` is
+/// `*` or upper-case methods joined by `,`; `SCHEME` `https` or `http`;
+/// `HOST` an exact name or `*.domain` (an IP literal for `http://` only);
+/// in `PATH`, `*` matches within one segment and `**` anything. A path a
+/// server could read as another ([`path_is_plain`]) is never allowed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct RequestRule {
@@ -178,7 +182,7 @@ impl RequestRule {
     /// Whether the rule allows `method` on `target` (a request target in
     /// origin form, `/path?query`) to `host`:`port` over HTTPS (`tls`) or
     /// plain HTTP. A path a server could read as another is never
-    /// allowed ([module docs](self)).
+    /// allowed ([`path_is_plain`]).
     pub fn allows(
         &self,
         method: &str,

@@ -14,6 +14,8 @@ use cordon_starlark_protocol::Manifest;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Url;
 
+use cordon_starlark_protocol::ModuleError;
+
 use crate::SecretStore;
 
 /// One credential with its value, for one invocation.
@@ -90,6 +92,16 @@ pub(crate) async fn resolve(
             )
         })?;
         let bad = |why: &str| format!("credential {name}: {why}");
+        if value.len() < cordon_broker::MIN_VALUE_LEN || value.len() > cordon_broker::MAX_VALUE_LEN
+        {
+            return Err(bad(&format!(
+                "its secret is {} bytes; a credential is {} to {} (a shorter one could be \
+                 guessed through the scrubbing of answers)",
+                value.len(),
+                cordon_broker::MIN_VALUE_LEN,
+                cordon_broker::MAX_VALUE_LEN
+            )));
+        }
         let header = HeaderName::from_bytes(template.name().as_bytes())
             .map_err(|_| bad("the header name is not valid"))?;
         let mut rendered = HeaderValue::from_str(&template.render(&value))
@@ -107,21 +119,62 @@ pub(crate) async fn resolve(
 }
 
 /// Sets, on `headers` for a request to `url`, each credential bound to its
-/// host (over any header of that name the script set).
-pub(crate) fn apply(creds: &[Credential], url: &Url, headers: &mut HeaderMap) {
-    if url.scheme() != "https" {
-        return;
+/// host (over any header of that name the script set); whether any was.
+/// A script's header holding a value is refused (it could have come only
+/// from an echo the scrubber missed).
+pub(crate) fn apply(
+    creds: &[Credential],
+    url: &Url,
+    headers: &mut HeaderMap,
+) -> Result<bool, ModuleError> {
+    if headers
+        .values()
+        .any(|v| holds_value(creds, &String::from_utf8_lossy(v.as_bytes())))
+        || holds_value(creds, url.as_str())
+    {
+        return Err(ModuleError::InvalidArgument(
+            "a request holds a credential's value".into(),
+        ));
     }
-    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
-        return;
+    let (true, Some(host), Some(port)) = (
+        url.scheme() == "https",
+        url.host_str(),
+        url.port_or_known_default(),
+    ) else {
+        return Ok(false);
     };
+    let mut any = false;
     for c in creds {
         if c.hosts
             .iter()
             .any(|(h, p)| *p == port && h.eq_ignore_ascii_case(host))
         {
             headers.insert(c.header.clone(), c.rendered.clone());
+            any = true;
         }
+    }
+    Ok(any)
+}
+
+/// Whether `text` holds a credential's value.
+pub(crate) fn holds_value(creds: &[Credential], text: &str) -> bool {
+    creds.iter().any(|c| text.contains(&c.value))
+}
+
+/// `e` with the values in its text replaced.
+pub(crate) fn scrub_error(creds: &[Credential], e: ModuleError) -> ModuleError {
+    if creds.is_empty() {
+        return e;
+    }
+    let s = |t: String| scrub(creds, &t);
+    match e {
+        ModuleError::Upstream(t) => ModuleError::Upstream(s(t)),
+        ModuleError::NetworkDenied(t) => ModuleError::NetworkDenied(s(t)),
+        ModuleError::InvalidArgument(t) => ModuleError::InvalidArgument(s(t)),
+        ModuleError::LimitExceeded(t) => ModuleError::LimitExceeded(s(t)),
+        ModuleError::Timeout(t) => ModuleError::Timeout(s(t)),
+        ModuleError::Unavailable(t) => ModuleError::Unavailable(s(t)),
+        other => other,
     }
 }
 

@@ -123,7 +123,8 @@ impl HttpClient {
             .unwrap_or(limits.max_request_time)
             .min(limits.max_request_time);
         match tokio::time::timeout(timeout, self.execute_inner(limits, req, budget, creds)).await {
-            Ok(r) => r,
+            // An error may quote a URL or a header the server sent.
+            Ok(r) => r.map_err(|e| crate::credentials::scrub_error(creds, e)),
             Err(_) => Err(ModuleError::Timeout(format!(
                 "HTTP request took longer than {} ms",
                 timeout.as_millis()
@@ -180,7 +181,25 @@ impl HttpClient {
             // The package's credentials for this hop's host only: a
             // redirect elsewhere goes without them.
             let mut hop = headers.clone();
-            crate::credentials::apply(creds, &url, &mut hop);
+            let carries = crate::credentials::apply(creds, &url, &mut hop)?;
+            let ruled = rules_for(&self.rules, &url);
+            if carries || ruled {
+                // What a rule could not see, or the scrubber could not
+                // read, does not go toward a judged or bound host.
+                for name in hop.keys() {
+                    if let Some(why) = cordon_broker::overriding(name.as_str()) {
+                        return Err(ModuleError::NetworkDenied(why));
+                    }
+                }
+            }
+            if carries {
+                hop.remove(reqwest::header::RANGE);
+                hop.remove(reqwest::header::IF_RANGE);
+                hop.insert(
+                    reqwest::header::ACCEPT_ENCODING,
+                    reqwest::header::HeaderValue::from_static("identity"),
+                );
+            }
             let mut rb = self
                 .client
                 .request(method.clone(), url.clone())
@@ -190,6 +209,19 @@ impl HttpClient {
             }
             let resp = rb.send().await.map_err(|e| map_send_error(&e, &url))?;
             let status = resp.status();
+            if carries {
+                let encoded = resp
+                    .headers()
+                    .get(reqwest::header::CONTENT_ENCODING)
+                    .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
+                if encoded || status == reqwest::StatusCode::PARTIAL_CONTENT {
+                    return Err(ModuleError::Upstream(
+                        "the answer to a request carrying a credential is encoded or partial; \
+                         the host scrubs only whole, unencoded answers"
+                            .into(),
+                    ));
+                }
+            }
             if status.is_redirection() && status != reqwest::StatusCode::NOT_MODIFIED {
                 if let Some(loc) = resp.headers().get(reqwest::header::LOCATION) {
                     hops += 1;
@@ -202,6 +234,15 @@ impl HttpClient {
                     let loc = loc.to_str().map_err(|_| {
                         ModuleError::Upstream("redirect Location header is not valid text".into())
                     })?;
+                    if crate::credentials::holds_value(creds, loc) {
+                        // A redirect would carry it to the next host in
+                        // the URL, and hand it to the script as `url`.
+                        return Err(ModuleError::Upstream(
+                            "the server put a credential into a redirect's Location; not \
+                             followed"
+                                .into(),
+                        ));
+                    }
                     let next = url.join(loc).map_err(|e| {
                         ModuleError::Upstream(format!("bad redirect Location {loc:?}: {e}"))
                     })?;
@@ -226,7 +267,9 @@ impl HttpClient {
             if !creds.is_empty() {
                 // An echo of the request must not hand the script the key.
                 r.body = crate::credentials::scrub(creds, &r.body);
-                for (_, v) in &mut r.headers {
+                r.url = crate::credentials::scrub(creds, &r.url);
+                for (k, v) in &mut r.headers {
+                    *k = crate::credentials::scrub(creds, k);
                     *v = crate::credentials::scrub(creds, v);
                 }
             }
@@ -265,6 +308,15 @@ fn check_target(allow: &Allowlist, url: &Url) -> Result<(), ModuleError> {
             .map_err(denied)?;
     }
     Ok(())
+}
+
+/// Whether a request rule of the package is for `url`'s host and port.
+fn rules_for(rules: &[RequestRule], url: &Url) -> bool {
+    target_of(url).is_ok_and(|(host, port, access)| {
+        rules
+            .iter()
+            .any(|r| r.covers(&host, port, access != Access::Http))
+    })
 }
 
 /// Whether the package's request rules let `method` on `url` through: on

@@ -219,6 +219,18 @@ pub async fn open_store(
     store
 }
 
+/// The files of the store at its usual place: its SQLite database (none
+/// for PostgreSQL) and its key file.
+pub fn store_files() -> Result<Vec<PathBuf>, String> {
+    let loc = StoreLocation::default();
+    let mut files = Vec::new();
+    if let Location::File(db) = location(&loc)? {
+        files.push(db);
+    }
+    files.push(default_path("XDG_CONFIG_HOME", ".config", "store.key")?);
+    Ok(files)
+}
+
 /// The value of secret `name` of package `package` in the store at its
 /// usual place (`CORDON_STORE_URL`, else the user's SQLite file; its key
 /// from `CORDON_STORE_KEY` or the key file): `cordon run --secret

@@ -26,8 +26,8 @@ use crate::{EXIT_CORDON_FAILED, EXIT_TIMEOUT};
 
 mod manage;
 pub mod stderr;
-pub(crate) use manage::read_secret;
 use manage::{open_store, read_stdin, StoreArgs};
+pub(crate) use manage::{read_secret, store_files};
 use stderr::say;
 
 #[derive(Subcommand)]

@@ -214,6 +214,7 @@ attempt("by_ip", lambda: tunnel(f"127.0.0.1:{port}") and "tunnel open")
 attempt("plain_http_unbound", lambda: (lambda s: (s.sendall(f"GET http://127.0.0.1:{plain_port}/ HTTP/1.1\r\nHost: 127.0.0.1:{plain_port}\r\nX-Key: {ph}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
 attempt("plain_query_path", lambda: (lambda s: (s.sendall(f"GET http://127.0.0.1:{plain_port}?/allowed/x HTTP/1.1\r\nHost: 127.0.0.1:{plain_port}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
 attempt("tunnel_to_ruled_host", lambda: tunnel(f"127.0.0.1:{plain_port}") and "tunnel open")
+attempt("get_with_body", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}Content-Length: 5\r\n\r\nhello".encode()))
 attempt("route_override", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-Original-URL: /admin\r\n\r\n".encode()))
 attempt("method_override", lambda: ask(f"GET /echo HTTP/1.1\r\n{h}X-HTTP-Method-Override: DELETE\r\n\r\n".encode()))
 attempt("plain_http_downgrade", lambda: (lambda s: (s.sendall(f"GET http://localhost:{port}/echo HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode()), first_line(s))[1])(socket.create_connection(("127.0.0.1", 3128))))
@@ -283,6 +284,7 @@ fn a_hostile_program_finds_no_value_and_cannot_send_the_placeholder_elsewhere() 
             "plain_query_path",
             "route_override",
             "method_override",
+            "get_with_body",
         ] {
             let o = got(refused);
             assert!(
@@ -584,6 +586,25 @@ fn a_secret_of_the_sealed_store_is_used_and_never_held() {
         "{stdout}"
     );
     assert!(server.seen().contains(&format!("Bearer {KEY}")));
+    // The store's files where the sandbox reads: refused (its key and
+    // database open every secret in it).
+    let mut c = crate::common::cordon(cache.path());
+    with_store(&mut c);
+    c.args(["run", "--ro"]).arg(dir.path().join("config"));
+    let out = run(c.args([
+        "--secret",
+        "K=store:p/tok",
+        "--secret-host",
+        &format!("K={host}"),
+        "--",
+        "/bin/true",
+    ]));
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("which the sandbox may read"),
+        "{}",
+        text(&out.stderr)
+    );
     // A name the store does not hold refuses the run.
     let mut c = crate::common::cordon(cache.path());
     with_store(&mut c);
@@ -622,7 +643,7 @@ fn a_package_calls_an_api_with_a_credential_it_never_reads() {
         pkg.join("package.toml"),
         format!(
             "id = \"cred\"\npermissions = [\"api.http\"]\n\
-             network_access = [\"GET https://{host}/echo\", \"GET https://{host}/allowed/*\"]\n\
+             network_access = [\"GET https://{host}/**\"]\n\
              [credentials.K]\nhosts = [\"{host}\"]\nheader = \"Authorization: Bearer {{}}\"\n"
         ),
     )
@@ -631,7 +652,11 @@ fn a_package_calls_an_api_with_a_credential_it_never_reads() {
         pkg.join("main.star"),
         format!(
             "def main():\n    return http.get('https://{host}/echo').body\n\
-             def post():\n    return http.post('https://{host}/allowed/x', body='x').status\n"
+             def post():\n    return http.post('https://{host}/allowed/x', body='x').status\n\
+             def reflect():\n    return http.get('https://{host}/redirect-reflect').url\n\
+             def gz():\n    return http.get('https://{host}/gzip').status\n\
+             def override():\n    return http.get('https://{host}/echo', \
+             headers={{'X-HTTP-Method-Override': 'DELETE'}}).status\n"
         ),
     )
     .unwrap();
@@ -696,4 +721,22 @@ fn a_package_calls_an_api_with_a_credential_it_never_reads() {
         text(&out.stderr)
     );
     assert!(!server.seen().contains("POST"), "{}", server.seen());
+    // A server that reflects the key into a redirect: not followed, and
+    // the error does not quote it.
+    for (entry, says) in [
+        ("reflect", "redirect's Location"),
+        ("gz", "encoded or partial"),
+        ("override", "X-HTTP-Method-Override"),
+    ] {
+        let out = star(entry);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(!out.status.success(), "{entry}: {stdout}");
+        assert!(stderr.contains(says), "{entry}: {stderr}");
+        assert!(
+            !stdout.contains(KEY) && !stderr.contains(KEY),
+            "{entry}: {stdout}\n{stderr}"
+        );
+    }
+    assert!(!server.seen().contains("/done"), "{}", server.seen());
+    assert!(!server.seen().contains("Override"), "{}", server.seen());
 }

@@ -395,7 +395,7 @@ const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
 /// (`ENETUNREACH`/`EHOSTUNREACH` from the routing lookup, before any
 /// packet): the namespace is the denial. `ECONNREFUSED` is not: something
 /// answered.
-const NO_WAY: [i32; 4] = [
+pub(super) const NO_WAY: [i32; 4] = [
     libc::EPERM,
     libc::EACCES,
     libc::ENETUNREACH,
@@ -438,7 +438,7 @@ fn through_proxy(proxy: SocketAddr, target: &str, then: &str) -> Result<(String,
 }
 
 /// A direct TCP connect that must fail: `Ok` names what connected.
-fn direct(addr: SocketAddr) -> Result<String, i32> {
+pub(super) fn direct(addr: SocketAddr) -> Result<String, i32> {
     match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
         Ok(_) => Ok(format!("connected to {addr}")),
         Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),

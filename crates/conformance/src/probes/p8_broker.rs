@@ -42,6 +42,8 @@ const HEADER: &str = "X-Cordon-Probe";
 pub(crate) const CHECKS: &[(&str, Evidence)] = &[
     ("broker-control", Evidence::Child),
     ("broker-unbound", Evidence::Child),
+    ("broker-tunnel-other-port", Evidence::Child),
+    ("broker-direct", Evidence::Child),
     ("host-broker-injected", Evidence::Host),
     ("host-broker-unbound-clean", Evidence::Host),
 ];
@@ -53,6 +55,14 @@ struct Echo {
     seen: Arc<Mutex<Vec<String>>>,
     /// Connections accepted (a handshake tried or not).
     accepted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set on drop: the accepting thread ends (its listener with it).
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Echo {
@@ -82,16 +92,27 @@ impl Echo {
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (s, a) = (Arc::clone(&seen), Arc::clone(&accepted));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let (s, a, stopped) = (Arc::clone(&seen), Arc::clone(&accepted), Arc::clone(&stop));
         std::thread::spawn(move || {
-            // One connection is all the probe makes; a few more are
-            // served for a retrying client, then the thread ends.
-            for c in l.incoming().take(4).flatten() {
+            // Until the probe is done: each connection on a thread of its
+            // own with a read timeout, so no one peer holds the rest.
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((c, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
                 a.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = c.set_nonblocking(false);
                 let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-                if let Ok(tls) = rustls::ServerConnection::new(Arc::clone(&config)) {
-                    echo(rustls::StreamOwned::new(tls, c), &s);
-                }
+                let _ = c.set_write_timeout(Some(Duration::from_secs(5)));
+                let (config, s) = (Arc::clone(&config), Arc::clone(&s));
+                std::thread::spawn(move || {
+                    if let Ok(tls) = rustls::ServerConnection::new(config) {
+                        echo(rustls::StreamOwned::new(tls, c), &s);
+                    }
+                });
             }
         });
         Ok(Echo {
@@ -99,6 +120,7 @@ impl Echo {
             ca_pem: ca.pem(),
             seen,
             accepted,
+            stop,
         })
     }
 }
@@ -148,8 +170,6 @@ pub(crate) async fn host(
             )]
         }
     };
-    // Nothing in common with the placeholder's form: the scrubber
-    // replaces any run of 8 bytes of a value.
     let value = format!("p8-{}", random_token());
     let bound: Result<HostPattern, _> = format!("localhost:{}", echo.port).parse();
     let broker = bound
@@ -271,6 +291,26 @@ pub(crate) fn child(r: &mut Reporter, args: &ProbeArgs) {
         Ok(status) => r.check("broker-unbound", ProbeStatus::Unreachable, status),
         Err(e) => r.check("broker-unbound", ProbeStatus::Unreachable, e),
     }
+    // Another port of the bound host, through the proxy: refused (the
+    // broker claims the host), never a plain tunnel.
+    let other = format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", port("plain"));
+    match plain(&other) {
+        Ok(status) if status.contains(" 403 ") => {
+            r.check("broker-tunnel-other-port", ProbeStatus::Pass, status)
+        }
+        Ok(status) if status.contains(" 200 ") => {
+            r.check("broker-tunnel-other-port", ProbeStatus::Fail, status)
+        }
+        Ok(status) => r.check("broker-tunnel-other-port", ProbeStatus::Unreachable, status),
+        Err(e) => r.check("broker-tunnel-other-port", ProbeStatus::Unreachable, e),
+    }
+    // The bound host directly, around the proxy: no way.
+    let bound = std::net::SocketAddr::from(([127, 0, 0, 1], port("broker")));
+    r.forbidden(
+        "broker-direct",
+        super::p8::direct(bound),
+        &super::p8::NO_WAY,
+    );
     // For the host to search: everything in the environment.
     let env: Vec<String> = std::env::vars_os()
         .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
@@ -370,8 +410,15 @@ fn plain(request: &str) -> Result<String, String> {
         .map_err(|e| format!("cannot reach the proxy: {e}"))?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    // The status line only (a tunnel that opens stays open; a proxy that
+    // trickles is cut at 1 KiB).
     let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let out = String::from_utf8_lossy(&out).into_owned();
-    Ok(out.lines().next().unwrap_or_default().to_owned())
+    let mut b = [0u8; 1];
+    while !out.ends_with(b"\r\n") && out.len() < 1024 {
+        match s.read(&mut b) {
+            Ok(1) => out.push(b[0]),
+            _ => break,
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).trim_end().to_owned())
 }

@@ -137,6 +137,33 @@ fn serve<S: Read + Write>(stream: S, root: &Path, seen: &Mutex<Vec<u8>>, key: &s
         let authorized = head
             .lines()
             .any(|l| l.eq_ignore_ascii_case(&format!("authorization: bearer {key}")));
+        let auth = head
+            .lines()
+            .find_map(|l| {
+                l.split_once(':')
+                    .filter(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+                    .map(|(_, v)| v.trim().replace(' ', "%20"))
+            })
+            .unwrap_or_default();
+        let out = r.get_mut();
+        // A server that reflects the key into a redirect, and one that
+        // encodes its answer whatever was asked.
+        if path == "/redirect-reflect" {
+            let _ = write!(
+                out,
+                "HTTP/1.1 302 Found\r\nLocation: /done?token={auth}\r\nContent-Length: 0\r\n\r\n"
+            );
+            let _ = out.flush();
+            continue;
+        }
+        if path == "/gzip" {
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nxxxx"
+            );
+            let _ = out.flush();
+            continue;
+        }
         let (status, answer) = if !authorized {
             ("401 Unauthorized", b"no key\n".to_vec())
         } else if path == "/echo" || path.starts_with("/allowed/") || path.starts_with("/other") {
