@@ -4,17 +4,15 @@
 //! program's environment.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::io::{Read as _, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use clap::Args;
-use cordon_broker::{Broker, HeaderTemplate, Secret};
-use cordon_core::policy::{PlacedFile, PolicyFile, SecretBinding, SecretSource};
-use cordon_core::{BrokeredNetwork, ChildSpec, Network, RunnerConfig};
+use cordon_core::policy::{PolicyFile, SecretBinding, SecretSource};
+use cordon_core::{ChildSpec, RunnerConfig};
 use cordon_egress::{HostPattern, RequestRule};
+
+#[cfg(target_os = "linux")]
+mod broker_run;
 
 /// The flags that mirror `[secrets.NAME]` and `network.rules` /
 /// `network.upstream_ca`.
@@ -60,25 +58,6 @@ impl SecretArgs {
 pub struct Brokering {
     _bundle: tempfile::TempDir,
 }
-
-/// The preload that sends an older Node's `fetch` through the proxy.
-const NODE_PROXY_JS: &str = include_str!("node_proxy.js");
-
-/// Where the system's CA bundle is, first found wins.
-const SYSTEM_BUNDLES: [&str; 3] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-];
-
-/// The variables pointing the usual clients at the bundle (system roots
-/// and the run's CA).
-pub const BUNDLE_VARS: [&str; 4] = [
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-];
 
 fn split<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str), String> {
     s.split_once('=')
@@ -146,39 +125,6 @@ fn bindings(
     Ok(out)
 }
 
-/// Reads a secret's value from its source. `grants`: every path the
-/// sandbox may read; a file source inside one is refused (the program
-/// could read the value itself).
-async fn read_value(name: &str, from: &SecretSource, grants: &[PathBuf]) -> Result<String, String> {
-    match from {
-        SecretSource::Env(var) => std::env::var(var).map_err(|_| {
-            format!("secret {name}: its source env:{var} is not set (or not UTF-8) in cordon's environment")
-        }),
-        SecretSource::File(path) => read_secret_file(name, path, grants),
-        #[cfg(feature = "starlark")]
-        SecretSource::Store { package, name: key } => {
-            let bad = |e: String| format!("secret {name}: its source store:{package}/{key}: {e}");
-            // The store's database and key open every secret in it: none
-            // may be where the sandbox reads.
-            for file in crate::star::store_files().map_err(bad)? {
-                if let Some(g) = exposed(&file, grants) {
-                    return Err(bad(format!(
-                        "the store's {} is inside {}, which the sandbox may read",
-                        file.display(),
-                        g.display()
-                    )));
-                }
-            }
-            crate::star::read_secret(package, key).await.map_err(bad)
-        }
-        #[cfg(not(feature = "starlark"))]
-        SecretSource::Store { package, name: key } => Err(format!(
-            "secret {name}: source store:{package}/{key}: this cordon was built without the \
-             store (the `starlark` feature); use env: or file:"
-        )),
-    }
-}
-
 /// Sets the run up for the broker when the policy or the flags ask for
 /// it: the secrets read, the broker made and put in `config.network`,
 /// the trust bundle granted and named in the program's environment, the
@@ -208,232 +154,13 @@ pub async fn prepare(
         }
         return Ok(None);
     }
-    let mut grants: Vec<PathBuf> = config.read_only.clone();
-    grants.extend(config.read_write.iter().cloned());
-    grants.extend(config.executable.iter().cloned());
-    if let cordon_core::Scratch::Existing(dir) = &spec.scratch {
-        grants.push(dir.clone());
+    #[cfg(target_os = "linux")]
+    {
+        broker_run::prepare(bindings, rules, upstream_ca, config, spec).await
     }
-    let mut secrets = Vec::new();
-    for (name, b) in &bindings {
-        if b.hosts.is_empty() {
-            return Err(format!(
-                "secret {name} is bound to no host: give --secret-host {name}=HOST (secrets.{name}.hosts)"
-            ));
-        }
-        if let SecretSource::Env(var) = &b.from {
-            let passed = spec.pass_env.iter().any(|v| v == var.as_str())
-                || spec.env.iter().any(|(k, _)| k == var.as_str());
-            if passed {
-                return Err(format!(
-                    "secret {name}'s source {var} is also passed to the program (--env or \
-                     env.pass/env.set): the program would hold the value; drop it from the \
-                     environment"
-                ));
-            }
-        }
-        if matches!(b.from, SecretSource::Store { .. }) {
-            for var in ["CORDON_STORE_KEY", "CORDON_STORE_URL", "PGPASSWORD"] {
-                let passed = spec.pass_env.iter().any(|v| v == var)
-                    || spec.env.iter().any(|(k, _)| k == var);
-                if passed {
-                    return Err(format!(
-                        "secret {name} comes from the store, and {var}, which opens it, is also \
-                         passed to the program: drop it from the environment"
-                    ));
-                }
-            }
-        }
-        let value = read_value(name, &b.from, &grants).await?;
-        let header = b
-            .header
-            .as_deref()
-            .map(|h| h.parse::<HeaderTemplate>())
-            .transpose()
-            .map_err(|e| format!("secret {name}: {e}"))?;
-        secrets.push(Secret::new(name, value, b.hosts.clone(), header).map_err(|e| e.to_string())?);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (config, spec);
+        Err("the credential broker (--secret, --rule) runs on Linux only".into())
     }
-    let ca_pem = upstream_ca
-        .as_ref()
-        .map(|p| {
-            std::fs::read(p)
-                .map_err(|e| format!("--upstream-ca {}: cannot be read: {e}", p.display()))
-        })
-        .transpose()?;
-    let broker = Broker::new(secrets, rules, ca_pem.as_deref()).map_err(|e| e.to_string())?;
-
-    // The trust bundle: a fresh directory of the host's, read-only to
-    // the sandbox.
-    let dir = tempfile::Builder::new()
-        .prefix("cordon-trust-")
-        .tempdir()
-        .map_err(|e| format!("cannot make the trust bundle's directory: {e}"))?;
-    // The system's bundle, by its real path (a symlink on some systems).
-    let system_path = SYSTEM_BUNDLES
-        .iter()
-        .find_map(|p| std::fs::canonicalize(p).ok());
-    let system = system_path
-        .as_ref()
-        .and_then(|p| std::fs::read(p).ok())
-        .unwrap_or_default();
-    let ca = broker.ca().certificate_pem();
-    let mut bundle = system;
-    bundle.extend_from_slice(b"\n");
-    bundle.extend_from_slice(ca.as_bytes());
-    let bundle_path = dir.path().join("ca-bundle.pem");
-    let ca_path = dir.path().join("run-ca.pem");
-    write_readable(&bundle_path, &bundle)?;
-    write_readable(&ca_path, ca.as_bytes())?;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("cannot open the trust bundle's directory to the sandbox: {e}"))?;
-    config.read_only.push(dir.path().to_path_buf());
-    // Clients that read only the system's bundle (Go without
-    // SSL_CERT_FILE, say) find the run's CA there too.
-    if let Some(at) = system_path {
-        config.placed.push(PlacedFile {
-            at,
-            from: bundle_path.clone(),
-        });
-    }
-    for var in BUNDLE_VARS {
-        spec.env.push((var.into(), bundle_path.clone().into()));
-    }
-    spec.env
-        .push(("NODE_EXTRA_CA_CERTS".into(), ca_path.clone().into()));
-    // Node 24 (and 22.21) read the proxy variables only when asked; an
-    // older Node's fetch does not at all, and gets a preload that sends
-    // it through the proxy (node_proxy.js says how).
-    spec.env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
-    let preload = dir.path().join("node-proxy.js");
-    write_readable(&preload, NODE_PROXY_JS.as_bytes())?;
-    let require = format!("--require {}", preload.display());
-    let given = spec
-        .env
-        .iter()
-        .position(|(k, _)| k == "NODE_OPTIONS")
-        .map(|i| spec.env.remove(i).1)
-        .or_else(|| {
-            spec.pass_env
-                .iter()
-                .any(|k| k == "NODE_OPTIONS")
-                .then(|| std::env::var_os("NODE_OPTIONS"))
-                .flatten()
-        });
-    let options = match given {
-        Some(v) => format!("{require} {}", v.to_string_lossy()),
-        None => require,
-    };
-    spec.env.push(("NODE_OPTIONS".into(), options.into()));
-    for (name, b) in &bindings {
-        let s = broker
-            .secrets()
-            .iter()
-            .find(|s| s.name() == name)
-            .expect("every binding made a secret");
-        spec.env
-            .push((OsString::from(&b.env), OsString::from(s.placeholder())));
-    }
-    let broker = Arc::new(broker);
-    let mut hosts = config
-        .network
-        .allowlist()
-        .map(<[_]>::to_vec)
-        .unwrap_or_default();
-    hosts.extend(broker.hosts());
-    config.network = Network::Brokered(BrokeredNetwork {
-        hosts,
-        intercept: broker,
-    });
-    Ok(Some(Brokering { _bundle: dir }))
-}
-
-/// Directories every sandbox may read whatever its grants (the Linux
-/// backend's system set, and `/etc`, parts of which it reads): a secret
-/// source there could be read by a sandbox of the caller's own uid.
-const SYSTEM_DIRS: [&str; 9] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-];
-
-/// The grant (or system directory) `path` lies in, by the path given and
-/// by its real path (a symlinked directory in a grant is not a way out),
-/// if any.
-fn exposed(path: &Path, grants: &[PathBuf]) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(path).ok();
-    let system = SYSTEM_DIRS.iter().map(PathBuf::from);
-    grants.iter().cloned().chain(system).find(|g| {
-        let g_real = std::fs::canonicalize(g).unwrap_or_else(|_| g.clone());
-        std::iter::once(path)
-            .chain(real.as_deref())
-            .any(|p| p.starts_with(g) || p.starts_with(&g_real))
-    })
-}
-
-/// Reads a secret file: a regular file of the caller's own, readable by
-/// no one else, with one name (no hard link another path could reach),
-/// outside everything the sandbox may read or write (by the path given
-/// and by its real path: a symlinked directory in a grant is not a way
-/// out), opened without following a final symlink and read to at most a
-/// secret's length (a FIFO or a device put in its place is refused, not
-/// waited on or read without end).
-fn read_secret_file(name: &str, path: &Path, grants: &[PathBuf]) -> Result<String, String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let bad = |why: String| format!("secret {name}: its source file {}: {why}", path.display());
-    std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-    if let Some(g) = exposed(path, grants) {
-        return Err(bad(format!(
-            "it is inside {}, which the sandbox may read or write: keep the file out of every \
-             grant, the scratch dir and the system directories",
-            g.display()
-        )));
-    }
-    let real = std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&real)
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.file_type().is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    if meta.uid() != me || meta.mode() & 0o077 != 0 || meta.nlink() != 1 {
-        return Err(bad(format!(
-            "it must be yours (uid {me}), readable by no one else (chmod 600) and have one name \
-             (no hard link)"
-        )));
-    }
-    let mut v = Vec::new();
-    let most = cordon_broker::MAX_VALUE_LEN as u64 + 2;
-    std::io::Read::take(&file, most + 1)
-        .read_to_end(&mut v)
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-    if v.len() as u64 > most {
-        return Err(bad(format!(
-            "longer than a secret may be ({} bytes)",
-            cordon_broker::MAX_VALUE_LEN
-        )));
-    }
-    let mut v = String::from_utf8(v).map_err(|_| bad("not UTF-8".into()))?;
-    if v.ends_with('\n') {
-        v.pop();
-        if v.ends_with('\r') {
-            v.pop();
-        }
-    }
-    Ok(v)
-}
-
-fn write_readable(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o644)))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -24,7 +24,9 @@ macro_rules! standard_probes {
     };
 }
 
-/// P8's run with the credential broker (part of P8, not a probe of its own).
+/// P8's run with the credential broker (part of P8, not a probe of its
+/// own; Linux only, as the broker).
+#[cfg(target_os = "linux")]
 pub(crate) mod p8_broker;
 
 standard_probes![

@@ -58,7 +58,7 @@ impl Probe for P8 {
 
     fn checks(&self, host: &HostConditions) -> Manifest {
         let mut m = manifest(CHECKS);
-        m.extend(manifest(super::p8_broker::CHECKS));
+        m.extend(manifest(BROKER_CHECKS));
         for ip in &host.addrs {
             m.insert(format!("direct-{ip}"), Evidence::Child);
             m.insert(format!("proxy-port-{ip}"), Evidence::Child);
@@ -153,11 +153,17 @@ impl Probe for P8 {
         });
         checks.extend(run.into_checks());
         // The second run: the same allowlist with the credential broker.
+        #[cfg(target_os = "linux")]
         checks.extend(super::p8_broker::host(ctx, target.port, &target.requests).await);
+        #[cfg(not(target_os = "linux"))]
+        checks.extend(BROKER_CHECKS.iter().map(|(name, _)| {
+            unreachable(name, "the credential broker is built on Linux only")
+        }));
         checks
     }
 
     fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
+        #[cfg(target_os = "linux")]
         if args.contains_key("broker") {
             return super::p8_broker::child(r, args);
         }
@@ -285,6 +291,16 @@ impl Probe for P8 {
     }
 }
 
+/// P8's checks of its run with the credential broker (`p8_broker.rs`).
+const BROKER_CHECKS: &[(&str, Evidence)] = &[
+    ("broker-control", Evidence::Child),
+    ("broker-unbound", Evidence::Child),
+    ("broker-tunnel-other-port", Evidence::Child),
+    ("broker-direct", Evidence::Child),
+    ("host-broker-injected", Evidence::Host),
+    ("host-broker-unbound-clean", Evidence::Host),
+];
+
 /// Every check P8 makes on any host (those of some hosts only are added
 /// in [`P8::checks`]).
 const CHECKS: &[(&str, Evidence)] = &[
@@ -395,6 +411,7 @@ const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
 /// (`ENETUNREACH`/`EHOSTUNREACH` from the routing lookup, before any
 /// packet): the namespace is the denial. `ECONNREFUSED` is not: something
 /// answered.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(super) const NO_WAY: [i32; 4] = [
     libc::EPERM,
     libc::EACCES,

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cordon_broker::{Broker, Secret};
-use cordon_core::{BrokeredNetwork, CheckResult, Evidence, Network, ProbeStatus};
+use cordon_core::{BrokeredNetwork, CheckResult, Network, ProbeStatus};
 use cordon_egress::{HostPattern, Intercept};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -37,16 +37,6 @@ use crate::registry::ProbeArgs;
 
 /// The header the secret is set as.
 const HEADER: &str = "X-Cordon-Probe";
-
-/// P8's broker checks, child and host.
-pub(crate) const CHECKS: &[(&str, Evidence)] = &[
-    ("broker-control", Evidence::Child),
-    ("broker-unbound", Evidence::Child),
-    ("broker-tunnel-other-port", Evidence::Child),
-    ("broker-direct", Evidence::Child),
-    ("host-broker-injected", Evidence::Host),
-    ("host-broker-unbound-clean", Evidence::Host),
-];
 
 /// The HTTPS target: echoes the probe header's value, records each.
 struct Echo {
