@@ -374,6 +374,60 @@ pub fn open_append(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// A small private file the host reads (a secret's source): walked with
+/// no link followed, opened without blocking, and read only if it is a
+/// regular file of this user's, readable by no one else, with one name;
+/// at most `max` bytes (a longer one is an error, not cut).
+pub fn read_private(path: &Path, max: usize) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let (dir, name) = split(path)?;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rfs::openat(dir.as_fd(), &name, flags, Mode::empty())
+        .map_err(io::Error::from)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "`{}` is a symbolic link: give the real path",
+                    path.display()
+                ),
+            ),
+            _ => e,
+        })?;
+    let st = rfs::fstat(&fd)?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind != FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "`{}` is {}, not a regular file",
+                path.display(),
+                kind_name(kind)
+            ),
+        ));
+    }
+    if st.st_uid != euid() || st.st_mode & 0o077 != 0 || st.st_nlink != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "`{}` must be yours (uid {}), readable by no one else (chmod 600) and have one \
+                 name (no hard link)",
+                path.display(),
+                euid()
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    File::from(fd).take(max as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("`{}` is longer than {max} bytes", path.display()),
+        ));
+    }
+    Ok(out)
+}
+
 /// Gives the directory `path` (walked as [`open_dir`] does) to `owner`
 /// if it belongs to `from` now; `Ok(false)` when it is gone or belongs to
 /// someone else already.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{Read as _, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -235,15 +235,14 @@ fn exposed(path: &Path, grants: &[PathBuf]) -> Option<PathBuf> {
     })
 }
 
-/// Reads a secret file: a regular file of the caller's own, readable by
-/// no one else, with one name (no hard link another path could reach),
-/// outside everything the sandbox may read or write (by the path given
-/// and by its real path: a symlinked directory in a grant is not a way
-/// out), opened without following a final symlink and read to at most a
-/// secret's length (a FIFO or a device put in its place is refused, not
-/// waited on or read without end).
+/// Reads a secret file: outside everything the sandbox may read or write
+/// (by the path given and by its real path: a symlinked directory in a
+/// grant is not a way out), then through `hostfs::read_private`: no link
+/// in any component, a regular file of the caller's own, readable by no
+/// one else, with one name, read to at most a secret's length (a FIFO or
+/// a device put in its place is refused, not waited on or read without
+/// end).
 fn read_secret_file(name: &str, path: &Path, grants: &[PathBuf]) -> Result<String, String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let bad = |why: String| format!("secret {name}: its source file {}: {why}", path.display());
     std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
     if let Some(g) = exposed(path, grants) {
@@ -253,37 +252,10 @@ fn read_secret_file(name: &str, path: &Path, grants: &[PathBuf]) -> Result<Strin
             g.display()
         )));
     }
-    let real = std::fs::canonicalize(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&real)
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.file_type().is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    if meta.uid() != me || meta.mode() & 0o077 != 0 || meta.nlink() != 1 {
-        return Err(bad(format!(
-            "it must be yours (uid {me}), readable by no one else (chmod 600) and have one name \
-             (no hard link)"
-        )));
-    }
-    let mut v = Vec::new();
-    let most = cordon_broker::MAX_VALUE_LEN as u64 + 2;
-    std::io::Read::take(&file, most + 1)
-        .read_to_end(&mut v)
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-    if v.len() as u64 > most {
-        return Err(bad(format!(
-            "longer than a secret may be ({} bytes)",
-            cordon_broker::MAX_VALUE_LEN
-        )));
-    }
+    // No link in any component, the caller's own private file, read to a
+    // secret's length (hostfs's rules for a path another user could shape).
+    let v = cordon_core::hostfs::read_private(path, cordon_broker::MAX_VALUE_LEN + 2)
+        .map_err(|e| bad(format!("cannot be used: {e}")))?;
     let mut v = String::from_utf8(v).map_err(|_| bad("not UTF-8".into()))?;
     if v.ends_with('\n') {
         v.pop();
