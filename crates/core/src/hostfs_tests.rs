@@ -292,3 +292,32 @@ fn hand_over_gives_the_dir_only_from_the_named_owner() {
     assert_eq!((m.uid(), m.permissions().mode() & 0o777), (0, 0o700));
     assert!(!hand_over_dir(&base.path().join("gone"), 1, (0, 0)).unwrap());
 }
+
+#[test]
+fn a_private_read_takes_only_the_callers_private_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = d.join("good");
+    std::fs::write(&good, b"value-0123456789").unwrap();
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(read_private(&good, 64).unwrap(), b"value-0123456789");
+    // Longer than allowed: an error, not a cut value.
+    assert!(read_private(&good, 8).is_err());
+    // Readable by others, a second name, a link (last or on the way), a
+    // FIFO (refused without blocking) and a directory: each refused.
+    let open = d.join("open");
+    std::fs::write(&open, b"x").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let hard = d.join("hard");
+    std::fs::hard_link(&good, &hard).unwrap();
+    let link = d.join("link");
+    std::os::unix::fs::symlink(&open, &link).unwrap();
+    std::os::unix::fs::symlink(d, d.join("up")).unwrap();
+    let fifo = d.join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path in our temp dir.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for bad in [open, hard, link, d.join("up/good"), fifo, d.to_path_buf()] {
+        assert!(read_private(&bad, 64).is_err(), "{}", bad.display());
+    }
+}
