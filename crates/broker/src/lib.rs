@@ -49,12 +49,14 @@
 
 #![deny(missing_docs)]
 
+mod body;
 mod broker;
 mod ca;
 mod head;
 mod scrub;
 mod secret;
 pub mod upstream;
+mod wire;
 
 pub use broker::{overriding, Broker};
 pub use ca::{RunCa, MAX_LEAVES, VALID_FOR};

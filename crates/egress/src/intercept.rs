@@ -171,7 +171,7 @@ impl Write for GuardedStream {
                     self.socket.as_raw_fd(),
                     buf.as_ptr().cast(),
                     buf.len(),
-                    super::proxy::SEND_FLAGS,
+                    super::relay::SEND_FLAGS,
                 )
             };
             if w >= 0 {

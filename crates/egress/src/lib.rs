@@ -68,6 +68,7 @@ mod buffers;
 mod intercept;
 mod pattern;
 mod proxy;
+mod relay;
 mod request;
 mod rule;
 
