@@ -11,7 +11,7 @@ use cordon_core::policy::{PolicyFile, SecretBinding, SecretSource};
 use cordon_core::{ChildSpec, RunnerConfig};
 use cordon_egress::{HostPattern, RequestRule};
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "broker"))]
 mod broker_run;
 
 /// The flags that mirror `[secrets.NAME]` and `network.rules` /
@@ -154,13 +154,17 @@ pub async fn prepare(
         }
         return Ok(None);
     }
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", feature = "broker"))]
     {
         broker_run::prepare(bindings, rules, upstream_ca, config, spec).await
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(all(target_os = "linux", feature = "broker")))]
     {
         let _ = (config, spec);
-        Err("the credential broker (--secret, --rule) runs on Linux only".into())
+        Err(
+            "this cordon has no credential broker (--secret, --rule): it runs on Linux, in a \
+             build with the `broker` feature (the default)"
+                .into(),
+        )
     }
 }

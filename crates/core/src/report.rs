@@ -367,6 +367,20 @@ impl ConformanceReport {
         self.conforms() && self.probes.iter().any(|p| p.id == ProbeId::P8)
     }
 
+    /// Whether the report also proves the credential broker
+    /// (`Network::Brokered`): P8 ran its second run, with the broker, and
+    /// the bound target got the value (a build without the broker runs
+    /// P8 without it, and proves the allowlist only).
+    pub fn proves_credential_broker(&self) -> bool {
+        self.proves_egress_allowlist()
+            && self.probes.iter().any(|p| {
+                p.id == ProbeId::P8
+                    && p.checks
+                        .iter()
+                        .any(|c| c.name == "host-broker-injected" && c.status == ProbeStatus::Pass)
+            })
+    }
+
     /// A human summary: one line per probe, the reason for anything that is
     /// not `Pass`, how many checks the host verified itself, the checks that
     /// pass without a sandbox on this host, and a final `CONFORMS` /

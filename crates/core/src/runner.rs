@@ -134,6 +134,18 @@ impl SandboxRunner {
                 report: Box::new(report),
             });
         }
+        let needs_broker = matches!(config.network, crate::Network::Brokered(_));
+        if needs_broker && report.conforms() && !report.proves_credential_broker() {
+            tracing::warn!(
+                backend = backend.name(),
+                "the configuration asks for the credential broker, which this backend did not \
+                 prove (probe P8's run with it; a report from a build without the broker does \
+                 not count); untrusted children will not run"
+            );
+            return Err(SandboxUnavailable {
+                report: Box::new(report),
+            });
+        }
         if report.backend != backend.name() || !report.conforms() {
             tracing::warn!(
                 backend = backend.name(),

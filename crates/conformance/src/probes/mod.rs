@@ -26,7 +26,7 @@ macro_rules! standard_probes {
 
 /// P8's run with the credential broker (part of P8, not a probe of its
 /// own; Linux only, as the broker).
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "broker"))]
 pub(crate) mod p8_broker;
 
 standard_probes![

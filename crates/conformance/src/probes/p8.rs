@@ -58,6 +58,7 @@ impl Probe for P8 {
 
     fn checks(&self, host: &HostConditions) -> Manifest {
         let mut m = manifest(CHECKS);
+        #[cfg(all(target_os = "linux", feature = "broker"))]
         m.extend(manifest(BROKER_CHECKS));
         for ip in &host.addrs {
             m.insert(format!("direct-{ip}"), Evidence::Child);
@@ -152,18 +153,16 @@ impl Probe for P8 {
             Err(e) => unreachable("host-udp-socket", format!("the host cannot bind: {e}")),
         });
         checks.extend(run.into_checks());
-        // The second run: the same allowlist with the credential broker.
-        #[cfg(target_os = "linux")]
+        // The second run: the same allowlist with the credential broker,
+        // in a build that has it (a report without these checks does not
+        // prove the broker: `ConformanceReport::proves_credential_broker`).
+        #[cfg(all(target_os = "linux", feature = "broker"))]
         checks.extend(super::p8_broker::host(ctx, target.port, &target.requests).await);
-        #[cfg(not(target_os = "linux"))]
-        checks.extend(BROKER_CHECKS.iter().map(|(name, _)| {
-            unreachable(name, "the credential broker is built on Linux only")
-        }));
         checks
     }
 
     fn child(&self, r: &mut Reporter, args: &ProbeArgs) {
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", feature = "broker"))]
         if args.contains_key("broker") {
             return super::p8_broker::child(r, args);
         }
@@ -292,6 +291,7 @@ impl Probe for P8 {
 }
 
 /// P8's checks of its run with the credential broker (`p8_broker.rs`).
+#[cfg(all(target_os = "linux", feature = "broker"))]
 const BROKER_CHECKS: &[(&str, Evidence)] = &[
     ("broker-control", Evidence::Child),
     ("broker-unbound", Evidence::Child),
@@ -411,7 +411,7 @@ const DENIED: [i32; 2] = [libc::EPERM, libc::EACCES];
 /// (`ENETUNREACH`/`EHOSTUNREACH` from the routing lookup, before any
 /// packet): the namespace is the denial. `ECONNREFUSED` is not: something
 /// answered.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[cfg_attr(not(all(target_os = "linux", feature = "broker")), allow(dead_code))]
 pub(super) const NO_WAY: [i32; 4] = [
     libc::EPERM,
     libc::EACCES,
