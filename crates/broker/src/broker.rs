@@ -26,6 +26,8 @@ pub struct Broker {
     upstream: Arc<rustls::ClientConfig>,
     pub(crate) secrets: Vec<Secret>,
     pub(crate) rules: Vec<RequestRule>,
+    /// Built once; each answer gets a clone.
+    scrubber: Scrubber,
 }
 
 impl std::fmt::Debug for Broker {
@@ -54,11 +56,23 @@ impl Broker {
                 w[0]
             )));
         }
+        let scrubber = Scrubber::new(
+            secrets
+                .iter()
+                .map(|s| {
+                    (
+                        s.value().as_bytes().to_vec(),
+                        s.placeholder().as_bytes().to_vec(),
+                    )
+                })
+                .collect(),
+        );
         Ok(Broker {
             ca: Arc::new(RunCa::new()?),
             upstream: crate::upstream::client_config(upstream_ca_pem)?,
             secrets,
             rules,
+            scrubber,
         })
     }
 
@@ -117,17 +131,7 @@ impl Broker {
     }
 
     pub(crate) fn scrubber(&self) -> Scrubber {
-        Scrubber::new(
-            self.secrets
-                .iter()
-                .map(|s| {
-                    (
-                        s.value().as_bytes().to_vec(),
-                        s.placeholder().as_bytes().to_vec(),
-                    )
-                })
-                .collect(),
-        )
+        self.scrubber.clone()
     }
 
     pub(crate) fn scrub(&self, bytes: &[u8]) -> Vec<u8> {

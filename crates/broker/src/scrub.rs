@@ -16,7 +16,9 @@
 use aho_corasick::{AhoCorasick, MatchKind};
 
 /// A streaming scrubber. Its `Debug` shows neither the values nor what
-/// it holds back.
+/// it holds back. Cloning is cheap (the automaton is shared): one is built
+/// per run and cloned for each answer.
+#[derive(Clone)]
 pub struct Scrubber {
     finder: AhoCorasick,
     /// What replaces each value, by pattern index.
