@@ -323,25 +323,24 @@ fn nonce(attempt: u32) -> String {
     format!("{:08x}", h.finish() as u32)
 }
 
-/// A log the host appends to (`--notify-file`): opened (or made, 0600) in
-/// place, never through a link, without blocking, and only if it is a
-/// regular file of this user's with no second name.
-pub fn open_append(path: &Path) -> io::Result<File> {
-    let (dir, name) = split(path)?;
-    let flags = OFlags::WRONLY
-        | OFlags::APPEND
-        | OFlags::CREATE
-        | OFlags::NOFOLLOW
-        | OFlags::NONBLOCK
-        | OFlags::CLOEXEC;
-    let fd = rfs::openat(dir.as_fd(), &name, flags, Mode::from_raw_mode(0o600))
+/// `name` in `dir` opened with `flags` (which hold `O_NOFOLLOW`), and its
+/// status, if it is a regular file; a link there is refused with an error
+/// that names `shown`.
+fn open_regular(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: OFlags,
+    mode: Mode,
+    shown: &Path,
+) -> io::Result<(OwnedFd, rfs::Stat)> {
+    let fd = rfs::openat(dir, name, flags, mode)
         .map_err(io::Error::from)
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ELOOP) => io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "`{}` is a symbolic link: give the real path",
-                    path.display()
+                    shown.display()
                 ),
             ),
             _ => e,
@@ -353,11 +352,26 @@ pub fn open_append(path: &Path) -> io::Result<File> {
             io::ErrorKind::InvalidInput,
             format!(
                 "`{}` is {}, not a regular file",
-                path.display(),
+                shown.display(),
                 kind_name(kind)
             ),
         ));
     }
+    Ok((fd, st))
+}
+
+/// A log the host appends to (`--notify-file`): opened (or made, 0600) in
+/// place, never through a link, without blocking, and only if it is a
+/// regular file of this user's with no second name.
+pub fn open_append(path: &Path) -> io::Result<File> {
+    let (dir, name) = split(path)?;
+    let flags = OFlags::WRONLY
+        | OFlags::APPEND
+        | OFlags::CREATE
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC;
+    let (fd, st) = open_regular(dir.as_fd(), &name, flags, Mode::from_raw_mode(0o600), path)?;
     if st.st_uid != euid() || st.st_nlink != 1 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -382,30 +396,7 @@ pub fn read_private(path: &Path, max: usize) -> io::Result<Vec<u8>> {
     use std::io::Read as _;
     let (dir, name) = split(path)?;
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = rfs::openat(dir.as_fd(), &name, flags, Mode::empty())
-        .map_err(io::Error::from)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "`{}` is a symbolic link: give the real path",
-                    path.display()
-                ),
-            ),
-            _ => e,
-        })?;
-    let st = rfs::fstat(&fd)?;
-    let kind = FileType::from_raw_mode(st.st_mode);
-    if kind != FileType::RegularFile {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "`{}` is {}, not a regular file",
-                path.display(),
-                kind_name(kind)
-            ),
-        ));
-    }
+    let (fd, st) = open_regular(dir.as_fd(), &name, flags, Mode::empty(), path)?;
     if st.st_uid != euid() || st.st_mode & 0o077 != 0 || st.st_nlink != 1 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
