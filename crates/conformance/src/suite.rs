@@ -72,7 +72,10 @@ impl Default for StandardSuite {
 
 impl StandardSuite {
     /// The full suite, re-invoking the current executable as probe child,
-    /// with a 5 s per-probe timeout.
+    /// with the per-probe timeout of [`cordon_core::Limits::probe`]'s deadline (15 s:
+    /// a probe ends as soon as its checks are made, so the timeout only
+    /// bounds one that hangs, and a loaded host must not cut a check
+    /// short, which would close the gate).
     pub fn new() -> Self {
         StandardSuite {
             #[cfg(target_os = "linux")]
@@ -80,7 +83,9 @@ impl StandardSuite {
             exe: ProbeExecutable::CurrentExe,
             only: None,
             accept_unproven: Vec::new(),
-            timeout: Duration::from_secs(5),
+            timeout: cordon_core::Limits::probe()
+                .deadline
+                .unwrap_or(Duration::from_secs(15)),
             #[cfg(feature = "test-hooks")]
             hygiene: None,
         }
@@ -130,7 +135,7 @@ impl StandardSuite {
         &self.accept_unproven
     }
 
-    /// Sets the per-probe timeout (default 5 s).
+    /// Sets the per-probe timeout (default: [`cordon_core::Limits::probe`]'s deadline).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

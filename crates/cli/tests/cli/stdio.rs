@@ -454,7 +454,15 @@ fn a_closed_stdout_ends_the_program_with_sigpipe() {
     );
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 2];
-    stdout.read_exact(&mut first).unwrap();
+    if let Err(e) = stdout.read_exact(&mut first) {
+        // cordon ended before the program wrote: say why.
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "no output from yes ({e}); cordon ended with {:?}: {}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
     assert_eq!(&first, b"y\n");
     drop(stdout); // as `head -1` does
     let status = wait_bounded(&mut child, Duration::from_secs(20), "yes | head -1");
