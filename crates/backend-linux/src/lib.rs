@@ -45,6 +45,9 @@
 //!     then written (`user_namespace_quotas`) before it is made read-only
 //!     (`mounts`); and the Landlock rule for the private scratch
 //!     (`landlock_add_rule`);
+//!     then, for a container's root, its filesystems mounted inside it
+//!     (each destination resolved inside the root) and the root entered,
+//!     the host's tree detached (`pivot_root`);
 //! 14. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
 //!     CPU, FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
 //! 15. `capabilities`: all dropped (ambient, the bounding set where it

@@ -323,6 +323,13 @@ fn confine(
              was started; drop the masks or grant only the subtrees the program needs",
         ));
     }
+    if policy.container.is_some() {
+        return Err(WrapError::new(
+            BACKEND_NAME,
+            "the macos backend cannot enter a container's root (Seatbelt has no pivot_root): \
+             refused, nothing was started",
+        ));
+    }
     if !policy.placed.is_empty() {
         return Err(WrapError::new(
             BACKEND_NAME,

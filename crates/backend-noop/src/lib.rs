@@ -51,6 +51,12 @@ impl SandboxBackend for NoopBackend {
                  refused",
             ));
         }
+        if policy.container.is_some() {
+            return Err(WrapError::new(
+                "noop",
+                "the no-op backend cannot enter a container's root: a policy with one is refused",
+            ));
+        }
         if !policy.placed.is_empty() {
             return Err(WrapError::new(
                 "noop",

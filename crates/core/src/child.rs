@@ -269,6 +269,23 @@ impl RunningChild {
         }
     }
 
+    /// Sends `signal` to the child's process group (not once the child has
+    /// been reaped: its pid may be reused): what a terminal's `^C` or an
+    /// OCI runtime's `kill ID SIGTERM` does to the program. In a PID
+    /// namespace the sandbox's init ignores it (the kernel delivers only
+    /// signals it handles, and it handles none); the program does not.
+    pub fn signal_group(&self, signal: i32) -> std::io::Result<()> {
+        if self.reaped.is_some() {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // SAFETY: kill has no memory preconditions; the group is the
+        // child's own, alive (not reaped).
+        if unsafe { libc::kill(-(self.pid as libc::pid_t), signal) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Waits for the child to end, enforcing the deadline. Afterwards kills
     /// whatever is left of its process group (background children do not
     /// outlive it), lets the stdio relay finish, and removes the fresh

@@ -419,6 +419,33 @@ pub fn read_private(path: &Path, max: usize) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Whether `inside` names a regular file in the directory tree `root`,
+/// resolved as a process whose root is `root` would resolve it: an
+/// absolute link, or `..`, stays inside `root` (`RESOLVE_IN_ROOT`), and
+/// no `/proc` magic link is followed. `root` itself is walked as
+/// [`open_dir`] does. For a container's root, which the container shapes:
+/// finding its program on its `PATH`.
+#[cfg(target_os = "linux")]
+pub fn is_file_in_root(root: &Path, inside: &Path) -> io::Result<bool> {
+    use rustix::fs::ResolveFlags;
+    let dir = open_dir(root)?;
+    let rel = inside.strip_prefix("/").unwrap_or(inside);
+    let fd = match rfs::openat2(
+        dir.as_fd(),
+        rel,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(e) if e == rustix::io::Errno::NOENT || e == rustix::io::Errno::NOTDIR => {
+            return Ok(false)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(FileType::from_raw_mode(rfs::fstat(&fd)?.st_mode) == FileType::RegularFile)
+}
+
 /// Gives the directory `path` (walked as [`open_dir`] does) to `owner`
 /// if it belongs to `from` now; `Ok(false)` when it is gone or belongs to
 /// someone else already.

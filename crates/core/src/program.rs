@@ -63,6 +63,38 @@ pub(crate) fn resolve(program: &Path, env: &[(OsString, OsString)]) -> Result<Pa
     Ok(canonical)
 }
 
+/// The program of a container's child, as a path inside its root: a path
+/// with a `/` as given (relative to the root's `cwd`), a bare name the
+/// first regular file of that name on the `PATH` of `env`, looked up
+/// inside the root ([`hostfs::is_file_in_root`](crate::hostfs::is_file_in_root)).
+#[cfg(target_os = "linux")]
+pub(crate) fn resolve_in_container(
+    root: &crate::policy::ContainerRoot,
+    program: &Path,
+    env: &[(OsString, OsString)],
+) -> Result<PathBuf, SpawnError> {
+    if program.as_os_str().is_empty() {
+        return Err(SpawnError::InvalidSpec("program is empty".into()));
+    }
+    if program.as_os_str().as_encoded_bytes().contains(&b'/') {
+        return Ok(root.cwd.join(program));
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == OsStr::new("PATH"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| {
+            OsString::from("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        });
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(program))
+        .find(|p| crate::hostfs::is_file_in_root(&root.rootfs, p).unwrap_or(false))
+        .ok_or_else(|| SpawnError::ProgramNotFound {
+            program: program.to_path_buf(),
+        })
+}
+
 fn child_path(env: &[(OsString, OsString)]) -> OsString {
     env.iter()
         .find(|(k, _)| k == OsStr::new("PATH"))

@@ -211,9 +211,39 @@ impl Spawner {
             ));
         }
         let limits = self.config.ceilings.narrow(&spec.limits)?;
-        let env = self.build_env(spec);
-        let program = program::resolve(&spec.program, &env)?;
-        let (program_file, exec_path) = program::open_pinned(&program, spec)?;
+        // A container's child: its own environment only, its program a
+        // path inside its root (not pinned: the container owns its root).
+        let container = match (&spec.container, &self.backend) {
+            (Some(_), None) => {
+                return Err(SpawnError::InvalidSpec(
+                    "a container's root needs a sandbox backend to enter it".into(),
+                ))
+            }
+            (Some(root), Some(_)) => Some(root),
+            (None, _) => None,
+        };
+        let env = match container {
+            Some(_) => spec.env.clone(),
+            None => self.build_env(spec),
+        };
+        let (program, program_file, exec_path) = match container {
+            #[cfg(target_os = "linux")]
+            Some(root) => {
+                let p = program::resolve_in_container(root, &spec.program, &env)?;
+                (p.clone(), None, p)
+            }
+            #[cfg(not(target_os = "linux"))]
+            Some(_) => {
+                return Err(SpawnError::InvalidSpec(
+                    "a container's root is entered on Linux only".into(),
+                ))
+            }
+            None => {
+                let program = program::resolve(&spec.program, &env)?;
+                let (file, exec_path) = program::open_pinned(&program, spec)?;
+                (program, file, exec_path)
+            }
+        };
         let private = match (&spec.scratch, &self.backend) {
             (Scratch::Fresh, Some(b)) => b.private_scratch_mountpoint(&self.config.scratch_base),
             _ => None,
@@ -274,9 +304,12 @@ impl Spawner {
                     .chain(kept),
             )?;
             // Programs expect a writable home and temp dir (git, gcc, pip):
-            // inside a sandbox the only writable place is scratch.
-            cmd.env("HOME", scratch.path())
-                .env("TMPDIR", scratch.path());
+            // inside a sandbox the only writable place is scratch. A
+            // container has its own.
+            if container.is_none() {
+                cmd.env("HOME", scratch.path())
+                    .env("TMPDIR", scratch.path());
+            }
             // An `executable` grant is a read-only one for a directory (which
             // includes execute) and a program file's grant for a file.
             let (exec_grant_dirs, exec_grant_files): (Vec<PathBuf>, Vec<PathBuf>) = self
@@ -290,12 +323,17 @@ impl Spawner {
             let mut exec_dirs = backend.exec_dirs();
             exec_dirs.extend(read_only.iter().cloned());
             exec_dirs.extend(package_dir.iter().cloned());
-            let load = program::load_requirements(&program, &env, &exec_dirs);
-            for note in &load.notes {
-                tracing::info!(program = %program.display(), "{note}");
+            // A container's program is inside its root, which is granted
+            // whole (the backend's rule for `SandboxPolicy::container`).
+            let mut program_files = Vec::new();
+            if container.is_none() {
+                let load = program::load_requirements(&program, &env, &exec_dirs);
+                for note in &load.notes {
+                    tracing::info!(program = %program.display(), "{note}");
+                }
+                program_files.push(program.clone());
+                program_files.extend(load.files);
             }
-            let mut program_files = vec![program.clone()];
-            program_files.extend(load.files);
             program_files.extend(exec_grant_files);
             let masked = if self.config.masks.is_empty() {
                 Vec::new()
@@ -323,6 +361,7 @@ impl Spawner {
                 explain: spec.explain,
                 masked,
                 placed: self.config.placed.clone(),
+                container: container.cloned(),
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }

@@ -133,6 +133,13 @@ pub struct ChildSpec {
     /// [`RunningChild::explanation`](crate::RunningChild::explanation)
     /// (see [`explain`](crate::explain)). Off by default.
     pub explain: bool,
+    /// Run in a container's root ([`ContainerRoot`](crate::policy::ContainerRoot)):
+    /// `program` is then a path inside that root (a name without `/` is
+    /// looked up on the `PATH` of `env`, inside the root), the
+    /// environment is exactly `env` (nothing passed from the host, no
+    /// `HOME`/`TMPDIR` set) and the working directory the root's `cwd`.
+    /// The program is not pinned: the container owns its root.
+    pub container: Option<crate::policy::ContainerRoot>,
 }
 
 impl ChildSpec {

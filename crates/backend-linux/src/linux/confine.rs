@@ -74,12 +74,15 @@ pub(crate) enum Step {
     /// landlock on a root host, right after [`Step::MapWriter`]'s place;
     /// `caps.rs`).
     BoundingSet = 18,
+    /// Mount a container's filesystems inside its root and `pivot_root`
+    /// into it (`container.rs`), after the mounts.
+    ContainerRoot = 19,
 }
 
 impl Step {
     /// Every step, by id: the order [`confine`] takes them in, but for
     /// the steps added later (each says where it runs).
-    pub(crate) const ALL: [Step; 18] = [
+    pub(crate) const ALL: [Step; 19] = [
         Step::CgroupJoin,
         Step::MapWriter,
         Step::Credentials,
@@ -98,6 +101,7 @@ impl Step {
         Step::Landlock,
         Step::Seccomp,
         Step::BoundingSet,
+        Step::ContainerRoot,
     ];
 
     /// The name errors give it: what failed, by the call or mechanism.
@@ -121,6 +125,7 @@ impl Step {
             Step::Landlock => "landlock_restrict_self",
             Step::Seccomp => "seccomp",
             Step::BoundingSet => "capability_bounding_set",
+            Step::ContainerRoot => "pivot_root",
         }
     }
 
@@ -208,6 +213,9 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
             landlock_rules::add_scratch_rule(&plan.ruleset, plan.scratch_rights)
                 .map_err(at(Step::ScratchRule))?;
         }
+    }
+    if let Some(root) = &plan.container {
+        root.enter().map_err(at(Step::ContainerRoot))?;
     }
     rlimits::apply(&plan.rlimits).map_err(at(Step::Rlimits))?;
     caps::drop_all(plan.last_cap, plan.bounding).map_err(at(Step::Capabilities))?;

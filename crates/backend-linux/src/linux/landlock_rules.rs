@@ -77,6 +77,9 @@ pub(crate) enum Grant {
     ReadOnly,
     /// Extra read-write grants: read + write, no execute, no devices.
     ReadWrite,
+    /// A container's writable root: everything but making device nodes,
+    /// execute included.
+    Container,
     /// Device files read + write.
     RwDevice,
     /// Read-only files and devices.
@@ -103,7 +106,7 @@ pub(crate) fn rights(abi: ABI, grant: Grant, is_dir: bool) -> BitFlags<AccessFs>
     let read_dir = make_bitflags!(AccessFs::{ReadFile | ReadDir});
     let devices = make_bitflags!(AccessFs::{MakeChar | MakeBlock});
     let wanted = match grant {
-        Grant::Scratch => all & !devices,
+        Grant::Scratch | Grant::Container => all & !devices,
         Grant::ReadExec => read_dir | AccessFs::Execute,
         Grant::ReadOnly if is_dir => read_dir | AccessFs::Execute,
         Grant::ReadOnly => BitFlags::from(AccessFs::ReadFile),
@@ -228,10 +231,12 @@ pub(crate) fn canonical_grant(kind: &str, path: &Path) -> Result<(PathBuf, bool)
 /// writable anyway. Refuse such a policy instead of weakening it silently.
 pub(crate) fn check_no_read_only_under_writable(rules: &[PathRule]) -> Result<(), String> {
     for ro in rules.iter().filter(|r| r.grant == Grant::ReadOnly) {
-        for w in rules
-            .iter()
-            .filter(|r| matches!(r.grant, Grant::Scratch | Grant::ReadWrite) && r.is_dir)
-        {
+        for w in rules.iter().filter(|r| {
+            matches!(
+                r.grant,
+                Grant::Scratch | Grant::ReadWrite | Grant::Container
+            ) && r.is_dir
+        }) {
             if ro.path.starts_with(&w.path) {
                 return Err(format!(
                     "read-only grant `{}` lies inside the writable {} `{}`: Landlock rights are \

@@ -11,6 +11,7 @@ mod audit;
 mod caps;
 mod cgroup;
 mod confine;
+mod container;
 mod creds;
 mod explain;
 pub(crate) mod facts;

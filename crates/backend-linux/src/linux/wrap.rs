@@ -51,6 +51,15 @@ fn wrap_inner(
     if landlock_tier {
         landlock_tier_admits(policy, euid == 0)?;
     }
+    if let Some(root) = &policy.container {
+        if landlock_tier || !layers.mount_namespace || !layers.pid_namespace {
+            return Err(wrap_err(
+                "entering a container's root needs mount and PID namespaces of the sandbox's \
+                 own: tier namespaces with every layer",
+            ));
+        }
+        root.check().map_err(wrap_err)?;
+    }
     if !policy.placed.is_empty() && (landlock_tier || !layers.mount_namespace) {
         return Err(wrap_err(
             "placing a file over one the sandbox sees (the credential broker's trust bundle) \
@@ -221,6 +230,13 @@ fn wrap_inner(
         unshare_flags: unshare,
         id_maps,
         mounts,
+        container: match &policy.container {
+            Some(root) => Some(
+                super::container::ContainerPlan::prepare(root, policy.limits.disk_bytes)
+                    .map_err(wrap_err)?,
+            ),
+            None => None,
+        },
         quotas: (layers.kernel_quotas && !landlock_tier).then(quotas::QuotaPlan::new),
         hostname: layers.uts_namespace && !landlock_tier,
         scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
@@ -333,6 +349,23 @@ impl Grants {
                 });
             }
         }
+        // A container's root, whole: read-write (less device nodes) and
+        // executable, or read + execute for a read-only root. Every mount
+        // made inside it is beneath this rule.
+        if let Some(root) = &policy.container {
+            let (path, _) = landlock_rules::canonical_grant("container root", &root.rootfs)
+                .map_err(wrap_err)?;
+            rules.push(PathRule {
+                path,
+                is_dir: true,
+                grant: if root.readonly {
+                    Grant::ReadExec
+                } else {
+                    Grant::Container
+                },
+                optional: false,
+            });
+        }
         landlock_rules::check_no_read_only_under_writable(&rules).map_err(wrap_err)?;
         super::grant_fs::refuse_pooled(&rules, !policy.scratch_persists).map_err(wrap_err)?;
         // A scratch dir backed by a private tmpfs gets its Landlock rule in
@@ -345,7 +378,7 @@ impl Grants {
         }
         let read_write = rules
             .iter()
-            .filter(|r| r.grant == Grant::ReadWrite)
+            .filter(|r| matches!(r.grant, Grant::ReadWrite | Grant::Container))
             .map(|r| r.path.clone())
             .collect();
         rules.extend(landlock_rules::system_rules());

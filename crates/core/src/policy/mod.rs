@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 
+mod container;
 mod expand;
 mod file;
 mod load;
@@ -20,6 +21,7 @@ mod reach;
 mod reference;
 mod secrets;
 
+pub use container::{ContainerMount, ContainerMountKind, ContainerRoot};
 pub use file::{
     from_toml, Entry, EnvValue, Expansions, LimitSettings, Origin, PolicyError, PolicyFile,
     ScratchSetting, MAX_EXTENDS_DEPTH, MAX_POLICY_BYTES,
@@ -517,6 +519,13 @@ pub struct SandboxPolicy {
     /// has any.
     #[serde(default)]
     pub placed: Vec<PlacedFile>,
+    /// The sandbox's root, when it is a container's
+    /// ([`ChildSpec::container`](crate::ChildSpec::container)): the program
+    /// sees that directory as `/` instead of the host read-only. A backend
+    /// that cannot enter one (macOS, no-op, Linux's tier landlock) refuses
+    /// a policy that has one.
+    #[serde(default)]
+    pub container: Option<ContainerRoot>,
 }
 
 /// A host file shown in place of another ([`SandboxPolicy::placed`]).
@@ -545,6 +554,7 @@ impl SandboxPolicy {
             explain: false,
             masked: Vec::new(),
             placed: Vec::new(),
+            container: None,
         }
     }
 }

@@ -1,0 +1,614 @@
+//! Entering a container's root ([`cordon_core::policy::ContainerRoot`]):
+//! the filesystems a container expects mounted inside the root, then
+//! `pivot_root` into it, the host's tree detached.
+//!
+//! [`ContainerPlan::prepare`] runs in the parent: every path as a C string
+//! relative to the root, and a detached copy (`open_tree(OPEN_TREE_CLONE)`)
+//! of every host file or tree bound in, with its flags set.
+//! [`ContainerPlan::enter`] runs in the child, after the sandbox's other
+//! mounts and before Landlock and seccomp, with raw syscalls only:
+//!
+//! - The root is bound over itself (so that it is a mount point, with the
+//!   flags the mount plan gave it: read-only, or an idmapped writable
+//!   tree on a root host) and opened.
+//! - Each destination is resolved with `openat2(RESOLVE_IN_ROOT |
+//!   RESOLVE_NO_MAGICLINKS)` from that fd: the container shapes its own
+//!   root, and a symbolic link there (`/proc -> /etc`, or `-> /` of the
+//!   host) stays inside it. A missing destination is made, one component
+//!   at a time, each resolved the same way.
+//! - New filesystems are made with `fsopen`/`fsmount` and moved onto the
+//!   destination's fd (`move_mount`); nothing is mounted by path.
+//! - Then `pivot_root(".", ".")` from the root and the old root detached:
+//!   nothing of the host is reachable by path any more.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use cordon_core::policy::{ContainerMountKind, ContainerRoot};
+
+use super::mounts::{check, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+
+const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x0000_0040;
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_IN_ROOT: u64 = 0x10;
+
+/// The OCI runtime spec's default devices, bound from the host's.
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// The links a `/dev` of a container has.
+const DEV_LINKS: [(&str, &str); 5] = [
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+];
+
+/// `struct open_how` for `openat2`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// A path inside the root, with what making it takes: each prefix
+/// (`a`, `a/b`, `a/b/c`) and each prefix's last component.
+struct Inside {
+    prefixes: Vec<CString>,
+    names: Vec<CString>,
+}
+
+impl Inside {
+    fn new(p: &Path) -> Result<Inside, String> {
+        let mut prefixes = Vec::new();
+        let mut names = Vec::new();
+        let mut acc = Vec::<u8>::new();
+        for c in p.components() {
+            match c {
+                Component::RootDir => {}
+                Component::Normal(n) => {
+                    if !acc.is_empty() {
+                        acc.push(b'/');
+                    }
+                    acc.extend_from_slice(n.as_bytes());
+                    let cs = |b: &[u8]| {
+                        CString::new(b).map_err(|_| format!("`{}` has a NUL byte", p.display()))
+                    };
+                    prefixes.push(cs(&acc)?);
+                    names.push(cs(n.as_bytes())?);
+                }
+                _ => return Err(format!("`{}` is not a plain absolute path", p.display())),
+            }
+        }
+        if prefixes.is_empty() {
+            return Err("a mount over the container's `/`".into());
+        }
+        Ok(Inside { prefixes, names })
+    }
+}
+
+/// What one mount is, ready for the child.
+enum Source {
+    /// A new filesystem: `fsopen(fstype)`, its options, `fsmount` with
+    /// `attrs`.
+    Fresh {
+        fstype: &'static CStr,
+        options: Vec<(CString, CString)>,
+        attrs: u64,
+    },
+    /// A detached tree the parent made.
+    Tree(OwnedFd),
+    /// Cover what exists there: a directory with an empty read-only
+    /// tmpfs, anything else with this detached copy of `/dev/null`.
+    Mask(OwnedFd),
+}
+
+struct Op {
+    at: Inside,
+    /// The destination is a file (a bind of a file), not a directory.
+    file: bool,
+    source: Source,
+    /// A fresh `/dev`: its devices and links go in after it.
+    devices: Option<Vec<(Inside, OwnedFd)>>,
+}
+
+/// Everything the child needs to enter the root, prepared in the parent.
+pub(crate) struct ContainerPlan {
+    rootfs: CString,
+    ops: Vec<Op>,
+    links: Vec<(Inside, CString)>,
+    cwd: CString,
+}
+
+impl ContainerPlan {
+    /// Prepares `root` (already checked: [`ContainerRoot::check`]), with
+    /// `disk_bytes` the default size of a tmpfs.
+    pub(crate) fn prepare(
+        root: &ContainerRoot,
+        disk_bytes: Option<u64>,
+    ) -> Result<ContainerPlan, String> {
+        let base = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        let ro = |r: bool| if r { MOUNT_ATTR_RDONLY } else { 0 };
+        let mut ops = Vec::new();
+        let mut links = Vec::new();
+        for m in &root.mounts {
+            let at = Inside::new(&m.destination)?;
+            let base = base | if m.no_exec { MOUNT_ATTR_NOEXEC } else { 0 };
+            let tmpfs = |size: Option<u64>, mode: Option<u32>| {
+                let size = size.or(disk_bytes).unwrap_or(64 << 20);
+                let mut o = vec![
+                    (c"size".to_owned(), num(size)),
+                    (
+                        c"nr_inodes".to_owned(),
+                        num((size / 4096).clamp(1024, 1 << 20)),
+                    ),
+                ];
+                if let Some(mode) = mode {
+                    o.push((c"mode".to_owned(), oct(mode)));
+                }
+                o
+            };
+            let (file, source, devices) = match &m.kind {
+                ContainerMountKind::Proc => (
+                    false,
+                    Source::Fresh {
+                        fstype: c"proc",
+                        options: Vec::new(),
+                        // Read-only, as `cordon run`'s own procfs.
+                        attrs: base | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+                    },
+                    None,
+                ),
+                ContainerMountKind::Tmpfs { size, mode } => (
+                    false,
+                    Source::Fresh {
+                        fstype: c"tmpfs",
+                        options: tmpfs(*size, *mode),
+                        attrs: base | ro(m.read_only),
+                    },
+                    None,
+                ),
+                ContainerMountKind::Devices => {
+                    let mut devs = Vec::new();
+                    for d in DEVICES {
+                        let host = Path::new("/dev").join(d);
+                        // A device file must stay usable: no `nodev` here.
+                        let tree = clone_tree(&host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+                        devs.push((Inside::new(&m.destination.join(d))?, tree));
+                    }
+                    for (name, target) in DEV_LINKS {
+                        links.push((
+                            Inside::new(&m.destination.join(name))?,
+                            CString::new(target).expect("no NUL"),
+                        ));
+                    }
+                    (
+                        false,
+                        Source::Fresh {
+                            fstype: c"tmpfs",
+                            options: tmpfs(Some(1 << 20), Some(0o755)),
+                            // The binds of host devices need it without
+                            // `nodev`; the sandbox cannot make a device
+                            // node (no CAP_MKNOD in the host's namespace).
+                            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                        },
+                        Some(devs),
+                    )
+                }
+                ContainerMountKind::Devpts => (
+                    false,
+                    Source::Fresh {
+                        fstype: c"devpts",
+                        options: vec![
+                            (c"ptmxmode".to_owned(), c"0666".to_owned()),
+                            (c"mode".to_owned(), c"0620".to_owned()),
+                        ],
+                        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                    },
+                    None,
+                ),
+                ContainerMountKind::Mqueue => (
+                    false,
+                    Source::Fresh {
+                        fstype: c"mqueue",
+                        options: Vec::new(),
+                        attrs: base | MOUNT_ATTR_NOEXEC | ro(m.read_only),
+                    },
+                    None,
+                ),
+                ContainerMountKind::Empty => (
+                    false,
+                    Source::Fresh {
+                        fstype: c"tmpfs",
+                        options: tmpfs(Some(4096), Some(0o555)),
+                        attrs: base | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+                    },
+                    None,
+                ),
+                ContainerMountKind::Mask => (
+                    false,
+                    Source::Mask(clone_tree(
+                        Path::new("/dev/null"),
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+                    )?),
+                    None,
+                ),
+                ContainerMountKind::Sysfs => (
+                    false,
+                    Source::Tree(clone_tree(
+                        Path::new("/sys"),
+                        base | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+                    )?),
+                    None,
+                ),
+                ContainerMountKind::Bind { source } => {
+                    // File or directory: of the tree cloned, not of a
+                    // second lookup of the path.
+                    let tree = clone_tree(source, base | ro(m.read_only))?;
+                    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                    // SAFETY: fstat of an fd we hold into a local struct.
+                    if unsafe { libc::fstat(tree.as_raw_fd(), &mut st) } != 0 {
+                        return Err(format!(
+                            "bind mount source `{}`: {}",
+                            source.display(),
+                            std::io::Error::last_os_error()
+                        ));
+                    }
+                    let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                    (!dir, Source::Tree(tree), None)
+                }
+            };
+            ops.push(Op {
+                at,
+                file,
+                source,
+                devices,
+            });
+        }
+        Ok(ContainerPlan {
+            rootfs: CString::new(root.rootfs.as_os_str().as_bytes())
+                .map_err(|_| "the root's path has a NUL byte".to_string())?,
+            ops,
+            links,
+            cwd: CString::new(root.cwd.as_os_str().as_bytes())
+                .map_err(|_| "the working directory has a NUL byte".to_string())?,
+        })
+    }
+
+    /// In the child: mounts everything inside the root and enters it.
+    /// Async-signal-safe: raw syscalls on data prepared in the parent.
+    pub(crate) fn enter(&self) -> std::io::Result<()> {
+        // SAFETY: raw syscalls on NUL-terminated strings, structs and fds
+        // that outlive the calls; every fd opened here is closed here.
+        unsafe {
+            check(libc::mount(
+                self.rootfs.as_ptr(),
+                self.rootfs.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))?;
+            let root = Fd(check_fd(libc::open(
+                self.rootfs.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            ))?);
+            for op in &self.ops {
+                if let Source::Mask(null) = &op.source {
+                    mask(root.0, &op.at, null.as_raw_fd())?;
+                    continue;
+                }
+                let target = make(root.0, &op.at, op.file)?;
+                // A tree from the parent is moved once, as is a fresh one.
+                let (mnt, _fresh) = match &op.source {
+                    Source::Fresh {
+                        fstype,
+                        options,
+                        attrs,
+                    } => {
+                        let fd = fresh(fstype, options, *attrs)?;
+                        (fd, Some(Fd(fd)))
+                    }
+                    Source::Tree(tree) => (tree.as_raw_fd(), None),
+                    Source::Mask(_) => unreachable!("handled above"),
+                };
+                check(move_mount(mnt, target.0))?;
+                drop(target);
+                if let Some(devs) = &op.devices {
+                    for (at, tree) in devs {
+                        let t = make(root.0, at, true)?;
+                        check(move_mount(tree.as_raw_fd(), t.0))?;
+                    }
+                }
+            }
+            for (at, target) in &self.links {
+                let parent = parent_of(root.0, at)?;
+                let name = at.names.last().expect("not empty");
+                let r = libc::symlinkat(target.as_ptr(), parent.0, name.as_ptr());
+                if r < 0 && errno() != libc::EEXIST {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            check(libc::fchdir(root.0))?;
+            drop(root);
+            check(libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as i32)?;
+            // The old root is stacked under the new one at ".": detached,
+            // nothing of the host is reachable by path.
+            check(libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
+            check(libc::chdir(c"/".as_ptr()))?;
+            check(libc::chdir(self.cwd.as_ptr()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Closes on drop.
+struct Fd(RawFd);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: we own the fd.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn check_fd(r: libc::c_int) -> std::io::Result<RawFd> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `openat2(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`.
+///
+/// # Safety
+/// `root` must be an open directory fd.
+unsafe fn open_in(root: RawFd, path: &CStr, flags: u64) -> std::io::Result<Fd> {
+    let how = OpenHow {
+        flags: flags | (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: the kernel reads `size_of::<OpenHow>()` bytes of `how`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    check_fd(r as libc::c_int).map(Fd)
+}
+
+/// The directory holding `at`'s last component, resolved inside the root.
+///
+/// # Safety
+/// `root` must be an open directory fd.
+unsafe fn parent_of(root: RawFd, at: &Inside) -> std::io::Result<Fd> {
+    match at.prefixes.len() {
+        // SAFETY: dup of an open fd.
+        1 => Ok(Fd(check_fd(unsafe { libc::dup(root) })?)),
+        n => unsafe { open_in(root, &at.prefixes[n - 2], libc::O_DIRECTORY as u64) },
+    }
+}
+
+/// Resolves `at` inside the root, making what is missing: directories on
+/// the way, and the last component as a directory or (`file`) an empty
+/// file.
+///
+/// # Safety
+/// `root` must be an open directory fd.
+unsafe fn make(root: RawFd, at: &Inside, file: bool) -> std::io::Result<Fd> {
+    let last = at.prefixes.len() - 1;
+    for (i, prefix) in at.prefixes.iter().enumerate() {
+        let is_last = i == last;
+        let want_dir = !(is_last && file);
+        let dir_flag = if want_dir {
+            libc::O_DIRECTORY as u64
+        } else {
+            0
+        };
+        // SAFETY: the caller's root fd.
+        match unsafe { open_in(root, prefix, dir_flag) } {
+            Ok(fd) if is_last => return Ok(fd),
+            Ok(_) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        let parent = match i {
+            // SAFETY: dup of an open fd.
+            0 => Fd(check_fd(unsafe { libc::dup(root) })?),
+            // SAFETY: the caller's root fd.
+            _ => unsafe { open_in(root, &at.prefixes[i - 1], libc::O_DIRECTORY as u64) }?,
+        };
+        let name = &at.names[i];
+        // SAFETY: an open dir fd and a NUL-terminated name.
+        let r = unsafe {
+            if want_dir {
+                libc::mkdirat(parent.0, name.as_ptr(), 0o755)
+            } else {
+                let fd = libc::openat(
+                    parent.0,
+                    name.as_ptr(),
+                    libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_WRONLY
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                fd.min(0)
+            }
+        };
+        if r < 0 && errno() != libc::EEXIST {
+            return Err(std::io::Error::last_os_error());
+        }
+        if is_last {
+            // SAFETY: the caller's root fd.
+            return unsafe { open_in(root, prefix, dir_flag) };
+        }
+    }
+    unreachable!("the loop returns at the last component")
+}
+
+/// Covers `at` if it exists inside the root: a directory with an empty
+/// read-only tmpfs, anything else with `null` (a detached `/dev/null`).
+///
+/// # Safety
+/// `root` and `null` must be open fds.
+unsafe fn mask(root: RawFd, at: &Inside, null: RawFd) -> std::io::Result<()> {
+    // SAFETY: the caller's fds; a local stat.
+    unsafe {
+        let target = match open_in(root, at.prefixes.last().expect("not empty"), 0) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut st: libc::stat = std::mem::zeroed();
+        check(libc::fstat(target.0, &mut st))?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            let empty = Fd(fresh(
+                c"tmpfs",
+                &[],
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+            )?);
+            check(move_mount(empty.0, target.0))
+        } else {
+            check(move_mount(null, target.0))
+        }
+    }
+}
+
+/// A new filesystem of `fstype`, mounted detached with `attrs`.
+///
+/// # Safety
+/// Raw syscalls on NUL-terminated strings.
+unsafe fn fresh(
+    fstype: &CStr,
+    options: &[(CString, CString)],
+    attrs: u64,
+) -> std::io::Result<RawFd> {
+    // SAFETY: as the function says.
+    unsafe {
+        let fs = Fd(check_fd(
+            libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) as libc::c_int,
+        )?);
+        for (k, v) in options {
+            check(libc::syscall(
+                libc::SYS_fsconfig,
+                fs.0,
+                FSCONFIG_SET_STRING,
+                k.as_ptr(),
+                v.as_ptr(),
+                0,
+            ) as libc::c_int)?;
+        }
+        check(libc::syscall(
+            libc::SYS_fsconfig,
+            fs.0,
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        ) as libc::c_int)?;
+        check_fd(libc::syscall(libc::SYS_fsmount, fs.0, FSMOUNT_CLOEXEC, attrs) as libc::c_int)
+    }
+}
+
+/// `move_mount(mnt, "", target, "", F_EMPTY_PATH | T_EMPTY_PATH)`.
+///
+/// # Safety
+/// Both must be open fds.
+unsafe fn move_mount(mnt: RawFd, target: RawFd) -> libc::c_int {
+    // SAFETY: as the function says.
+    unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mnt,
+            c"".as_ptr(),
+            target,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        ) as libc::c_int
+    }
+}
+
+/// In the parent: a detached copy of the mount tree at `path`, made
+/// private, with `attrs` set.
+fn clone_tree(path: &Path, attrs: u64) -> Result<OwnedFd, String> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("`{}` has a NUL byte", path.display()))?;
+    let err = |what: &str| {
+        format!(
+            "cannot bind `{}` into the container ({what}): {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )
+    };
+    // SAFETY: raw syscalls on a NUL-terminated path and a struct that
+    // outlive the calls; the returned fd is ours.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+        );
+        if fd < 0 {
+            return Err(err("open_tree"));
+        }
+        let tree = OwnedFd::from_raw_fd(fd as libc::c_int);
+        #[repr(C)]
+        struct MountAttr {
+            attr_set: u64,
+            attr_clr: u64,
+            propagation: u64,
+            userns_fd: u64,
+        }
+        let attr = MountAttr {
+            attr_set: attrs,
+            attr_clr: 0,
+            propagation: libc::MS_PRIVATE,
+            userns_fd: 0,
+        };
+        let r = libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        );
+        if r < 0 {
+            return Err(err("mount_setattr"));
+        }
+        Ok(tree)
+    }
+}
+
+fn num(n: u64) -> CString {
+    CString::new(n.to_string()).expect("no NUL in numbers")
+}
+
+fn oct(n: u32) -> CString {
+    CString::new(format!("{n:o}")).expect("no NUL in numbers")
+}

@@ -1,0 +1,179 @@
+//! A container's root: the sandbox sees a directory of the host (an OCI
+//! bundle's `root.path`) as `/`, with the filesystems a container expects
+//! mounted in it, instead of the host read-only.
+//!
+//! Backend-neutral: this says *what* the sandbox's root is; a backend that
+//! cannot pivot into a root (macOS, the no-op backend, Linux's tier
+//! landlock) refuses a policy that has one. The OCI runtime
+//! (`cordon-oci`) maps a bundle's `config.json` onto it.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The sandbox's root filesystem ([`SandboxPolicy::container`](super::SandboxPolicy::container)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRoot {
+    /// The host directory that becomes `/` (canonical). With `readonly`
+    /// false it is writable by the sandbox, and on a root host what the
+    /// sandbox writes there is stored as the caller's (an idmapped mount,
+    /// as for a read-write grant).
+    pub rootfs: PathBuf,
+    /// `/` is mounted read-only.
+    pub readonly: bool,
+    /// Mounted inside the root, in order, before the sandbox enters it.
+    pub mounts: Vec<ContainerMount>,
+    /// The program's working directory, inside the root (absolute).
+    pub cwd: PathBuf,
+}
+
+/// One filesystem mounted inside a [`ContainerRoot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerMount {
+    /// Where, inside the root: absolute, without `..`. Resolved inside the
+    /// root only (a symlink in the root cannot lead a mount out of it), and
+    /// created (as a directory, or an empty file for a file bind) when
+    /// missing.
+    pub destination: PathBuf,
+    /// What is mounted there.
+    pub kind: ContainerMountKind,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Mounted `noexec`.
+    #[serde(default)]
+    pub no_exec: bool,
+}
+
+/// What a [`ContainerMount`] mounts. Every mount is `nosuid` and `nodev`
+/// (the device files of [`ContainerMountKind::Devices`] are binds of the
+/// host's own, not device nodes the sandbox made).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerMountKind {
+    /// A procfs of the sandbox's own PID namespace (`noexec`).
+    Proc,
+    /// A tmpfs, of at most `size` bytes (the default: the sandbox's disk
+    /// limit) with the root directory's `mode`.
+    Tmpfs {
+        /// The size limit in bytes.
+        size: Option<u64>,
+        /// The root directory's mode.
+        mode: Option<u32>,
+    },
+    /// A tmpfs holding the OCI runtime spec's default devices (`null`,
+    /// `zero`, `full`, `random`, `urandom`, `tty`: binds of the host's
+    /// own) and its links (`fd`, `stdin`, `stdout`, `stderr`, `ptmx`).
+    Devices,
+    /// A new instance of devpts (`ptmxmode=0666`).
+    Devpts,
+    /// A POSIX message queue filesystem of the sandbox's IPC namespace.
+    Mqueue,
+    /// The host's `/sys`, read-only whatever `read_only` says.
+    Sysfs,
+    /// An empty read-only directory: what the sandbox sees where the
+    /// bundle asked for its cgroup tree (it gets none; decision 0017).
+    Empty,
+    /// Covered where it exists (nothing is made where it does not): a
+    /// directory by an empty read-only tmpfs, anything else by the host's
+    /// `/dev/null` (an OCI bundle's `maskedPaths`).
+    Mask,
+    /// A host path bound there (a file or a directory, recursively).
+    Bind {
+        /// The host path (absolute).
+        source: PathBuf,
+    },
+}
+
+impl ContainerRoot {
+    /// Checks what a backend relies on: every path absolute and free of
+    /// `..`, a `/proc` among the mounts (the backend writes the user
+    /// namespace's quotas through the sandbox's own procfs), the
+    /// root an existing directory.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.rootfs.is_absolute() {
+            return Err(format!(
+                "the container's root `{}` is not an absolute path",
+                self.rootfs.display()
+            ));
+        }
+        if !self.rootfs.is_dir() {
+            return Err(format!(
+                "the container's root `{}` is not a directory",
+                self.rootfs.display()
+            ));
+        }
+        plain_inside("the working directory", &self.cwd)?;
+        for m in &self.mounts {
+            plain_inside("a mount's destination", &m.destination)?;
+            if m.destination == Path::new("/") {
+                return Err("a mount over the container's `/` is not supported".into());
+            }
+            if let ContainerMountKind::Bind { source } = &m.kind {
+                if !source.is_absolute() {
+                    return Err(format!(
+                        "bind mount source `{}` is not an absolute path",
+                        source.display()
+                    ));
+                }
+            }
+        }
+        if !self
+            .mounts
+            .iter()
+            .any(|m| m.kind == ContainerMountKind::Proc && m.destination == Path::new("/proc"))
+        {
+            return Err("a container needs a proc mount at /proc".into());
+        }
+        Ok(())
+    }
+}
+
+/// `p` is absolute and has no `.` or `..` component.
+fn plain_inside(what: &str, p: &Path) -> Result<(), String> {
+    let plain = p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if plain {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} `{}` must be an absolute path without `.` or `..`",
+            p.display()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(mounts: Vec<ContainerMount>) -> ContainerRoot {
+        ContainerRoot {
+            rootfs: PathBuf::from("/"),
+            readonly: true,
+            mounts,
+            cwd: PathBuf::from("/"),
+        }
+    }
+
+    fn proc_at(d: &str) -> ContainerMount {
+        ContainerMount {
+            destination: PathBuf::from(d),
+            kind: ContainerMountKind::Proc,
+            read_only: false,
+            no_exec: false,
+        }
+    }
+
+    #[test]
+    fn a_root_needs_proc_at_proc_and_plain_destinations() {
+        assert!(root(vec![proc_at("/proc")]).check().is_ok());
+        assert!(root(vec![]).check().unwrap_err().contains("/proc"));
+        for bad in ["proc", "/a/../proc", "./proc", "/"] {
+            let e = root(vec![proc_at("/proc"), proc_at(bad)]).check();
+            assert!(e.is_err(), "{bad} accepted");
+        }
+        let mut r = root(vec![proc_at("/proc")]);
+        r.cwd = PathBuf::from("/x/../..");
+        assert!(r.check().is_err());
+    }
+}

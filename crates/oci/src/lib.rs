@@ -1,0 +1,319 @@
+//! `cordon-runtime`: an OCI runtime with runc's command line, so that
+//! Podman (`--runtime`), containerd's runc shim (`BinaryName`) and CRI-O
+//! can run containers in Cordon sandboxes.
+//!
+//! Each container is one sandbox of the Linux backend in tier namespaces,
+//! admitted by the same conformance gate as `cordon run` (P1–P7, answered
+//! from the per-boot report cache): a host where it does not conform
+//! refuses `create` with the report. The bundle's `config.json` is mapped
+//! onto Cordon's confinement by [`bundle`], which refuses, naming the
+//! field, whatever asks for more than Cordon can confine (privileged
+//! capabilities, the host's namespaces, extra devices) or what is not
+//! built yet (a bundle's own seccomp profile, hooks, joining a namespace
+//! by path, a terminal).
+//!
+//! The container's root is the bundle's `root.path`
+//! ([`cordon_core::policy::ContainerRoot`]): the sandbox pivots into it
+//! with the bundle's mounts made inside it, each destination resolved
+//! inside the root.
+//!
+//! A container is run by a *monitor*: `create` starts it (this binary
+//! again, detached from the caller) and returns once the gate admitted
+//! the backend; it holds the sandbox's resources, waits for `start` on a
+//! FIFO in the container's state dir, starts the program, forwards the
+//! signals `kill` sends it to the program's process group, and exits as
+//! the program did (the same code, or killed by the same signal): its pid
+//! is the one the pid file names, so a caller that waits for that pid
+//! (conmon, the shim) gets the container's status.
+//!
+//! ```text
+//! podman --runtime /usr/local/bin/cordon-runtime run --rootfs ./rootfs \
+//!     --network none --security-opt seccomp=unconfined /bin/sh -c 'echo hi'
+//! ```
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod bundle;
+mod monitor;
+pub mod state;
+
+/// runc's global options, and the commands.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cordon-runtime",
+    version,
+    about = "An OCI runtime (runc's command line) that runs each container in a Cordon sandbox"
+)]
+struct Cli {
+    /// Where container state is kept.
+    #[arg(long, global = true, default_value = state::DEFAULT_ROOT)]
+    root: PathBuf,
+    /// Also write errors to this file.
+    #[arg(long, global = true)]
+    log: Option<PathBuf>,
+    /// `text` or `json` (one `{"level","msg","time"}` object a line, as runc).
+    #[arg(long = "log-format", global = true, default_value = "text")]
+    log_format: String,
+    /// Refused: cordon-runtime makes its own cgroups, never systemd's.
+    #[arg(long = "systemd-cgroup", global = true)]
+    systemd_cgroup: bool,
+    /// Accepted for runc compatibility; debug output goes to stderr.
+    #[arg(long, global = true)]
+    debug: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Creates a container from a bundle; the program starts on `start`.
+    Create {
+        /// The bundle directory (holding config.json).
+        #[arg(long, short = 'b', default_value = ".")]
+        bundle: PathBuf,
+        /// Write the container's pid (its monitor's) here.
+        #[arg(long = "pid-file")]
+        pid_file: Option<PathBuf>,
+        /// Refused: a terminal is not supported yet.
+        #[arg(long = "console-socket")]
+        console_socket: Option<PathBuf>,
+        /// Refused: the root is always pivoted into.
+        #[arg(long = "no-pivot")]
+        no_pivot: bool,
+        /// Refused.
+        #[arg(long = "no-new-keyring")]
+        no_new_keyring: bool,
+        /// Refused: no fds are passed into a container.
+        #[arg(long = "preserve-fds")]
+        preserve_fds: Option<u32>,
+        id: String,
+    },
+    /// Starts a created container's program.
+    Start { id: String },
+    /// Prints the container's state (OCI state JSON).
+    State { id: String },
+    /// Sends a signal to the container's program (default SIGTERM).
+    Kill {
+        /// Every process of the container (its process group).
+        #[arg(long, short = 'a')]
+        all: bool,
+        id: String,
+        signal: Option<String>,
+    },
+    /// Deletes a stopped container's state.
+    Delete {
+        /// Kill it first if it still runs.
+        #[arg(long, short = 'f')]
+        force: bool,
+        id: String,
+    },
+    /// Prints what this runtime supports (OCI features JSON).
+    Features,
+    /// Not supported yet: refused with a clear error.
+    #[command(external_subcommand)]
+    Other(Vec<OsString>),
+}
+
+/// Exit status of a refused or failed command.
+const FAILED: u8 = 1;
+
+/// Runs the command line; also the monitor, when started as one.
+pub fn main() -> ExitCode {
+    // Before anything else (and before any thread): the conformance probe
+    // child and the monitor are this same binary in another mode.
+    cordon_conformance::dispatch_probe_child();
+    if let Some(code) = monitor::dispatch() {
+        return code;
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(FAILED)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let log = Log {
+        file: cli.log.clone(),
+        json: cli.log_format == "json",
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            log.error(&message);
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+/// Where errors go: stderr, and the `--log` file.
+struct Log {
+    file: Option<PathBuf>,
+    json: bool,
+}
+
+impl Log {
+    fn error(&self, message: &str) {
+        eprintln!("cordon-runtime: {message}");
+        let Some(path) = &self.file else { return };
+        let line = if self.json {
+            serde_json::json!({"level": "error", "msg": message, "time": now_rfc3339()}).to_string()
+        } else {
+            format!("cordon-runtime: {message}")
+        };
+        // The caller's own log file (conmon's): appended to, never followed
+        // through a link.
+        if let Ok(mut f) = cordon_core::hostfs::open_append(path).or_else(|_| create_log(path)) {
+            use std::io::Write;
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+fn create_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("@{secs}")
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    if cli.systemd_cgroup {
+        return Err(
+            "--systemd-cgroup is not supported: cordon-runtime makes the container's cgroups \
+             itself (configure the caller's cgroup manager as cgroupfs)"
+                .into(),
+        );
+    }
+    if !matches!(cli.log_format.as_str(), "text" | "json") {
+        return Err(format!("--log-format `{}`: text or json", cli.log_format));
+    }
+    match cli.command {
+        Command::Create {
+            bundle,
+            pid_file,
+            console_socket,
+            no_pivot,
+            no_new_keyring,
+            preserve_fds,
+            id,
+        } => {
+            if console_socket.is_some() {
+                return Err(
+                    "--console-socket: a terminal is not supported by cordon-runtime yet".into(),
+                );
+            }
+            if no_pivot || no_new_keyring || preserve_fds.is_some_and(|n| n > 0) {
+                return Err(
+                    "--no-pivot, --no-new-keyring and --preserve-fds are not supported".into(),
+                );
+            }
+            monitor::create(&cli.root, &id, &bundle, pid_file.as_deref())
+        }
+        Command::Start { id } => monitor::start(&cli.root, &id),
+        Command::State { id } => {
+            let state = monitor::state(&cli.root, &id)?;
+            println!("{}", serde_json::to_string_pretty(&state).expect("json"));
+            Ok(())
+        }
+        Command::Kill { all: _, id, signal } => {
+            let sig = parse_signal(signal.as_deref().unwrap_or("SIGTERM"))?;
+            monitor::kill(&cli.root, &id, sig)
+        }
+        Command::Delete { force, id } => monitor::delete(&cli.root, &id, force),
+        Command::Features => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&features()).expect("json")
+            );
+            Ok(())
+        }
+        Command::Other(args) => Err(format!(
+            "`{}` is not supported by cordon-runtime yet (supported: create, start, state, \
+             kill, delete, features)",
+            args.first()
+                .map(|a| a.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// `TERM`, `SIGTERM` or `15`.
+fn parse_signal(s: &str) -> Result<i32, String> {
+    if let Ok(n) = s.parse::<i32>() {
+        return if (1..=64).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("signal {n} is out of range"))
+        };
+    }
+    let name = s.strip_prefix("SIG").unwrap_or(s);
+    let n = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "WINCH" => libc::SIGWINCH,
+        "ALRM" => libc::SIGALRM,
+        "PIPE" => libc::SIGPIPE,
+        _ => return Err(format!("unknown signal `{s}`")),
+    };
+    Ok(n)
+}
+
+/// What `features` prints: the OCI features document, for what is built.
+fn features() -> serde_json::Value {
+    serde_json::json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": "1.2.0",
+        "hooks": [],
+        "mountOptions": ["ro", "rw", "nosuid", "nodev", "noexec", "bind", "rbind", "private",
+                         "rprivate", "relatime", "strictatime", "mode", "size"],
+        "linux": {
+            "namespaces": ["pid", "network", "ipc", "uts", "mount", "user", "cgroup"],
+            "capabilities": [],
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
+            "seccomp": {"enabled": false},
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false}
+        },
+        "annotations": {"org.opencontainers.runc.version": "none (cordon-runtime)"}
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_parse_by_name_and_number() {
+        assert_eq!(parse_signal("TERM"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL"), Ok(libc::SIGKILL));
+        assert_eq!(parse_signal("9"), Ok(9));
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("SIGNOPE").is_err());
+    }
+}
