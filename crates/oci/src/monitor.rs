@@ -174,9 +174,6 @@ pub fn start(root: &Path, id: &str) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(format!("{}: {e}", fifo.display())),
         }
-        if answer.ends_with(b"\n") {
-            break;
-        }
         if Instant::now() > deadline || !rec.monitor_alive() {
             return Err(format!("the monitor of `{id}` did not answer"));
         }
@@ -325,7 +322,7 @@ async fn monitor(
     ready: std::fs::File,
 ) -> Result<ExitOutcome, ()> {
     let fail = |ready: &std::fs::File, e: String| {
-        let _ = writeln!(&*ready, "error: {}", e.replace('\n', " | "));
+        let _ = writeln!(&*ready, "error: {e}");
     };
     let container = match crate::bundle::load(&bundle) {
         Ok(c) => c,
@@ -401,7 +398,7 @@ async fn monitor(
     let mut child = match runner.start(container.spec).await {
         Ok(c) => c,
         Err(e) => {
-            let _ = writeln!(answer, "error: {}", e.to_string().replace('\n', " | "));
+            let _ = writeln!(answer, "error: {e}");
             return Err(());
         }
     };

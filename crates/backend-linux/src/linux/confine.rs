@@ -214,7 +214,7 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
                 .map_err(at(Step::ScratchRule))?;
         }
     }
-    if let Some(root) = &plan.container {
+    if let Some(root) = plan.mounts.as_ref().and_then(|m| m.container()) {
         root.enter().map_err(at(Step::ContainerRoot))?;
     }
     rlimits::apply(&plan.rlimits).map_err(at(Step::Rlimits))?;

@@ -8,9 +8,10 @@
 //! [`ContainerPlan::enter`] runs in the child, after the sandbox's other
 //! mounts and before Landlock and seccomp, with raw syscalls only:
 //!
-//! - The root is bound over itself (so that it is a mount point, with the
-//!   flags the mount plan gave it: read-only, or an idmapped writable
-//!   tree on a root host) and opened.
+//! - The root, a detached copy the parent made of it (read-only, or on a
+//!   root host an idmapped writable tree), is attached over the scratch
+//!   dir (the sandbox's uid may not be able to reach the root's own path:
+//!   an image's root under a 0700 store) and opened.
 //! - Each destination is resolved with `openat2(RESOLVE_IN_ROOT |
 //!   RESOLVE_NO_MAGICLINKS)` from that fd: the container shapes its own
 //!   root, and a symbolic link there (`/proc -> /etc`, or `-> /` of the
@@ -124,7 +125,11 @@ struct Op {
 
 /// Everything the child needs to enter the root, prepared in the parent.
 pub(crate) struct ContainerPlan {
-    rootfs: CString,
+    /// The root, a detached tree made in the parent.
+    tree: OwnedFd,
+    /// Where the child attaches it before entering it: the scratch dir,
+    /// which the sandbox's uid can reach.
+    attach_at: CString,
     ops: Vec<Op>,
     links: Vec<(Inside, CString)>,
     cwd: CString,
@@ -135,6 +140,8 @@ impl ContainerPlan {
     /// `disk_bytes` the default size of a tmpfs.
     pub(crate) fn prepare(
         root: &ContainerRoot,
+        tree: OwnedFd,
+        scratch: &Path,
         disk_bytes: Option<u64>,
     ) -> Result<ContainerPlan, String> {
         let base = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
@@ -276,8 +283,9 @@ impl ContainerPlan {
             });
         }
         Ok(ContainerPlan {
-            rootfs: CString::new(root.rootfs.as_os_str().as_bytes())
-                .map_err(|_| "the root's path has a NUL byte".to_string())?,
+            tree,
+            attach_at: CString::new(scratch.as_os_str().as_bytes())
+                .map_err(|_| "the scratch path has a NUL byte".to_string())?,
             ops,
             links,
             cwd: CString::new(root.cwd.as_os_str().as_bytes())
@@ -291,15 +299,16 @@ impl ContainerPlan {
         // SAFETY: raw syscalls on NUL-terminated strings, structs and fds
         // that outlive the calls; every fd opened here is closed here.
         unsafe {
-            check(libc::mount(
-                self.rootfs.as_ptr(),
-                self.rootfs.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            ))?;
+            check(libc::syscall(
+                libc::SYS_move_mount,
+                self.tree.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                self.attach_at.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            ) as libc::c_int)?;
             let root = Fd(check_fd(libc::open(
-                self.rootfs.as_ptr(),
+                self.attach_at.as_ptr(),
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
             ))?);
             for op in &self.ops {
@@ -554,7 +563,7 @@ unsafe fn move_mount(mnt: RawFd, target: RawFd) -> libc::c_int {
 
 /// In the parent: a detached copy of the mount tree at `path`, made
 /// private, with `attrs` set.
-fn clone_tree(path: &Path, attrs: u64) -> Result<OwnedFd, String> {
+pub(crate) fn clone_tree(path: &Path, attrs: u64) -> Result<OwnedFd, String> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| format!("`{}` has a NUL byte", path.display()))?;
     let err = |what: &str| {

@@ -76,6 +76,8 @@ pub(crate) struct MountPlan {
     scratch_mount: Option<Writable>,
     /// The masks (`masks.rs`), over the writable mounts.
     masks: Option<super::masks::MaskPlan>,
+    /// A container's root (`container.rs`), entered after the mounts.
+    container: Option<super::container::ContainerPlan>,
 }
 
 /// A host directory the sandbox may write.
@@ -166,7 +168,36 @@ impl MountPlan {
                 .collect::<Result<_, _>>()?,
             scratch_mount,
             masks: super::masks::MaskPlan::prepare(scratch, &policy.masked, &policy.placed)?,
+            container: match &policy.container {
+                Some(root) => {
+                    // The root as a detached tree, made here (the sandbox's
+                    // uid may not be able to reach its path: an image's
+                    // root under a 0700 store): idmapped when writable on
+                    // a root host, as a read-write grant is.
+                    let tree = match (root.readonly, idmap) {
+                        (false, Some(idmap)) => idmap.tree(&root.rootfs)?,
+                        (readonly, _) => super::container::clone_tree(
+                            &root.rootfs,
+                            MOUNT_ATTR_NOSUID
+                                | MOUNT_ATTR_NODEV
+                                | if readonly { MOUNT_ATTR_RDONLY } else { 0 },
+                        )?,
+                    };
+                    Some(super::container::ContainerPlan::prepare(
+                        root,
+                        tree,
+                        scratch,
+                        policy.limits.disk_bytes,
+                    )?)
+                }
+                None => None,
+            },
         })
+    }
+
+    /// The container's root to enter after the mounts, if any.
+    pub(crate) fn container(&self) -> Option<&super::container::ContainerPlan> {
+        self.container.as_ref()
     }
 
     /// True when scratch is a private tmpfs rather than the host's dir.
@@ -345,7 +376,7 @@ impl Idmap {
     /// (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`), idmapped and made
     /// `nosuid,nodev`; the child moves it over `dir` inside its own mount
     /// namespace.
-    fn tree(&self, dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
+    pub(crate) fn tree(&self, dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
         use std::os::fd::{FromRawFd, OwnedFd};
         let path = c_path(dir)?;
         // SAFETY: raw syscalls on a NUL-terminated path and a struct that

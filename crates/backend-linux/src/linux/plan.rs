@@ -28,8 +28,6 @@ pub(crate) struct ChildPlan {
     /// mounts); `None` leaves it unmapped as the base layers did.
     pub id_maps: Option<IdMaps>,
     pub mounts: Option<MountPlan>,
-    /// A container's root (`container.rs`), entered after the mounts.
-    pub container: Option<super::container::ContainerPlan>,
     /// The sandbox's quotas in its user namespace (`quotas.rs`).
     pub quotas: Option<QuotaPlan>,
     /// With a UTS namespace: set its hostname.

@@ -230,13 +230,6 @@ fn wrap_inner(
         unshare_flags: unshare,
         id_maps,
         mounts,
-        container: match &policy.container {
-            Some(root) => Some(
-                super::container::ContainerPlan::prepare(root, policy.limits.disk_bytes)
-                    .map_err(wrap_err)?,
-            ),
-            None => None,
-        },
         quotas: (layers.kernel_quotas && !landlock_tier).then(quotas::QuotaPlan::new),
         hostname: layers.uts_namespace && !landlock_tier,
         scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
@@ -378,7 +371,7 @@ impl Grants {
         }
         let read_write = rules
             .iter()
-            .filter(|r| matches!(r.grant, Grant::ReadWrite | Grant::Container))
+            .filter(|r| r.grant == Grant::ReadWrite)
             .map(|r| r.path.clone())
             .collect();
         rules.extend(landlock_rules::system_rules());
@@ -428,7 +421,17 @@ fn mount_plan(
     ids: &SandboxIds,
     caller: (u32, u32),
 ) -> Result<Option<MountPlan>, WrapError> {
-    let persistent_writable = policy.scratch_persists || !grants.read_write.is_empty();
+    // A writable container root is stored as the caller's too.
+    let writable_root = policy
+        .container
+        .as_ref()
+        .filter(|r| !r.readonly)
+        .map(|r| r.rootfs.as_path());
+    if let (Some(root), true) = (writable_root, ids.root_host) {
+        refuse_privileged_files(root).map_err(wrap_err)?;
+    }
+    let persistent_writable =
+        policy.scratch_persists || !grants.read_write.is_empty() || writable_root.is_some();
     let idmap = if ids.root_host && persistent_writable {
         for dir in grants.read_write.iter().chain(
             policy

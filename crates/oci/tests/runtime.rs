@@ -1,0 +1,468 @@
+//! `cordon-runtime` for real: under Podman beside runc (the same commands,
+//! the same output and exit codes), and called directly with bundles that
+//! must be refused or that attack the host from inside.
+//!
+//! Needs root, Podman, runc, conmon and a static busybox (`.ci/run`
+//! installs them); a missing one fails the test, it is never skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+#[path = "../../backend-linux/tests/common/container_filter.rs"]
+#[allow(dead_code)]
+mod container_filter;
+
+const RUNTIME: &str = env!("CARGO_BIN_EXE_cordon-runtime");
+const RUNC: &str = "/usr/sbin/runc";
+const BUSYBOX: &str = "/bin/busybox";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A scratch area for one test: a busybox root, Podman's storage and
+/// config, the runtime's state root. Under a 0700 dir, as an image's root
+/// is in Podman's store: the runtime must not need the sandbox's uid to
+/// reach it.
+struct Lab {
+    dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        assert!(
+            is_root(),
+            "these tests run Podman as root (CI runs as root)"
+        );
+        for tool in [RUNC, BUSYBOX, "/usr/bin/podman", "/usr/bin/conmon"] {
+            assert!(
+                Path::new(tool).exists(),
+                "{tool} is missing: .ci/run installs podman, runc, conmon and busybox-static"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let lab = Lab { dir };
+        let rootfs = lab.rootfs();
+        for d in ["bin", "proc", "dev", "sys", "tmp", "etc", "run"] {
+            std::fs::create_dir_all(rootfs.join(d)).unwrap();
+        }
+        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).unwrap();
+        for applet in [
+            "sh", "echo", "cat", "ls", "sleep", "true", "false", "id", "touch", "mkdir", "kill",
+            "wc", "grep", "mount", "ln",
+        ] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).unwrap();
+        }
+        // Podman's default ulimits exceed what this host's root may set
+        // (no CAP_SYS_RESOURCE in some sandboxes): the same for both runtimes.
+        std::fs::write(
+            lab.path().join("containers.conf"),
+            "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n",
+        )
+        .unwrap();
+        lab
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.path().join("rootfs")
+    }
+
+    fn state_root(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    /// `podman --runtime RUNTIME` with storage of this lab's own.
+    fn podman(&self, runtime: &str) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", self.path().join("containers.conf"))
+            .arg("--root")
+            .arg(self.path().join("storage"))
+            .arg("--runroot")
+            .arg(self.path().join("runroot"))
+            .arg("--storage-driver")
+            .arg("vfs")
+            .arg("--cgroup-manager")
+            .arg("cgroupfs")
+            .arg("--events-backend")
+            .arg("none")
+            .arg("--runtime")
+            .arg(runtime);
+        c
+    }
+
+    /// `podman run --rm` of `cmd` in the busybox root.
+    fn run(&self, runtime: &str, extra: &[&str], cmd: &[&str]) -> Output {
+        let mut c = self.podman(runtime);
+        c.args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--security-opt",
+            "seccomp=unconfined",
+        ])
+        .args(extra)
+        .arg("--rootfs")
+        .arg(self.rootfs())
+        .args(cmd);
+        c.output().unwrap()
+    }
+
+    /// `cordon-runtime --root STATE ARGS`. Its stdout and stderr are
+    /// files: a monitor `create` starts keeps them (they are the
+    /// container's), so pipes would not end before it does.
+    fn runtime(&self, args: &[&str]) -> Output {
+        self.runtime_with(&mut Command::new(RUNTIME), args)
+    }
+
+    /// [`Lab::runtime`] on a prepared `cmd`.
+    fn runtime_with(&self, cmd: &mut Command, args: &[&str]) -> Output {
+        let out = tempfile::tempfile().unwrap();
+        let err = tempfile::tempfile().unwrap();
+        let status = cmd
+            .arg("--root")
+            .arg(self.state_root())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(err.try_clone().unwrap())
+            .status()
+            .unwrap();
+        let read = |mut f: std::fs::File| {
+            use std::io::{Read, Seek};
+            let mut v = Vec::new();
+            f.seek(std::io::SeekFrom::Start(0)).unwrap();
+            f.read_to_end(&mut v).unwrap();
+            v
+        };
+        Output {
+            status,
+            stdout: read(out),
+            stderr: read(err),
+        }
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn podman_runs_echo_and_sh_as_runc_does() {
+    let lab = Lab::new();
+    let cases: [&[&str]; 4] = [
+        &["/bin/echo", "hello from a container"],
+        &["/bin/sh", "-c", "echo out; echo err >&2; exit 3"],
+        &["sh", "-c", "ls /; cat /etc/hostname | wc -c"],
+        &[
+            "/bin/sh",
+            "-c",
+            "ls /dev; touch /tmp/x && echo wrote; exit 0",
+        ],
+    ];
+    for cmd in cases {
+        let theirs = lab.run(RUNC, &[], cmd);
+        let ours = lab.run(RUNTIME, &[], cmd);
+        assert_eq!(
+            (ours.status.code(), text(&ours.stdout), text(&ours.stderr)),
+            (
+                theirs.status.code(),
+                text(&theirs.stdout),
+                text(&theirs.stderr)
+            ),
+            "{cmd:?}: cordon-runtime (left) differs from runc (right)"
+        );
+    }
+}
+
+#[test]
+fn podman_stop_and_kill_control_a_long_running_container() {
+    let lab = Lab::new();
+    for runtime in [RUNC, RUNTIME] {
+        // stop: SIGTERM, which the program's trap turns into exit 7.
+        let name = "trapper";
+        let started = lab
+            .podman(runtime)
+            .args(["run", "-d", "--name", name, "--network", "none"])
+            .args(["--security-opt", "seccomp=unconfined", "--rootfs"])
+            .arg(lab.rootfs())
+            .args(["/bin/sh", "-c", "trap 'exit 7' TERM; sleep 100 & wait"])
+            .output()
+            .unwrap();
+        assert!(
+            started.status.success(),
+            "{runtime}: {}",
+            text(&started.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let stop = lab
+            .podman(runtime)
+            .args(["stop", "-t", "20", name])
+            .output()
+            .unwrap();
+        assert!(stop.status.success(), "{runtime}: {}", text(&stop.stderr));
+        let code = lab
+            .podman(runtime)
+            .args(["inspect", name, "--format", "{{.State.ExitCode}}"])
+            .output()
+            .unwrap();
+        assert_eq!(text(&code.stdout).trim(), "7", "{runtime}: stop");
+        lab.podman(runtime).args(["rm", name]).output().unwrap();
+
+        // kill: SIGKILL, 137.
+        let name = "sleeper";
+        let started = lab
+            .podman(runtime)
+            .args(["run", "-d", "--name", name, "--network", "none"])
+            .args(["--security-opt", "seccomp=unconfined", "--rootfs"])
+            .arg(lab.rootfs())
+            .args(["/bin/sleep", "100"])
+            .output()
+            .unwrap();
+        assert!(
+            started.status.success(),
+            "{runtime}: {}",
+            text(&started.stderr)
+        );
+        let kill = lab.podman(runtime).args(["kill", name]).output().unwrap();
+        assert!(kill.status.success(), "{runtime}: {}", text(&kill.stderr));
+        let wait = lab.podman(runtime).args(["wait", name]).output().unwrap();
+        assert_eq!(text(&wait.stdout).trim(), "137", "{runtime}: kill");
+        lab.podman(runtime).args(["rm", name]).output().unwrap();
+    }
+}
+
+/// A bundle of the busybox root with `edit` applied to a minimal config.
+fn bundle(lab: &Lab, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let dir = lab.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "root": {"path": lab.rootfs()},
+        "process": {
+            "user": {"uid": 0, "gid": 0},
+            "args": ["/bin/sh", "-c", "echo ran > /tmp/ran"],
+            "env": ["PATH=/bin"],
+            "cwd": "/"
+        },
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "mode=755", "size=65536k"]}
+        ],
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                           {"type": "uts"}, {"type": "mount"}]
+        }
+    });
+    edit(&mut config);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn bundles_asking_for_more_than_cordon_confines_are_refused_by_field() {
+    let lab = Lab::new();
+    let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Value)>, &str)> = vec![
+        (
+            "privileged",
+            Box::new(|c| {
+                c["process"]["capabilities"] = serde_json::json!({"bounding": ["CAP_SYS_ADMIN"], "effective": ["CAP_SYS_ADMIN"]})
+            }),
+            "process.capabilities: CAP_SYS_ADMIN",
+        ),
+        (
+            "host-pid",
+            Box::new(|c| {
+                c["linux"]["namespaces"] = serde_json::json!([{"type": "network"}, {"type": "ipc"},
+                    {"type": "uts"}, {"type": "mount"}])
+            }),
+            "linux.namespaces: no Pid namespace",
+        ),
+        (
+            "joined-net",
+            Box::new(|c| {
+                c["linux"]["namespaces"][1] =
+                    serde_json::json!({"type": "network", "path": "/proc/1/ns/net"})
+            }),
+            "linux.namespaces: joining the Network namespace",
+        ),
+        (
+            "devices",
+            Box::new(|c| {
+                c["linux"]["devices"] = serde_json::json!([{"path": "/dev/sda", "type": "b",
+                    "major": 8, "minor": 0}])
+            }),
+            "linux.devices",
+        ),
+        (
+            "seccomp",
+            Box::new(|c| {
+                c["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"})
+            }),
+            "linux.seccomp",
+        ),
+        (
+            "hooks",
+            Box::new(|c| c["hooks"] = serde_json::json!({"prestart": [{"path": "/bin/true"}]})),
+            "hooks",
+        ),
+    ];
+    for (name, edit, field) in cases {
+        let b = bundle(&lab, name, edit);
+        let out = lab.runtime(&["create", "--bundle", b.to_str().unwrap(), name]);
+        assert_eq!(out.status.code(), Some(1), "{name} was not refused");
+        assert!(
+            text(&out.stderr).contains(field),
+            "{name}: the refusal does not name `{field}`: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            !lab.state_root().join(name).exists(),
+            "{name}: a refused create left state behind"
+        );
+    }
+    // Nothing ran: the program of every case would have written this.
+    assert!(!lab.rootfs().join("tmp/ran").exists());
+    // Bad input gets a clear error too.
+    let out = lab.runtime(&["create", "--bundle", "/nonexistent", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = lab.runtime(&["create", "--bundle", ".", "../escape"]);
+    assert!(text(&out.stderr).contains("invalid container id"));
+    let out = lab.runtime(&["--systemd-cgroup", "state", "x"]);
+    assert!(text(&out.stderr).contains("--systemd-cgroup"));
+    let out = lab.runtime(&["exec", "x"]);
+    assert!(text(&out.stderr).contains("not supported"));
+}
+
+#[test]
+fn create_start_state_delete_by_hand() {
+    let lab = Lab::new();
+    let b = bundle(&lab, "by-hand", |_| {});
+    let pid_file = lab.path().join("pid");
+    let out = lab.runtime(&[
+        "create",
+        "--bundle",
+        b.to_str().unwrap(),
+        "--pid-file",
+        pid_file.to_str().unwrap(),
+        "c1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    let state: serde_json::Value =
+        serde_json::from_slice(&lab.runtime(&["state", "c1"]).stdout).unwrap();
+    assert_eq!(state["status"], "created");
+    assert_eq!(state["pid"], pid);
+    assert!(!lab.rootfs().join("tmp/ran").exists(), "ran before start");
+    let out = lab.runtime(&["create", "--bundle", b.to_str().unwrap(), "c1"]);
+    assert!(text(&out.stderr).contains("exists already"));
+    let out = lab.runtime(&["start", "c1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let state: serde_json::Value =
+            serde_json::from_slice(&lab.runtime(&["state", "c1"]).stdout).unwrap();
+        if state["status"] == "stopped" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {}",
+            state["status"]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_to_string(lab.rootfs().join("tmp/ran")).unwrap(),
+        "ran\n"
+    );
+    let out = lab.runtime(&["delete", "c1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!lab.state_root().join("c1").exists());
+    let out = lab.runtime(&["state", "c1"]);
+    assert!(text(&out.stderr).contains("does not exist"));
+}
+
+#[test]
+fn a_container_cannot_reach_the_host_through_its_root_or_its_mounts() {
+    let lab = Lab::new();
+    // A canary of the host's, outside the root.
+    let canary = lab.path().join("host-canary");
+    std::fs::write(&canary, "host secret").unwrap();
+    // The root tries to lead a mount out: /sys an absolute link to /tmp,
+    // which on the host is the host's /tmp. And a link to the canary.
+    let rootfs = lab.rootfs();
+    std::fs::remove_dir(rootfs.join("sys")).unwrap();
+    std::os::unix::fs::symlink("/tmp", rootfs.join("sys")).unwrap();
+    std::os::unix::fs::symlink(&canary, rootfs.join("etc/passwd")).unwrap();
+    std::fs::create_dir(lab.path().join("vol")).unwrap();
+    let host_tmp_before = std::fs::read_dir("/tmp").unwrap().count();
+    let script = format!(
+        "cat {canary} 2>/dev/null && echo READ-CANARY; \
+         cat /etc/passwd 2>/dev/null && echo READ-VIA-LINK; \
+         ls /proc/1/root/ 2>/dev/null && echo PID1-ROOT; \
+         cat /proc/1/root{canary} 2>/dev/null && echo READ-VIA-PID1; \
+         mount -t tmpfs none /tmp 2>/dev/null && echo MOUNTED; \
+         ls /tmp/kernel >/dev/null 2>&1 && echo RO-TMP; \
+         echo done",
+        canary = canary.display()
+    );
+    let out = lab.run(
+        RUNTIME,
+        &[
+            "-v",
+            &format!("{}:/hostdir:ro", lab.path().join("vol").display()),
+        ],
+        &["/bin/sh", "-c", &script],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("done"),
+        "did not run: {}",
+        text(&out.stderr)
+    );
+    for breach in [
+        "READ-CANARY",
+        "READ-VIA-LINK",
+        "PID1-ROOT",
+        "READ-VIA-PID1",
+        "MOUNTED",
+    ] {
+        assert!(!stdout.contains(breach), "{breach}: {stdout}");
+    }
+    // The link in the root was resolved inside it: sysfs went over the
+    // root's own /tmp (read-only there: nothing written), never the host's.
+    assert!(stdout.contains("RO-TMP"), "{stdout}");
+    assert!(std::fs::read_dir("/tmp").unwrap().count() > 0 || host_tmp_before == 0);
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "host secret");
+}
+
+#[test]
+fn a_host_where_the_sandbox_does_not_conform_refuses_create_with_the_report() {
+    let lab = Lab::new();
+    let b = bundle(&lab, "refused", |_| {});
+    // Under a container runtime's seccomp filter no user namespace can be
+    // made: tier namespaces, which a container needs, does not conform.
+    // A cache of its own, so no report of the plain host is reused.
+    let cache = lab.path().join("cache");
+    let mut cmd = Command::new(RUNTIME);
+    cmd.env("XDG_CACHE_HOME", &cache);
+    container_filter::install_on(&mut cmd);
+    let out = lab.runtime_with(&mut cmd, &["create", "--bundle", b.to_str().unwrap(), "r1"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no conforming sandbox backend")
+            && err.contains("\nbackend unavailable: tier namespaces is required")
+            && err.contains("NOT CONFORMING"),
+        "the refusal carries the report: {err}"
+    );
+    assert!(!lab.state_root().join("r1").exists(), "state left behind");
+    assert!(!lab.rootfs().join("tmp/ran").exists(), "the program ran");
+}
