@@ -268,7 +268,8 @@ fn bundle(lab: &Lab, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> P
 #[test]
 fn bundles_asking_for_more_than_cordon_confines_are_refused_by_field() {
     let lab = Lab::new();
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Value)>, &str)> = vec![
+    type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "privileged",
             Box::new(|c| {

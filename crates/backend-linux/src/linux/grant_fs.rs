@@ -102,3 +102,64 @@ mod tests {
         assert_eq!(at("/usr"), None);
     }
 }
+
+/// Refuses a writable grant on a root host that holds a setuid or setgid
+/// file, or one with file capabilities: through the idmapped mount the
+/// sandbox owns the caller's (root's) files, and a store through a shared
+/// writable `mmap` rewrites one without the kernel clearing those bits
+/// (`write` and `truncate` would), so the host would later run the
+/// sandbox's code with them. The sandbox itself cannot make such a file
+/// (seccomp's mode checks) nor move one in (another mount: `EXDEV`), so
+/// what is there at the start is all there is. A walk of the whole tree,
+/// not following links.
+pub(crate) fn refuse_privileged_files(root: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+        if meta.is_dir() {
+            let entries = std::fs::read_dir(&path)
+                .map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+                stack.push(entry.path());
+            }
+        } else if meta.is_file() {
+            let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
+            if setid || has_file_caps(&path) {
+                return Err(format!(
+                    "the writable grant {} holds {}, a {} file: the sandbox could rewrite it \
+                     and keep that, so cordon refuses; remove the bit (chmod u-s,g-s), move \
+                     the file out, or grant that tree read-only",
+                    root.display(),
+                    path.display(),
+                    if setid {
+                        "setuid/setgid"
+                    } else {
+                        "file-capability"
+                    },
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` carries `security.capability` (file capabilities).
+fn has_file_caps(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: valid C strings; a null buffer of size 0 asks for the size.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    n >= 0
+}
