@@ -140,6 +140,15 @@ impl Build {
         features: "",
     };
 
+    /// The OCI runtime `cargo xtask bench` measures against runc.
+    pub const BENCH_RUNTIME: Build = Build {
+        package: "cordon-oci",
+        bin: "cordon-runtime",
+        release: true,
+        default_features: true,
+        features: "",
+    };
+
     /// What `cargo xtask bench` runs: the harness, in release mode (debug
     /// builds would measure the compiler, not Cordon).
     pub const BENCH: Build = Build {

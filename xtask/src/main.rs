@@ -48,6 +48,7 @@ fn main() -> ExitCode {
             for (build, var) in [
                 (Build::BENCH_CLI, "CORDON_BENCH_CLI"),
                 (Build::BENCH_WORKER, "CORDON_BENCH_WORKER"),
+                (Build::BENCH_RUNTIME, "CORDON_BENCH_RUNTIME"),
             ] {
                 match build.executable() {
                     Ok(p) => env.push((var, p.into())),

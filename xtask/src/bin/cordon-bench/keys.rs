@@ -99,6 +99,10 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "the same with the connection's set-up: connect, CONNECT, the handshake(s), the first GET (the broker's ratio to the tunnel)",
     ),
     (
+        &["container.runc_us", "container.cordon_*"],
+        "a container's whole life (create, start, the wait for its pid, delete) of a busybox bundle running `/bin/true`: runc, and cordon-runtime (ratio to runc; goal ≤ 1.0)",
+    ),
+    (
         &["loop.bare_us", "loop.cordon_us", "loop.cordon_ratio"],
         "1 000 000 iterations, bare interpreter and Cordon in process",
     ),

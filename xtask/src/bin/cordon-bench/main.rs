@@ -6,6 +6,7 @@
 //! Starlark worker, like the `cordon` binary.
 
 mod broker;
+mod container;
 mod keys;
 mod proc_stats;
 mod scale;
@@ -144,6 +145,13 @@ async fn run(plan: Plan, json: bool) -> i32 {
             .await
             .unwrap_or_default(),
     );
+    if cfg!(target_os = "linux") {
+        rows.extend(
+            tokio::task::spawn_blocking(move || container::bench(&plan))
+                .await
+                .unwrap_or_default(),
+        );
+    }
     let total = started.elapsed();
     let metrics = stats::metrics(&rows);
     let undocumented = keys::undocumented(metrics.keys());
