@@ -187,12 +187,35 @@ fn create_log(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Now as RFC 3339 in UTC (`2026-12-07T18:34:09Z`), as runc's JSON log
+/// has it (containerd's shim parses it).
 fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    format!("@{secs}")
+    rfc3339(secs)
+}
+
+/// `secs` after the epoch, as RFC 3339 in UTC (days to a civil date:
+/// Howard Hinnant's algorithm).
+fn rfc3339(secs: u64) -> String {
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn run(cli: Cli) -> Result<(), String> {
@@ -307,6 +330,13 @@ fn features() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_times_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_668_449), "2026-12-07T18:34:09Z");
+    }
 
     #[test]
     fn signals_parse_by_name_and_number() {

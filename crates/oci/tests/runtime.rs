@@ -467,3 +467,141 @@ fn a_host_where_the_sandbox_does_not_conform_refuses_create_with_the_report() {
     assert!(!lab.state_root().join("r1").exists(), "state left behind");
     assert!(!lab.rootfs().join("tmp/ran").exists(), "the program ran");
 }
+
+/// A containerd of this test's own (no CRI plugin), stopped on drop.
+struct Containerd {
+    child: std::process::Child,
+    sock: PathBuf,
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> Containerd {
+        for tool in [
+            "/usr/bin/containerd",
+            "/usr/bin/ctr",
+            "/usr/bin/containerd-shim-runc-v2",
+        ] {
+            assert!(
+                Path::new(tool).exists(),
+                "{tool} is missing: .ci/run installs containerd"
+            );
+        }
+        let config = dir.join("containerd.toml");
+        std::fs::write(
+            &config,
+            "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n",
+        )
+        .unwrap();
+        let sock = dir.join("containerd.sock");
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .arg("--root")
+            .arg(dir.join("containerd-root"))
+            .arg("--state")
+            .arg(dir.join("containerd-state"))
+            .arg("--address")
+            .arg(&sock)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let c = Containerd { child, sock };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while c.ctr(&["version"]).status.code() != Some(0) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "containerd did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        c
+    }
+
+    fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&self.sock)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+#[test]
+fn containerd_runs_an_imported_image_with_the_shim_calling_cordon_runtime() {
+    let lab = Lab::new();
+    // The busybox root as an image in an OCI archive (Podman makes it),
+    // imported from that local tarball.
+    let tar = lab.path().join("rootfs.tar");
+    let ok = Command::new("tar")
+        .arg("-C")
+        .arg(lab.rootfs())
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let import = lab
+        .podman(RUNC)
+        .arg("import")
+        .arg(&tar)
+        .arg("localhost/cordon-test:1")
+        .output()
+        .unwrap();
+    assert!(import.status.success(), "{}", text(&import.stderr));
+    let archive = lab.path().join("image.tar");
+    let save = lab
+        .podman(RUNC)
+        .args(["save", "--format", "oci-archive", "-o"])
+        .arg(&archive)
+        .arg("localhost/cordon-test:1")
+        .output()
+        .unwrap();
+    assert!(save.status.success(), "{}", text(&save.stderr));
+    let ctd = Containerd::start(lab.path());
+    // The native snapshotter: a writable root is mounted idmapped on a root
+    // host, which overlayfs cannot be (decision 0017).
+    let out = ctd.ctr(&[
+        "images",
+        "import",
+        "--snapshotter",
+        "native",
+        archive.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = "echo from the image; ls /bin/busybox; exit 3";
+    let mut results = Vec::new();
+    for (runtime, id) in [(RUNC, "with-runc"), (RUNTIME, "with-cordon")] {
+        let out = ctd.ctr(&[
+            "run",
+            "--rm",
+            "--snapshotter",
+            "native",
+            "--runc-binary",
+            runtime,
+            "localhost/cordon-test:1",
+            id,
+            "/bin/sh",
+            "-c",
+            script,
+        ]);
+        results.push((out.status.code(), text(&out.stdout), text(&out.stderr)));
+    }
+    assert_eq!(
+        results[1], results[0],
+        "cordon-runtime (left) differs from runc (right)"
+    );
+    assert_eq!(results[1].0, Some(3), "{:?}", results[1]);
+    assert!(results[1].1.contains("from the image"));
+}
