@@ -198,6 +198,11 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         .ok_or("linux: the bundle has no linux section")?;
     let mut have = BTreeSet::new();
     for ns in linux.namespaces().iter().flatten() {
+        if ns.typ() == LinuxNamespaceType::Time {
+            return Err(
+                "linux.namespaces: a time namespace is not supported by cordon-runtime".into(),
+            );
+        }
         if ns.path().is_some() {
             return Err(format!(
                 "linux.namespaces: joining the {:?} namespace by path is not supported by \
@@ -245,11 +250,95 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
                 .into(),
         );
     }
+    let refused = [
+        (
+            "linux.mountLabel",
+            linux.mount_label().as_ref().is_some_and(|l| !l.is_empty()),
+        ),
+        ("linux.personality", linux.personality().is_some()),
+        ("linux.intelRdt", linux.intel_rdt().is_some()),
+        (
+            "linux.timeOffsets",
+            linux.time_offsets().as_ref().is_some_and(|t| !t.is_empty()),
+        ),
+        ("linux.memoryPolicy", linux.memory_policy().is_some()),
+        (
+            "linux.netDevices",
+            linux.net_devices().as_ref().is_some_and(|d| !d.is_empty()),
+        ),
+    ];
+    if let Some((field, _)) = refused.iter().find(|(_, set)| *set) {
+        return Err(format!(
+            "{field}: not supported by cordon-runtime, so refused"
+        ));
+    }
+    // Every mount is private to the sandbox: `slave` would let the host's
+    // later mounts in, `shared` send the container's out.
+    match linux.rootfs_propagation().as_deref() {
+        None | Some("" | "private" | "rprivate" | "slave" | "rslave") => {}
+        Some(other) => {
+            return Err(format!(
+                "linux.rootfsPropagation: `{other}` is refused (every mount is private)"
+            ))
+        }
+    }
+    if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
+        warnings.push(format!(
+            "hostname: `{h}` asked; the sandbox's hostname is `cordon`"
+        ));
+    }
+    if process.oom_score_adj().is_some() {
+        warnings.push("process.oomScoreAdj: not applied".into());
+    }
     if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
         return Err("linux.sysctl: setting sysctls is refused".into());
     }
     if let Some(r) = linux.resources() {
+        // Limits Cordon does not hold are refused: running without them
+        // would be running with less confinement than asked.
+        let unheld = [
+            // Shares are a weight between busy containers, not a limit.
+            (
+                "cpu",
+                r.cpu().as_ref().is_some_and(|c| {
+                    c.quota().is_some_and(|q| q > 0)
+                        || c.cpus().as_ref().is_some_and(|v| !v.is_empty())
+                        || c.mems().as_ref().is_some_and(|v| !v.is_empty())
+                        || c.realtime_runtime().is_some()
+                        || c.idle().is_some_and(|i| i != 0)
+                        || c.burst().is_some()
+                }),
+            ),
+            ("blockIO", r.block_io().is_some()),
+            (
+                "hugepageLimits",
+                r.hugepage_limits().as_ref().is_some_and(|v| !v.is_empty()),
+            ),
+            ("network", r.network().is_some()),
+            ("rdma", r.rdma().as_ref().is_some_and(|v| !v.is_empty())),
+            (
+                "unified",
+                r.unified().as_ref().is_some_and(|v| !v.is_empty()),
+            ),
+        ];
+        if let Some((field, _)) = unheld.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "linux.resources.{field}: not held by Cordon (it limits memory, processes, open \
+                 files, file size and CPU time), so refused"
+            ));
+        }
         if let Some(m) = r.memory() {
+            if m.swap().is_some()
+                || m.reservation().is_some()
+                || m.kernel().is_some()
+                || m.kernel_tcp().is_some()
+            {
+                return Err(
+                    "linux.resources.memory: only `limit` is held by Cordon (swap, reservation \
+                     and kernel limits are refused)"
+                        .into(),
+                );
+            }
             if let Some(l) = m.limit().filter(|l| *l > 0) {
                 limits.memory_bytes = Some(l as u64);
             }
@@ -299,7 +388,8 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
     // Read-only paths: the container's /proc and /sys are read-only
     // whole already.
     for p in linux.readonly_paths().iter().flatten() {
-        if !(p.starts_with("/proc") || p.starts_with("/sys")) {
+        let path = Path::new(p);
+        if !(path.starts_with("/proc") || path.starts_with("/sys")) {
             return Err(format!(
                 "linux.readonlyPaths: `{p}` is outside /proc and /sys, which is not supported"
             ));

@@ -174,7 +174,9 @@ pub fn start(root: &Path, id: &str) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(format!("{}: {e}", fifo.display())),
         }
-        if Instant::now() > deadline || !rec.monitor_alive() {
+        // Only while nothing came: a monitor that answered and ended
+        // has closed its end, and the read above sees the end next.
+        if answer.is_empty() && (Instant::now() > deadline || !rec.monitor_alive()) {
             return Err(format!("the monitor of `{id}` did not answer"));
         }
     }

@@ -309,6 +309,24 @@ fn bundles_asking_for_more_than_cordon_confines_are_refused_by_field() {
             "linux.seccomp",
         ),
         (
+            "cpu-quota",
+            Box::new(|c| {
+                c["linux"]["resources"] =
+                    serde_json::json!({"cpu": {"quota": 50000, "period": 100000}})
+            }),
+            "linux.resources.cpu",
+        ),
+        (
+            "shared-propagation",
+            Box::new(|c| c["linux"]["rootfsPropagation"] = serde_json::json!("rshared")),
+            "linux.rootfsPropagation",
+        ),
+        (
+            "readonly-outside-proc",
+            Box::new(|c| c["linux"]["readonlyPaths"] = serde_json::json!(["/procdata"])),
+            "linux.readonlyPaths",
+        ),
+        (
             "hooks",
             Box::new(|c| c["hooks"] = serde_json::json!({"prestart": [{"path": "/bin/true"}]})),
             "hooks",
@@ -411,8 +429,11 @@ fn a_container_cannot_reach_the_host_through_its_root_or_its_mounts() {
          cat /proc/1/root{canary} 2>/dev/null && echo READ-VIA-PID1; \
          mount -t tmpfs none /tmp 2>/dev/null && echo MOUNTED; \
          ls /tmp/kernel >/dev/null 2>&1 && echo RO-TMP; \
+         [ \"$(readlink /proc/self/ns/net)\" = {host_net} ] && echo HOST-NETNS; \
+         ls /tmp/class/net | grep -qv '^lo$' && echo HOST-NET-DEVICES; \
          echo done",
-        canary = canary.display()
+        canary = canary.display(),
+        host_net = std::fs::read_link("/proc/self/ns/net").unwrap().display()
     );
     let out = lab.run(
         RUNTIME,
@@ -434,6 +455,8 @@ fn a_container_cannot_reach_the_host_through_its_root_or_its_mounts() {
         "PID1-ROOT",
         "READ-VIA-PID1",
         "MOUNTED",
+        "HOST-NETNS",
+        "HOST-NET-DEVICES",
     ] {
         assert!(!stdout.contains(breach), "{breach}: {stdout}");
     }

@@ -165,7 +165,7 @@ impl ContainerPlan {
                             // The binds of host devices need it without
                             // `nodev`; the sandbox cannot make a device
                             // node (no CAP_MKNOD in the host's namespace).
-                            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | ro(m.read_only),
                         },
                         Some(devs),
                     )
@@ -178,7 +178,7 @@ impl ContainerPlan {
                             (c"ptmxmode".to_owned(), c"0666".to_owned()),
                             (c"mode".to_owned(), c"0620".to_owned()),
                         ],
-                        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | ro(m.read_only),
                     },
                     None,
                 ),
@@ -208,12 +208,16 @@ impl ContainerPlan {
                     )?),
                     None,
                 ),
+                // A sysfs of the sandbox's own network namespace (its
+                // network devices only; nothing mounted under the host's
+                // /sys, such as its cgroup trees, comes with it).
                 ContainerMountKind::Sysfs => (
                     false,
-                    Source::Tree(clone_tree(
-                        Path::new("/sys"),
-                        base | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
-                    )?),
+                    Source::Fresh {
+                        fstype: c"sysfs",
+                        options: Vec::new(),
+                        attrs: base | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+                    },
                     None,
                 ),
                 ContainerMountKind::Bind { source } => {

@@ -24,6 +24,7 @@ mod mounts;
 mod namespaces;
 mod net;
 mod plan;
+mod privileged;
 mod probe;
 mod quotas;
 mod resources;

@@ -179,7 +179,15 @@ impl MountPlan {
                     // root under a 0700 store): idmapped when writable on
                     // a root host, as a read-write grant is.
                     let tree = match (root.readonly, idmap) {
-                        (false, Some(idmap)) => idmap.tree(&root.rootfs)?,
+                        (false, Some(idmap)) => {
+                            let tree = idmap.tree(&root.rootfs)?;
+                            super::privileged::refuse_in_tree(
+                                std::os::fd::AsFd::as_fd(&tree),
+                                &root.rootfs,
+                                "container root",
+                            )?;
+                            tree
+                        }
                         (readonly, _) => super::container::clone_tree(
                             &root.rootfs,
                             MOUNT_ATTR_NOSUID

@@ -150,6 +150,12 @@ fn wrap_inner(
     if egress_plan.is_some() {
         unshare |= libc::CLONE_NEWNET;
     }
+    // A container has a network namespace of its own (none of the host's
+    // connection tables, interfaces or routes; its fresh sysfs needs one)
+    // and a cgroup namespace (its cgroup paths relative to its own).
+    if policy.container.is_some() {
+        unshare |= libc::CLONE_NEWNET | libc::CLONE_NEWCGROUP;
+    }
     // The sandbox's own helpers (the init, and in tier landlock its
     // warden) count against RLIMIT_NPROC like its processes; with no user
     // namespace and no uid of its own, so does every task of the caller's
@@ -343,19 +349,18 @@ impl Grants {
             }
         }
         // A container's root, whole: read-write (less device nodes) and
-        // executable, or read + execute for a read-only root. Every mount
-        // made inside it is beneath this rule.
+        // executable. Every mount made inside it is beneath this rule.
         if let Some(root) = &policy.container {
             let (path, _) = landlock_rules::canonical_grant("container root", &root.rootfs)
                 .map_err(wrap_err)?;
             rules.push(PathRule {
                 path,
                 is_dir: true,
-                grant: if root.readonly {
-                    Grant::ReadExec
-                } else {
-                    Grant::Container
-                },
+                // Whole, also for a read-only root: its mount is read-only
+                // (a flag the sandbox's namespace cannot clear), and the
+                // writable mounts the bundle puts inside it (a tmpfs at
+                // /tmp) are beneath this rule.
+                grant: Grant::Container,
                 optional: false,
             });
         }
@@ -421,17 +426,11 @@ fn mount_plan(
     ids: &SandboxIds,
     caller: (u32, u32),
 ) -> Result<Option<MountPlan>, WrapError> {
-    // A writable container root is stored as the caller's too.
-    let writable_root = policy
-        .container
-        .as_ref()
-        .filter(|r| !r.readonly)
-        .map(|r| r.rootfs.as_path());
-    if let (Some(root), true) = (writable_root, ids.root_host) {
-        super::grant_fs::refuse_privileged_files(root).map_err(wrap_err)?;
-    }
+    // A writable container root is stored as the caller's too (its tree
+    // is checked for privileged files where it is cloned: mounts.rs).
+    let writable_root = policy.container.as_ref().is_some_and(|r| !r.readonly);
     let persistent_writable =
-        policy.scratch_persists || !grants.read_write.is_empty() || writable_root.is_some();
+        policy.scratch_persists || !grants.read_write.is_empty() || writable_root;
     let idmap = if ids.root_host && persistent_writable {
         for dir in grants.read_write.iter().chain(
             policy
@@ -439,7 +438,7 @@ fn mount_plan(
                 .then_some(&grants.scratch)
                 .filter(|_| !policy.scratch_is_fresh),
         ) {
-            super::grant_fs::refuse_privileged_files(dir).map_err(wrap_err)?;
+            super::privileged::refuse_in_dir(dir, "grant").map_err(wrap_err)?;
         }
         Some(mounts::Idmap::new(caller, ids.host).map_err(wrap_err)?)
     } else {

@@ -44,9 +44,10 @@ pub struct ContainerMount {
     pub no_exec: bool,
 }
 
-/// What a [`ContainerMount`] mounts. Every mount is `nosuid` and `nodev`
-/// (the device files of [`ContainerMountKind::Devices`] are binds of the
-/// host's own, not device nodes the sandbox made).
+/// What a [`ContainerMount`] mounts. Every mount is `nosuid`, and
+/// `nodev` but the `/dev` of [`ContainerMountKind::Devices`] (binds of the
+/// host's own device files) and devpts; a filesystem the sandbox's user
+/// namespace mounts opens no device node the sandbox could make anyway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerMountKind {
     /// A procfs of the sandbox's own PID namespace (`noexec`).
@@ -67,7 +68,8 @@ pub enum ContainerMountKind {
     Devpts,
     /// A POSIX message queue filesystem of the sandbox's IPC namespace.
     Mqueue,
-    /// The host's `/sys`, read-only whatever `read_only` says.
+    /// A sysfs of the sandbox's own network namespace, read-only whatever
+    /// `read_only` says.
     Sysfs,
     /// An empty read-only directory: what the sandbox sees where the
     /// bundle asked for its cgroup tree (it gets none; decision 0017).
