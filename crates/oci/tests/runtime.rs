@@ -120,6 +120,36 @@ impl Lab {
         self.runtime_with(&mut Command::new(RUNTIME), args)
     }
 
+    /// `create`, `start`, the wait for the end and `delete` of the bundle
+    /// `b` as `id`: what its program wrote to stdout.
+    fn run_bundle(&self, b: &Path, id: &str) -> Vec<u8> {
+        let out_file = tempfile::NamedTempFile::new().unwrap();
+        let status = Command::new(RUNTIME)
+            .arg("--root")
+            .arg(self.state_root())
+            .args(["create", "--bundle", b.to_str().unwrap(), id])
+            .stdin(std::process::Stdio::null())
+            .stdout(out_file.reopen().unwrap())
+            .stderr(std::process::Stdio::inherit())
+            .status()
+            .unwrap();
+        assert!(status.success(), "create {id}");
+        let out = self.runtime(&["start", id]);
+        assert!(out.status.success(), "start {id}: {}", text(&out.stderr));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let state: serde_json::Value =
+                serde_json::from_slice(&self.runtime(&["state", id]).stdout).unwrap();
+            if state["status"] == "stopped" {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{id} still runs");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.runtime(&["delete", id]);
+        std::fs::read(out_file.path()).unwrap()
+    }
+
     /// [`Lab::runtime`] on a prepared `cmd`.
     fn runtime_with(&self, cmd: &mut Command, args: &[&str]) -> Output {
         let out = tempfile::tempfile().unwrap();
@@ -627,4 +657,43 @@ fn containerd_runs_an_imported_image_with_the_shim_calling_cordon_runtime() {
     );
     assert_eq!(results[1].0, Some(3), "{:?}", results[1]);
     assert!(results[1].1.contains("from the image"));
+}
+
+#[test]
+fn a_writable_root_holding_a_setuid_file_is_refused_and_a_read_only_one_runs() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    // Root's setuid file in the root: through the idmapped writable root
+    // the container could rewrite it and keep the bit.
+    let planted = lab.rootfs().join("bin/su-like");
+    std::fs::copy(BUSYBOX, &planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let writable = bundle(&lab, "setuid-rw", |_| {});
+    let out = lab.runtime(&["create", "--bundle", writable.to_str().unwrap(), "s1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = lab.runtime(&["start", "s1"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("setuid/setgid") && err.contains("su-like"),
+        "{err}"
+    );
+    assert!(!lab.rootfs().join("tmp/ran").exists(), "the program ran");
+    lab.runtime(&["delete", "--force", "s1"]);
+    // Read-only, with a writable tmpfs at /tmp: runs.
+    let read_only = bundle(&lab, "setuid-ro", |c| {
+        c["root"]["readonly"] = serde_json::json!(true);
+        c["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}));
+        c["process"]["args"] =
+            serde_json::json!(["/bin/sh", "-c", "echo in-tmpfs > /tmp/x && cat /tmp/x"]);
+    });
+    let out = lab.run_bundle(&read_only, "s2");
+    assert_eq!(text(&out).trim(), "in-tmpfs");
+    assert_eq!(
+        std::fs::metadata(&planted).unwrap().permissions().mode() & 0o7777,
+        0o4755
+    );
 }
