@@ -11,6 +11,10 @@
 //!   writes the docs' tables that mirror code from the code (with
 //!   `--check`, exits 1 where the committed text differs; the tidy test
 //!   runs that).
+//! - `cargo xtask oci-validation SUITE_DIR [NAME]...`: runs the OCI
+//!   runtime-tools validation suite (a checkout the operator gives)
+//!   against `cordon-runtime` and prints each test's results
+//!   (`oci_validation.rs`).
 //! - `cargo xtask checks`: the checks that run cargo itself, which
 //!   `cargo test` must not (`checks.rs`): a repeated or alternated build
 //!   is fresh, and the Starlark layers keep to their dependencies. CI runs
@@ -27,6 +31,7 @@
 
 mod cargo;
 mod checks;
+mod oci_validation;
 
 use std::process::ExitCode;
 
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
             build_and_run(Build::BENCH, None, &rest, &env)
         }
         "docs" => build_and_run(Build::DOCS, None, &rest, &[]),
+        "oci-validation" => oci_validation::run(&rest),
         "checks" => match checks::run() {
             Ok(()) => {
                 eprintln!("xtask checks: all passed");
@@ -83,7 +89,7 @@ fn main() -> ExitCode {
 }
 
 fn print_usage() {
-    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run the conformance probes on this host\n  bench [--quick] [--json]                              run the benchmarks\n  docs [--check]                                        write (check) the docs' generated tables\n  checks                                                the checks that run cargo (fresh builds, layers)");
+    eprintln!("usage: cargo xtask <task> [args]\n\ntasks:\n  conformance [--backend NAME] [--json] [--probe P]...   run the conformance probes on this host\n  bench [--quick] [--json]                              run the benchmarks\n  docs [--check]                                        write (check) the docs' generated tables\n  oci-validation SUITE_DIR [NAME]...                    run the OCI runtime-tools validation suite against cordon-runtime\n  checks                                                the checks that run cargo (fresh builds, layers)");
 }
 
 fn usage() -> ExitCode {

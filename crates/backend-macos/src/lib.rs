@@ -323,6 +323,12 @@ fn confine(
              was started; drop the masks or grant only the subtrees the program needs",
         ));
     }
+    if policy.seccomp.is_some() {
+        return Err(WrapError::new(
+            BACKEND_NAME,
+            "the macos backend has no seccomp: a seccomp profile is refused, nothing was started",
+        ));
+    }
     if policy.container.is_some() {
         return Err(WrapError::new(
             BACKEND_NAME,

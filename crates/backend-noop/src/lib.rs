@@ -51,6 +51,12 @@ impl SandboxBackend for NoopBackend {
                  refused",
             ));
         }
+        if policy.seccomp.is_some() {
+            return Err(WrapError::new(
+                "noop",
+                "the no-op backend has no filter to stack a seccomp profile on: refused",
+            ));
+        }
         if policy.container.is_some() {
             return Err(WrapError::new(
                 "noop",

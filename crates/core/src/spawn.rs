@@ -213,6 +213,11 @@ impl Spawner {
         let limits = self.config.ceilings.narrow(&spec.limits)?;
         // A container's child: its own environment only, its program a
         // path inside its root (not pinned: the container owns its root).
+        if spec.seccomp.is_some() && self.backend.is_none() {
+            return Err(SpawnError::InvalidSpec(
+                "a seccomp profile of the caller's needs a sandbox backend to stack it".into(),
+            ));
+        }
         let container = match (&spec.container, &self.backend) {
             (Some(_), None) => {
                 return Err(SpawnError::InvalidSpec(
@@ -362,6 +367,7 @@ impl Spawner {
                 masked,
                 placed: self.config.placed.clone(),
                 container: container.cloned(),
+                seccomp: spec.seccomp.clone(),
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }

@@ -140,6 +140,9 @@ pub struct ChildSpec {
     /// `HOME`/`TMPDIR` set) and the working directory the root's `cwd`.
     /// The program is not pinned: the container owns its root.
     pub container: Option<crate::policy::ContainerRoot>,
+    /// A seccomp profile stacked on the backend's own filter (an OCI
+    /// bundle's): it can only take away.
+    pub seccomp: Option<crate::policy::SeccompProfile>,
 }
 
 impl ChildSpec {

@@ -14,8 +14,12 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use cordon_core::policy::{ContainerMount, ContainerMountKind, ContainerRoot};
+use cordon_core::policy::{SeccompAction, SeccompArg, SeccompOp, SeccompProfile, SeccompRule};
 use cordon_core::{ChildSpec, Limits, StdioMode};
-use oci_spec::runtime::{LinuxNamespaceType, PosixRlimitType, Spec};
+use oci_spec::runtime::{
+    LinuxNamespaceType, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator, PosixRlimitType,
+    Spec,
+};
 
 /// A container as Cordon will run it.
 #[derive(Debug)]
@@ -242,14 +246,10 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
                 .into(),
         );
     }
-    if linux.seccomp().is_some() {
-        return Err(
-            "linux.seccomp: stacking the bundle's own seccomp profile on Cordon's filter is \
-             not built yet; Cordon's filter applies either way (with Podman: --security-opt \
-             seccomp=unconfined)"
-                .into(),
-        );
-    }
+    let seccomp = match linux.seccomp() {
+        Some(profile) => Some(seccomp_profile(profile)?),
+        None => None,
+    };
     let refused = [
         (
             "linux.mountLabel",
@@ -412,6 +412,7 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
     }
     child.limits = limits;
     child.container = Some(container);
+    child.seccomp = seccomp;
     child.label = Some("cordon-runtime".into());
     Ok(Container {
         spec: child,
@@ -483,4 +484,67 @@ fn parse_size(v: &str) -> Option<u64> {
         _ => (v, 1),
     };
     n.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// `linux.seccomp`, stacked on Cordon's filter (it can only take away).
+fn seccomp_profile(p: &LinuxSeccomp) -> Result<SeccompProfile, String> {
+    if p.listener_path().is_some() {
+        return Err("linux.seccomp.listenerPath: a seccomp notify listener is refused".into());
+    }
+    if p.flags().as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err("linux.seccomp.flags: filter flags are not supported".into());
+    }
+    let act = |a: LinuxSeccompAction, errno: Option<u32>, field: &str| {
+        Ok(match a {
+            LinuxSeccompAction::ScmpActAllow => SeccompAction::Allow,
+            LinuxSeccompAction::ScmpActErrno => SeccompAction::Errno(errno.unwrap_or(1)),
+            LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => {
+                SeccompAction::KillThread
+            }
+            LinuxSeccompAction::ScmpActKillProcess => SeccompAction::KillProcess,
+            LinuxSeccompAction::ScmpActTrap => SeccompAction::Trap,
+            LinuxSeccompAction::ScmpActLog => SeccompAction::Log,
+            other => return Err(format!("{field}: {other:?} is not supported")),
+        })
+    };
+    let mut rules = Vec::new();
+    for (i, sc) in p.syscalls().iter().flatten().enumerate() {
+        let field = format!("linux.seccomp.syscalls[{i}]");
+        let mut args = Vec::new();
+        for a in sc.args().iter().flatten() {
+            if a.index() > 5 {
+                return Err(format!(
+                    "{field}: argument index {} is out of range",
+                    a.index()
+                ));
+            }
+            args.push(SeccompArg {
+                index: a.index() as u8,
+                op: match a.op() {
+                    LinuxSeccompOperator::ScmpCmpNe => SeccompOp::Ne,
+                    LinuxSeccompOperator::ScmpCmpLt => SeccompOp::Lt,
+                    LinuxSeccompOperator::ScmpCmpLe => SeccompOp::Le,
+                    LinuxSeccompOperator::ScmpCmpEq => SeccompOp::Eq,
+                    LinuxSeccompOperator::ScmpCmpGe => SeccompOp::Ge,
+                    LinuxSeccompOperator::ScmpCmpGt => SeccompOp::Gt,
+                    LinuxSeccompOperator::ScmpCmpMaskedEq => SeccompOp::MaskedEq,
+                },
+                value: a.value(),
+                value_two: a.value_two().unwrap_or(0),
+            });
+        }
+        rules.push(SeccompRule {
+            names: sc.names().clone(),
+            action: act(sc.action(), sc.errno_ret(), &field)?,
+            args,
+        });
+    }
+    Ok(SeccompProfile {
+        default: act(
+            p.default_action(),
+            p.default_errno_ret(),
+            "linux.seccomp.defaultAction",
+        )?,
+        rules,
+    })
 }

@@ -9,8 +9,8 @@
 //! onto Cordon's confinement by [`bundle`], which refuses, naming the
 //! field, whatever asks for more than Cordon can confine (privileged
 //! capabilities, the host's namespaces, extra devices) or what is not
-//! built yet (a bundle's own seccomp profile, hooks, joining a namespace
-//! by path, a terminal).
+//! built yet (hooks, joining a namespace by path, a terminal). A bundle's
+//! seccomp profile is stacked on Cordon's filter.
 //!
 //! The container's root is the bundle's `root.path`
 //! ([`cordon_core::policy::ContainerRoot`]): the sandbox pivots into it
@@ -28,7 +28,7 @@
 //!
 //! ```text
 //! podman --runtime /usr/local/bin/cordon-runtime run --rootfs ./rootfs \
-//!     --network none --security-opt seccomp=unconfined /bin/sh -c 'echo hi'
+//!     --network none /bin/sh -c 'echo hi'
 //! ```
 
 use std::ffi::OsString;
@@ -319,7 +319,14 @@ fn features() -> serde_json::Value {
             "namespaces": ["pid", "network", "ipc", "uts", "mount", "user", "cgroup"],
             "capabilities": [],
             "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
-            "seccomp": {"enabled": false},
+            "seccomp": {
+                "enabled": true,
+                "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL",
+                            "SCMP_ACT_KILL_THREAD", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_TRAP",
+                            "SCMP_ACT_LOG"],
+                "operators": ["SCMP_CMP_NE", "SCMP_CMP_LT", "SCMP_CMP_LE", "SCMP_CMP_EQ",
+                              "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_MASKED_EQ"]
+            },
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false}
         },

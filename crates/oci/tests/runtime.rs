@@ -98,18 +98,12 @@ impl Lab {
     /// `podman run --rm` of `cmd` in the busybox root.
     fn run(&self, runtime: &str, extra: &[&str], cmd: &[&str]) -> Output {
         let mut c = self.podman(runtime);
-        c.args([
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--security-opt",
-            "seccomp=unconfined",
-        ])
-        .args(extra)
-        .arg("--rootfs")
-        .arg(self.rootfs())
-        .args(cmd);
+        // Podman's default seccomp profile is stacked on Cordon's filter.
+        c.args(["run", "--rm", "--network", "none"])
+            .args(extra)
+            .arg("--rootfs")
+            .arg(self.rootfs())
+            .args(cmd);
         c.output().unwrap()
     }
 
@@ -219,7 +213,7 @@ fn podman_stop_and_kill_control_a_long_running_container() {
         let started = lab
             .podman(runtime)
             .args(["run", "-d", "--name", name, "--network", "none"])
-            .args(["--security-opt", "seccomp=unconfined", "--rootfs"])
+            .arg("--rootfs")
             .arg(lab.rootfs())
             .args(["/bin/sh", "-c", "trap 'exit 7' TERM; sleep 100 & wait"])
             .output()
@@ -249,7 +243,7 @@ fn podman_stop_and_kill_control_a_long_running_container() {
         let started = lab
             .podman(runtime)
             .args(["run", "-d", "--name", name, "--network", "none"])
-            .args(["--security-opt", "seccomp=unconfined", "--rootfs"])
+            .arg("--rootfs")
             .arg(lab.rootfs())
             .args(["/bin/sleep", "100"])
             .output()
@@ -332,11 +326,11 @@ fn bundles_asking_for_more_than_cordon_confines_are_refused_by_field() {
             "linux.devices",
         ),
         (
-            "seccomp",
+            "seccomp-notify",
             Box::new(|c| {
-                c["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"})
+                c["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_NOTIFY"})
             }),
-            "linux.seccomp",
+            "linux.seccomp.defaultAction",
         ),
         (
             "cpu-quota",
@@ -695,5 +689,40 @@ fn a_writable_root_holding_a_setuid_file_is_refused_and_a_read_only_one_runs() {
     assert_eq!(
         std::fs::metadata(&planted).unwrap().permissions().mode() & 0o7777,
         0o4755
+    );
+}
+
+#[test]
+fn a_bundles_seccomp_profile_only_takes_away() {
+    let lab = Lab::new();
+    // mkdir refused by the profile (Cordon's filter allows it); mount and
+    // unshare allowed by it (Cordon's filter refuses them).
+    let script = "touch /tmp/file && echo touched; \
+                  mkdir /tmp/dir 2>/dev/null && echo MKDIR-RAN; \
+                  mount -t tmpfs none /tmp 2>/dev/null && echo MOUNTED; \
+                  echo done";
+    let b = bundle(&lab, "profile", |c| {
+        c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", script]);
+        c["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}));
+        c["linux"]["seccomp"] = serde_json::json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [
+                {"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+                {"names": ["mount", "unshare", "no_such_call"], "action": "SCMP_ACT_ALLOW"}
+            ]
+        });
+    });
+    let out = text(&lab.run_bundle(&b, "p1"));
+    assert!(out.contains("touched") && out.contains("done"), "{out}");
+    assert!(
+        !out.contains("MKDIR-RAN"),
+        "the profile's refusal did not hold: {out}"
+    );
+    assert!(
+        !out.contains("MOUNTED"),
+        "the profile gave back what Cordon refuses: {out}"
     );
 }

@@ -89,11 +89,24 @@ fn wrap_inner(
     let connect_port = allow_hosts.as_ref().map(|_| PROXY_PORT);
     let ruleset = landlock_rules::build(abi, &grants.rules, connect_port).map_err(wrap_err)?;
     let filter = super::filter_for(layers, Some(tier), allow_hosts.is_some(), euid != 0);
-    let seccomp = compiled_filters(filter).map_err(wrap_err)?;
+    let mut seccomp = compiled_filters(filter).map_err(wrap_err)?;
     if seccomp.is_empty() {
         return Err(wrap_err(
             "no seccomp filter was built: refusing to run unfiltered",
         ));
+    }
+    // The caller's own profile, after Cordon's filter: it can only take
+    // away. Explain mode's notifying filter must stay the last one, so
+    // the two do not go together.
+    if let Some(profile) = &policy.seccomp {
+        if policy.explain {
+            return Err(wrap_err(
+                "explain mode with a seccomp profile of the caller's is not supported",
+            ));
+        }
+        let mut all: Vec<seccomp::Program> = seccomp.iter().cloned().collect();
+        all.extend(seccomp::stacked::compile(profile).map_err(wrap_err)?);
+        seccomp = Arc::new(all);
     }
 
     let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;

@@ -19,6 +19,7 @@ mod mask;
 mod network;
 mod reach;
 mod reference;
+mod seccomp_profile;
 mod secrets;
 
 pub use container::{ContainerMount, ContainerMountKind, ContainerRoot};
@@ -30,6 +31,7 @@ pub use load::{Access, Answer};
 pub use mask::{resolve as resolve_masks, MaskPattern, MAX_MASK_WALK};
 pub use network::{BrokeredNetwork, Network};
 pub use reference::{KeyDoc, REFERENCE};
+pub use seccomp_profile::{SeccompAction, SeccompArg, SeccompOp, SeccompProfile, SeccompRule};
 pub use secrets::{SecretBinding, SecretSource};
 
 /// Parses a size: bytes, or a number with a `K`, `M` or `G` suffix (the
@@ -526,6 +528,12 @@ pub struct SandboxPolicy {
     /// a policy that has one.
     #[serde(default)]
     pub container: Option<ContainerRoot>,
+    /// A seccomp profile of the caller's, stacked on the backend's filter
+    /// ([`ChildSpec::seccomp`](crate::ChildSpec::seccomp)): it can only
+    /// take away. A backend that cannot stack one refuses a policy that
+    /// has one.
+    #[serde(default)]
+    pub seccomp: Option<SeccompProfile>,
 }
 
 /// A host file shown in place of another ([`SandboxPolicy::placed`]).
@@ -555,6 +563,7 @@ impl SandboxPolicy {
             masked: Vec::new(),
             placed: Vec::new(),
             container: None,
+            seccomp: None,
         }
     }
 }

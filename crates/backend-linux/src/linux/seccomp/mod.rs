@@ -76,6 +76,7 @@ pub(crate) mod emulate;
 pub(crate) mod landlock_tier;
 pub(crate) mod pools;
 mod rules;
+pub(crate) mod stacked;
 
 pub(crate) use codegen::*;
 // The tables, rules and constants are also what the tests check against.
