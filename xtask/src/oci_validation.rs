@@ -205,10 +205,17 @@ fn run_one(suite: &Path, test: &Path, runtime: &Path) -> Outcome {
             o.passed += 1;
         }
     }
+    // What to say of a test that ended without a TAP failure: the
+    // runtime's refusal, else the suite's own error line.
     let refusal = stderr
         .lines()
         .chain(stdout.lines())
         .find(|l| l.contains("cordon-runtime:"))
+        .or_else(|| {
+            stderr.lines().chain(stdout.lines()).find(|l| {
+                !l.trim().is_empty() && !l.starts_with("TAP version") && !l.starts_with("1..")
+            })
+        })
         .map(str::to_string);
     match status {
         None => o.note = format!("timed out after {} s", PER_TEST.as_secs()),
