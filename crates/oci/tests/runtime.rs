@@ -726,3 +726,75 @@ fn a_bundles_seccomp_profile_only_takes_away() {
         "the profile gave back what Cordon refuses: {out}"
     );
 }
+
+#[test]
+fn an_unprivileged_caller_runs_a_container_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    // Everything uid 65534 needs, where it can reach it: the runtime (a
+    // copy in a 0755 dir), its root (owned by it), the bundle, a dir for
+    // its state; its HOME does not exist.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime = dir.path().join("cordon-runtime");
+    std::fs::copy(RUNTIME, &runtime).unwrap();
+    let rootfs = dir.path().join("rootfs");
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(lab.rootfs())
+        .arg(&rootfs)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let ok = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&rootfs)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let b = dir.path().join("bundle");
+    std::fs::create_dir(&b).unwrap();
+    let config = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "root": {"path": rootfs},
+        "process": {"user": {"uid": 0, "gid": 0}, "env": ["PATH=/bin"], "cwd": "/",
+                    "args": ["/bin/sh", "-c", "echo unprivileged-ok; touch /tmp/made"]},
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"}
+        ],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                                 {"type": "uts"}, {"type": "mount"}]}
+    });
+    std::fs::write(b.join("config.json"), config.to_string()).unwrap();
+    let states = dir.path().join("states");
+    std::fs::create_dir(&states).unwrap();
+    std::fs::set_permissions(&states, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let script = format!(
+        "R={rt}; S={st}/mine; $R --root $S create --bundle {b} u1 > {out} 2>&1 && \
+         $R --root $S start u1 && sleep 1 && $R --root $S delete --force u1",
+        rt = runtime.display(),
+        st = states.display(),
+        b = b.display(),
+        out = dir.path().join("out").display()
+    );
+    std::fs::write(dir.path().join("out"), "").unwrap();
+    std::fs::set_permissions(
+        dir.path().join("out"),
+        std::fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let status = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["env", "HOME=/nonexistent", "/bin/sh", "-c", &script])
+        .status()
+        .unwrap();
+    let out = std::fs::read_to_string(dir.path().join("out")).unwrap();
+    assert!(status.success(), "{out}");
+    assert!(out.contains("unprivileged-ok"), "{out}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(rootfs.join("tmp/made")).unwrap().uid(),
+        65534
+    );
+}

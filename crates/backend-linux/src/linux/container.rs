@@ -56,6 +56,50 @@ const DEV_LINKS: [(&str, &str); 5] = [
     ("ptmx", "pts/ptmx"),
 ];
 
+/// A detached copy of a host mount tree: made by the parent (a root host:
+/// the sandbox's uid may not reach the path, an image's root under a 0700
+/// store), or by the child in its own mount namespace (an unprivileged
+/// host: only there may it clone a mount, and the paths are the caller's
+/// own, which it can reach).
+pub(crate) enum Tree {
+    Made(OwnedFd),
+    InChild { path: CString, set: u64, clr: u64 },
+}
+
+impl Tree {
+    /// The tree of `path` with `set` (and, in the child, `RDONLY` cleared
+    /// unless asked: the child's namespace made the host read-only).
+    pub(crate) fn new(path: &Path, set: u64, in_parent: bool) -> Result<Tree, String> {
+        if in_parent {
+            return clone_tree(path, set).map(Tree::Made);
+        }
+        Ok(Tree::InChild {
+            path: CString::new(path.as_os_str().as_bytes())
+                .map_err(|_| format!("`{}` has a NUL byte", path.display()))?,
+            set,
+            clr: if set & MOUNT_ATTR_RDONLY == 0 {
+                MOUNT_ATTR_RDONLY
+            } else {
+                0
+            },
+        })
+    }
+
+    /// In the child: the tree's fd, and the fd to close once it is moved
+    /// (a tree the child made). Async-signal-safe.
+    fn fd(&self) -> std::io::Result<(RawFd, Option<Fd>)> {
+        match self {
+            Tree::Made(fd) => Ok((fd.as_raw_fd(), None)),
+            Tree::InChild { path, set, clr } => {
+                // SAFETY: raw syscalls on a NUL-terminated path and a local
+                // struct.
+                let fd = unsafe { raw_tree(path, *set, *clr) }?;
+                Ok((fd, Some(Fd(fd))))
+            }
+        }
+    }
+}
+
 /// What one mount is, ready for the child.
 enum Source {
     /// A new filesystem: `fsopen(fstype)`, its options, `fsmount` with
@@ -65,11 +109,11 @@ enum Source {
         options: Vec<(CString, CString)>,
         attrs: u64,
     },
-    /// A detached tree the parent made.
-    Tree(OwnedFd),
+    /// A detached tree.
+    Tree(Tree),
     /// Cover what exists there: a directory with an empty read-only
     /// tmpfs, anything else with this detached copy of `/dev/null`.
-    Mask(OwnedFd),
+    Mask(Tree),
 }
 
 struct Op {
@@ -78,13 +122,13 @@ struct Op {
     file: bool,
     source: Source,
     /// A fresh `/dev`: its devices and links go in after it.
-    devices: Option<Vec<(Inside, OwnedFd)>>,
+    devices: Option<Vec<(Inside, Tree)>>,
 }
 
 /// Everything the child needs to enter the root, prepared in the parent.
 pub(crate) struct ContainerPlan {
-    /// The root, a detached tree made in the parent.
-    tree: OwnedFd,
+    /// The root, a detached tree.
+    tree: Tree,
     /// Where the child attaches it before entering it: the scratch dir,
     /// which the sandbox's uid can reach.
     attach_at: CString,
@@ -98,9 +142,10 @@ impl ContainerPlan {
     /// `disk_bytes` the default size of a tmpfs.
     pub(crate) fn prepare(
         root: &ContainerRoot,
-        tree: OwnedFd,
+        tree: Tree,
         scratch: &Path,
         disk_bytes: Option<u64>,
+        in_parent: bool,
     ) -> Result<ContainerPlan, String> {
         let base = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         let ro = |r: bool| if r { MOUNT_ATTR_RDONLY } else { 0 };
@@ -148,7 +193,8 @@ impl ContainerPlan {
                     for d in DEVICES {
                         let host = Path::new("/dev").join(d);
                         // A device file must stay usable: no `nodev` here.
-                        let tree = clone_tree(&host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+                        let tree =
+                            Tree::new(&host, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, in_parent)?;
                         devs.push((Inside::new(&m.destination.join(d))?, tree));
                     }
                     for (name, target) in DEV_LINKS {
@@ -202,9 +248,10 @@ impl ContainerPlan {
                 ),
                 ContainerMountKind::Mask => (
                     false,
-                    Source::Mask(clone_tree(
+                    Source::Mask(Tree::new(
                         Path::new("/dev/null"),
                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY,
+                        in_parent,
                     )?),
                     None,
                 ),
@@ -223,11 +270,16 @@ impl ContainerPlan {
                 ContainerMountKind::Bind { source } => {
                     // File or directory: of the tree cloned, not of a
                     // second lookup of the path.
-                    let tree = clone_tree(source, base | ro(m.read_only))?;
+                    let tree = Tree::new(source, base | ro(m.read_only), in_parent)?;
                     // SAFETY: a plain C struct, all zeroes is valid.
                     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                    // SAFETY: fstat of an fd we hold into a local struct.
-                    if unsafe { libc::fstat(tree.as_raw_fd(), &mut st) } != 0 {
+                    let r = match &tree {
+                        // SAFETY: fstat of an fd we hold into a local struct.
+                        Tree::Made(fd) => unsafe { libc::fstat(fd.as_raw_fd(), &mut st) },
+                        // SAFETY: stat of a NUL-terminated path.
+                        Tree::InChild { path, .. } => unsafe { libc::stat(path.as_ptr(), &mut st) },
+                    };
+                    if r != 0 {
                         return Err(format!(
                             "bind mount source `{}`: {}",
                             source.display(),
@@ -262,9 +314,10 @@ impl ContainerPlan {
         // SAFETY: raw syscalls on NUL-terminated strings, structs and fds
         // that outlive the calls; every fd opened here is closed here.
         unsafe {
+            let (tree, _made) = self.tree.fd()?;
             check(libc::syscall(
                 libc::SYS_move_mount,
-                self.tree.as_raw_fd(),
+                tree,
                 c"".as_ptr(),
                 libc::AT_FDCWD,
                 self.attach_at.as_ptr(),
@@ -276,7 +329,8 @@ impl ContainerPlan {
             ))?);
             for op in &self.ops {
                 if let Source::Mask(null) = &op.source {
-                    mask(root.0, &op.at, null.as_raw_fd())?;
+                    let (null, _made) = null.fd()?;
+                    mask(root.0, &op.at, null)?;
                     continue;
                 }
                 let target = make(root.0, &op.at, op.file)?;
@@ -290,7 +344,7 @@ impl ContainerPlan {
                         let fd = fresh(fstype, options, *attrs)?;
                         (fd, Some(Fd(fd)))
                     }
-                    Source::Tree(tree) => (tree.as_raw_fd(), None),
+                    Source::Tree(tree) => tree.fd()?,
                     Source::Mask(_) => unreachable!("handled above"),
                 };
                 check(move_mount(mnt, target.0))?;
@@ -298,7 +352,8 @@ impl ContainerPlan {
                 if let Some(devs) = &op.devices {
                     for (at, tree) in devs {
                         let t = make(root.0, at, true)?;
-                        check(move_mount(tree.as_raw_fd(), t.0))?;
+                        let (fd, _made) = tree.fd()?;
+                        check(move_mount(fd, t.0))?;
                     }
                 }
             }
@@ -382,51 +437,58 @@ pub(super) unsafe fn move_mount(mnt: RawFd, target: RawFd) -> libc::c_int {
 pub(crate) fn clone_tree(path: &Path, attrs: u64) -> Result<OwnedFd, String> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| format!("`{}` has a NUL byte", path.display()))?;
-    let err = |what: &str| {
-        format!(
-            "cannot bind `{}` into the container ({what}): {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )
-    };
-    // SAFETY: raw syscalls on a NUL-terminated path and a struct that
-    // outlive the calls; the returned fd is ours.
+    // SAFETY: a NUL-terminated path; the fd returned is ours.
+    match unsafe { raw_tree(&c, attrs, 0) } {
+        // SAFETY: a new fd of ours.
+        Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
+        Err(e) => Err(format!(
+            "cannot bind `{}` into the container: {e}",
+            path.display()
+        )),
+    }
+}
+
+/// `open_tree(path, CLONE | RECURSIVE)` with `set` set and `clr` cleared,
+/// made private. Async-signal-safe: raw syscalls only.
+///
+/// # Safety
+/// `path` must be NUL-terminated.
+unsafe fn raw_tree(path: &CStr, set: u64, clr: u64) -> std::io::Result<RawFd> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    // SAFETY: raw syscalls on a NUL-terminated path and a local struct.
     unsafe {
-        let fd = libc::syscall(
+        let fd = check_fd(libc::syscall(
             libc::SYS_open_tree,
             libc::AT_FDCWD,
-            c.as_ptr(),
+            path.as_ptr(),
             OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
-        );
-        if fd < 0 {
-            return Err(err("open_tree"));
-        }
-        let tree = OwnedFd::from_raw_fd(fd as libc::c_int);
-        #[repr(C)]
-        struct MountAttr {
-            attr_set: u64,
-            attr_clr: u64,
-            propagation: u64,
-            userns_fd: u64,
-        }
+        ) as libc::c_int)?;
         let attr = MountAttr {
-            attr_set: attrs,
-            attr_clr: 0,
+            attr_set: set,
+            attr_clr: clr,
             propagation: libc::MS_PRIVATE,
             userns_fd: 0,
         };
         let r = libc::syscall(
             libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
+            fd,
             c"".as_ptr(),
             (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         );
         if r < 0 {
-            return Err(err("mount_setattr"));
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
         }
-        Ok(tree)
+        Ok(fd)
     }
 }
 

@@ -144,6 +144,7 @@ impl MountPlan {
         read_write: &[&Path],
         inside: (u32, u32),
         idmap: Option<&Idmap>,
+        root_host: bool,
     ) -> Result<MountPlan, String> {
         let (uid, gid) = inside;
         let tmpfs_options = if policy.scratch_persists {
@@ -178,6 +179,10 @@ impl MountPlan {
                     // uid may not be able to reach its path: an image's
                     // root under a 0700 store): idmapped when writable on
                     // a root host, as a read-write grant is.
+                    use super::container::Tree;
+                    let attrs = MOUNT_ATTR_NOSUID
+                        | MOUNT_ATTR_NODEV
+                        | if root.readonly { MOUNT_ATTR_RDONLY } else { 0 };
                     let tree = match (root.readonly, idmap) {
                         (false, Some(idmap)) => {
                             let tree = idmap.tree(&root.rootfs)?;
@@ -186,20 +191,16 @@ impl MountPlan {
                                 &root.rootfs,
                                 "container root",
                             )?;
-                            tree
+                            Tree::Made(tree)
                         }
-                        (readonly, _) => super::container::clone_tree(
-                            &root.rootfs,
-                            MOUNT_ATTR_NOSUID
-                                | MOUNT_ATTR_NODEV
-                                | if readonly { MOUNT_ATTR_RDONLY } else { 0 },
-                        )?,
+                        _ => Tree::new(&root.rootfs, attrs, root_host)?,
                     };
                     Some(super::container::ContainerPlan::prepare(
                         root,
                         tree,
                         scratch,
                         policy.limits.disk_bytes,
+                        root_host,
                     )?)
                 }
                 None => None,

@@ -458,8 +458,15 @@ fn mount_plan(
         None
     };
     let rw: Vec<&Path> = grants.read_write.iter().map(PathBuf::as_path).collect();
-    let plan = MountPlan::prepare(policy, &grants.scratch, &rw, ids.inside, idmap.as_ref())
-        .map_err(wrap_err)?;
+    let plan = MountPlan::prepare(
+        policy,
+        &grants.scratch,
+        &rw,
+        ids.inside,
+        idmap.as_ref(),
+        ids.root_host,
+    )
+    .map_err(wrap_err)?;
     debug_assert_eq!(grants.scratch_is_private, plan.scratch_is_private());
     Ok(Some(plan))
 }
