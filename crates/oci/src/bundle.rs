@@ -282,11 +282,6 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
             ))
         }
     }
-    if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
-        warnings.push(format!(
-            "hostname: `{h}` asked; the sandbox's hostname is `cordon`"
-        ));
-    }
     if process.oom_score_adj().is_some() {
         warnings.push("process.oomScoreAdj: not applied".into());
     }
@@ -401,6 +396,7 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         readonly,
         mounts,
         cwd: process.cwd().clone(),
+        hostname: spec.hostname().clone().filter(|h| !h.is_empty()),
     };
     container.check().map_err(|e| format!("mounts: {e}"))?;
     let mut child = ChildSpec::new(PathBuf::from(program))

@@ -247,8 +247,8 @@ fn open_monitor(rec: &Record) -> Option<OwnedFd> {
     rec.monitor_alive().then_some(fd)
 }
 
-/// `delete`: the state removed; a running container refused unless
-/// `force`, which kills it first.
+/// `delete`: the state removed; a container that is not stopped refused
+/// unless `force`, which kills it first.
 pub fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
     let rec = match Record::load(root, id) {
         Ok(r) => r,
@@ -263,9 +263,12 @@ pub fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
         }
     };
     if let Some(pidfd) = open_monitor(&rec) {
-        if rec.started && !force {
+        // The runtime spec: deleting a container that is not stopped is an
+        // error (created or running alike); --force kills it first.
+        if !force {
+            let status = if rec.started { "running" } else { "created" };
             return Err(format!(
-                "container `{id}` is running: stop it first, or delete --force"
+                "container `{id}` is {status}, not stopped: kill it first, or delete --force"
             ));
         }
         // SAFETY: raw syscalls on an fd we hold and a local pollfd.

@@ -405,6 +405,12 @@ fn create_start_state_delete_by_hand() {
     assert!(!lab.rootfs().join("tmp/ran").exists(), "ran before start");
     let out = lab.runtime(&["create", "--bundle", b.to_str().unwrap(), "c1"]);
     assert!(text(&out.stderr).contains("exists already"));
+    let out = lab.runtime(&["delete", "c1"]);
+    assert!(
+        text(&out.stderr).contains("not stopped"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = lab.runtime(&["start", "c1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -681,11 +687,15 @@ fn a_writable_root_holding_a_setuid_file_is_refused_and_a_read_only_one_runs() {
             .as_array_mut()
             .unwrap()
             .push(serde_json::json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}));
-        c["process"]["args"] =
-            serde_json::json!(["/bin/sh", "-c", "echo in-tmpfs > /tmp/x && cat /tmp/x"]);
+        c["hostname"] = serde_json::json!("bundle-host");
+        c["process"]["args"] = serde_json::json!([
+            "/bin/sh",
+            "-c",
+            "echo in-tmpfs > /tmp/x && cat /tmp/x && cat /proc/sys/kernel/hostname"
+        ]);
     });
     let out = lab.run_bundle(&read_only, "s2");
-    assert_eq!(text(&out).trim(), "in-tmpfs");
+    assert_eq!(text(&out).trim(), "in-tmpfs\nbundle-host");
     assert_eq!(
         std::fs::metadata(&planted).unwrap().permissions().mode() & 0o7777,
         0o4755

@@ -186,8 +186,8 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     if let (Some(q), false) = (&plan.quotas, own_proc) {
         q.apply().map_err(at(Step::Quotas))?;
     }
-    if plan.hostname {
-        quotas::set_hostname().map_err(at(Step::Hostname))?;
+    if let Some(name) = &plan.hostname {
+        quotas::set_hostname(name).map_err(at(Step::Hostname))?;
     }
     creds::rearm_parent_death(plan.parent_pid).map_err(at(Step::ParentDeath))?;
     if let Some(egress) = &plan.egress {

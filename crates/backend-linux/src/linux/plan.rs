@@ -30,8 +30,8 @@ pub(crate) struct ChildPlan {
     pub mounts: Option<MountPlan>,
     /// The sandbox's quotas in its user namespace (`quotas.rs`).
     pub quotas: Option<QuotaPlan>,
-    /// With a UTS namespace: set its hostname.
-    pub hostname: bool,
+    /// With a UTS namespace: its hostname (`cordon`, or a container's).
+    pub hostname: Option<std::ffi::CString>,
     /// Landlock rights of the scratch dir, for the rule the child adds on a
     /// private tmpfs scratch: Landlock ignores rules on a mount point that
     /// is hidden under a mount, so the rule must name the tmpfs root, which

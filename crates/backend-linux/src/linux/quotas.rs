@@ -113,11 +113,12 @@ impl QuotaPlan {
     }
 }
 
-/// Sets the UTS namespace's host and domain name. Raw syscalls.
-pub(crate) fn set_hostname() -> std::io::Result<()> {
-    // SAFETY: the kernel reads `len` bytes of static strings.
+/// Sets the UTS namespace's host name (`name`) and domain name. Raw
+/// syscalls.
+pub(crate) fn set_hostname(name: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: the kernel reads `len` bytes of strings that outlive the call.
     unsafe {
-        if libc::sethostname(HOSTNAME.as_ptr().cast(), HOSTNAME.len()) != 0
+        if libc::sethostname(name.as_ptr(), name.to_bytes().len()) != 0
             || libc::setdomainname(c"(none)".as_ptr(), 6) != 0
         {
             return Err(std::io::Error::last_os_error());

@@ -250,7 +250,17 @@ fn wrap_inner(
         id_maps,
         mounts,
         quotas: (layers.kernel_quotas && !landlock_tier).then(quotas::QuotaPlan::new),
-        hostname: layers.uts_namespace && !landlock_tier,
+        hostname: (layers.uts_namespace && !landlock_tier)
+            .then(|| {
+                let name = policy
+                    .container
+                    .as_ref()
+                    .and_then(|r| r.hostname.as_deref())
+                    .unwrap_or(quotas::HOSTNAME);
+                std::ffi::CString::new(name)
+                    .map_err(|_| wrap_err("the container's hostname has a NUL byte"))
+            })
+            .transpose()?,
         scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
             .bits(),
         rlimits: rlimits::plan(

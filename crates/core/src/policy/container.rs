@@ -25,6 +25,9 @@ pub struct ContainerRoot {
     pub mounts: Vec<ContainerMount>,
     /// The program's working directory, inside the root (absolute).
     pub cwd: PathBuf,
+    /// The UTS namespace's hostname (`None`: the backend's own).
+    #[serde(default)]
+    pub hostname: Option<String>,
 }
 
 /// One filesystem mounted inside a [`ContainerRoot`].
@@ -104,6 +107,11 @@ impl ContainerRoot {
             ));
         }
         plain_inside("the working directory", &self.cwd)?;
+        if let Some(h) = &self.hostname {
+            if h.is_empty() || h.len() > 64 || h.bytes().any(|b| b == 0 || b == b'/') {
+                return Err(format!("hostname `{h}`: 1 to 64 bytes, no NUL or `/`"));
+            }
+        }
         for m in &self.mounts {
             plain_inside("a mount's destination", &m.destination)?;
             if m.destination == Path::new("/") {
@@ -154,6 +162,7 @@ mod tests {
             readonly: true,
             mounts,
             cwd: PathBuf::from("/"),
+            hostname: None,
         }
     }
 
