@@ -493,7 +493,12 @@ fn seccomp_profile(p: &LinuxSeccomp) -> Result<SeccompProfile, String> {
     let act = |a: LinuxSeccompAction, errno: Option<u32>, field: &str| {
         Ok(match a {
             LinuxSeccompAction::ScmpActAllow => SeccompAction::Allow,
-            LinuxSeccompAction::ScmpActErrno => SeccompAction::Errno(errno.unwrap_or(1)),
+            // 0 would make a refused call look as if it ran; past 4095 it
+            // is no errno.
+            LinuxSeccompAction::ScmpActErrno => match errno.unwrap_or(libc::EPERM as u32) {
+                e @ 1..=4095 => SeccompAction::Errno(e),
+                e => return Err(format!("{field}: errnoRet {e} is refused (1 to 4095)")),
+            },
             LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => {
                 SeccompAction::KillThread
             }
@@ -529,11 +534,27 @@ fn seccomp_profile(p: &LinuxSeccomp) -> Result<SeccompProfile, String> {
                 value_two: a.value_two().unwrap_or(0),
             });
         }
-        rules.push(SeccompRule {
-            names: sc.names().clone(),
-            action: act(sc.action(), sc.errno_ret(), &field)?,
-            args,
-        });
+        let action = act(sc.action(), sc.errno_ret(), &field)?;
+        // Several conditions on one argument: any of them, one rule each
+        // (runc's reading; libseccomp cannot AND them).
+        let repeated = args
+            .iter()
+            .any(|a| args.iter().filter(|b| b.index == a.index).count() > 1);
+        if repeated {
+            for a in args {
+                rules.push(SeccompRule {
+                    names: sc.names().clone(),
+                    action,
+                    args: vec![a],
+                });
+            }
+        } else {
+            rules.push(SeccompRule {
+                names: sc.names().clone(),
+                action,
+                args,
+            });
+        }
     }
     Ok(SeccompProfile {
         default: act(

@@ -766,12 +766,21 @@ fn an_unprivileged_caller_runs_a_container_of_its_own() {
     std::fs::create_dir(&b).unwrap();
     let config = serde_json::json!({
         "ociVersion": "1.0.2",
-        "root": {"path": rootfs},
+        "root": {"path": rootfs, "readonly": true},
+        // The host's /tmp bound in (the caller's own reach): it holds the
+        // sandbox's scratch mount point, where the container's own root
+        // is attached; a copy made after that would show the root there,
+        // writable.
         "process": {"user": {"uid": 0, "gid": 0}, "env": ["PATH=/bin"], "cwd": "/",
-                    "args": ["/bin/sh", "-c", "echo unprivileged-ok; touch /tmp/made"]},
+                    "args": ["/bin/sh", "-c",
+                             "echo unprivileged-ok; touch /tmp/made; \
+                              ls -A /run/.cordon-scratch-65534/ 2>/dev/null | grep -q . && echo ROOT-LEAKED; \
+                              touch /made-in-root 2>/dev/null && echo ROOT-WRITABLE; true"]},
         "mounts": [
             {"destination": "/proc", "type": "proc", "source": "proc"},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"}
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/run", "type": "bind", "source": "/tmp", "options": ["rbind"]}
         ],
         "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
                                  {"type": "uts"}, {"type": "mount"}]}
@@ -802,9 +811,11 @@ fn an_unprivileged_caller_runs_a_container_of_its_own() {
     let out = std::fs::read_to_string(dir.path().join("out")).unwrap();
     assert!(status.success(), "{out}");
     assert!(out.contains("unprivileged-ok"), "{out}");
-    use std::os::unix::fs::MetadataExt;
-    assert_eq!(
-        std::fs::metadata(rootfs.join("tmp/made")).unwrap().uid(),
-        65534
+    assert!(
+        !out.contains("ROOT-LEAKED") && !out.contains("ROOT-WRITABLE"),
+        "{out}"
     );
+    assert!(!rootfs.join("made-in-root").exists());
+    // /tmp was the container's tmpfs: nothing of it reached the root.
+    assert!(!rootfs.join("tmp/made").exists());
 }

@@ -26,6 +26,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use cordon_core::policy::{ContainerMountKind, ContainerRoot};
 
@@ -60,15 +61,23 @@ const DEV_LINKS: [(&str, &str); 5] = [
 /// the sandbox's uid may not reach the path, an image's root under a 0700
 /// store), or by the child in its own mount namespace (an unprivileged
 /// host: only there may it clone a mount, and the paths are the caller's
-/// own, which it can reach).
+/// own, which it can reach). The child makes its copies first thing in
+/// that namespace, before any mount of the sandbox's
+/// ([`ContainerPlan::clone_early`]): a copy made later would take the sandbox's own mounts
+/// with it (its scratch, with the container's root attached, under a bind
+/// of `/tmp`), and the read-only flag the sandbox set on the host.
 pub(crate) enum Tree {
     Made(OwnedFd),
-    InChild { path: CString, set: u64, clr: u64 },
+    InChild {
+        path: CString,
+        set: u64,
+        /// The copy, once the child made it (-1 before).
+        fd: AtomicI32,
+    },
 }
 
 impl Tree {
-    /// The tree of `path` with `set` (and, in the child, `RDONLY` cleared
-    /// unless asked: the child's namespace made the host read-only).
+    /// The tree of `path` with `set`.
     pub(crate) fn new(path: &Path, set: u64, in_parent: bool) -> Result<Tree, String> {
         if in_parent {
             return clone_tree(path, set).map(Tree::Made);
@@ -77,25 +86,31 @@ impl Tree {
             path: CString::new(path.as_os_str().as_bytes())
                 .map_err(|_| format!("`{}` has a NUL byte", path.display()))?,
             set,
-            clr: if set & MOUNT_ATTR_RDONLY == 0 {
-                MOUNT_ATTR_RDONLY
-            } else {
-                0
-            },
+            fd: AtomicI32::new(-1),
         })
     }
 
+    /// In the child, before its first mount: makes the copy of a tree the
+    /// child makes. Async-signal-safe.
+    fn clone_early(&self) -> std::io::Result<()> {
+        if let Tree::InChild { path, set, fd } = self {
+            // SAFETY: raw syscalls on a NUL-terminated path and a local
+            // struct.
+            let made = unsafe { raw_tree(path, *set, 0) }?;
+            fd.store(made, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// In the child: the tree's fd, and the fd to close once it is moved
-    /// (a tree the child made). Async-signal-safe.
+    /// (a copy the child made). Async-signal-safe.
     fn fd(&self) -> std::io::Result<(RawFd, Option<Fd>)> {
         match self {
             Tree::Made(fd) => Ok((fd.as_raw_fd(), None)),
-            Tree::InChild { path, set, clr } => {
-                // SAFETY: raw syscalls on a NUL-terminated path and a local
-                // struct.
-                let fd = unsafe { raw_tree(path, *set, *clr) }?;
-                Ok((fd, Some(Fd(fd))))
-            }
+            Tree::InChild { fd, .. } => match fd.swap(-1, Ordering::Relaxed) {
+                -1 => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
+                made => Ok((made, Some(Fd(made)))),
+            },
         }
     }
 }
@@ -306,6 +321,22 @@ impl ContainerPlan {
             cwd: CString::new(root.cwd.as_os_str().as_bytes())
                 .map_err(|_| "the working directory has a NUL byte".to_string())?,
         })
+    }
+
+    /// In the child, before its first mount: the copies of host trees the
+    /// child makes ([`Tree`]). Async-signal-safe.
+    pub(crate) fn clone_early(&self) -> std::io::Result<()> {
+        self.tree.clone_early()?;
+        for op in &self.ops {
+            match &op.source {
+                Source::Tree(t) | Source::Mask(t) => t.clone_early()?,
+                Source::Fresh { .. } => {}
+            }
+            for (_, t) in op.devices.iter().flatten() {
+                t.clone_early()?;
+            }
+        }
+        Ok(())
     }
 
     /// In the child: mounts everything inside the root and enters it.

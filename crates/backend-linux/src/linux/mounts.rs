@@ -233,6 +233,11 @@ impl MountPlan {
         // SAFETY: raw syscalls on NUL-terminated strings and a struct that
         // outlive the calls.
         unsafe {
+            // Before any mount of the sandbox's: the host trees a
+            // container takes in, copied as the host has them.
+            if let Some(c) = &self.container {
+                c.clone_early()?;
+            }
             make_host_read_only()?;
             match (&self.tmpfs_options, &self.scratch_mount) {
                 (Some(opts), _) => check(libc::mount(

@@ -104,8 +104,30 @@ fn wrap_inner(
                 "explain mode with a seccomp profile of the caller's is not supported",
             ));
         }
+        // Stacked on the allowlist only: on the deny-list (which allows
+        // what it does not name) a call the profile's rules leave out would
+        // run.
+        if !layers.seccomp_allowlist {
+            return Err(wrap_err(
+                "a seccomp profile of the caller's is stacked on the seccomp allowlist only \
+                 (the seccomp_allowlist layer)",
+            ));
+        }
         let mut all: Vec<seccomp::Program> = seccomp.iter().cloned().collect();
         all.extend(seccomp::stacked::compile(profile).map_err(wrap_err)?);
+        // The kernel's bounds, checked here: past them the install would
+        // fail in the child, after the namespaces were made.
+        let total: usize = all.iter().map(|p| p.len() + 4).sum();
+        if all.iter().any(|p| p.len() > seccomp::MAX_INSNS)
+            || total > seccomp::MAX_INSNS_PER_PROCESS
+        {
+            return Err(wrap_err(format!(
+                "the seccomp profile compiles to {total} instructions with Cordon's filter, past \
+                 the kernel's {} per process (or one filter past {}): simplify it",
+                seccomp::MAX_INSNS_PER_PROCESS,
+                seccomp::MAX_INSNS
+            )));
+        }
         seccomp = Arc::new(all);
     }
 

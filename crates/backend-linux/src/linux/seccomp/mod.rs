@@ -42,6 +42,12 @@ use std::collections::BTreeMap;
 /// One compiled filter, ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
 pub(crate) type Program = Vec<libc::sock_filter>;
 
+/// The most instructions one filter may have (`BPF_MAXINSNS`).
+pub(crate) const MAX_INSNS: usize = 4096;
+/// The most instructions the filters of one process may have together,
+/// each counted with 4 more (the kernel's `MAX_INSNS_PER_PATH`).
+pub(crate) const MAX_INSNS_PER_PROCESS: usize = 32768;
+
 /// The filters of a sandbox with every layer, in install order: a single
 /// program (the allowlist with its explicit `EPERM` denials and argument
 /// checks). It is meant for `seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)`;
@@ -409,6 +415,11 @@ pub(crate) fn install(programs: &[Program]) -> std::io::Result<()> {
 /// what the kernel does (a listener's fd with `NEW_LISTENER`).
 /// Async-signal-safe.
 pub(crate) fn install_one(prog: &Program, flags: libc::c_ulong) -> std::io::Result<libc::c_long> {
+    // The kernel's own bound (BPF_MAXINSNS); checked here too so that the
+    // length below is never truncated.
+    if prog.len() > MAX_INSNS {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
     let fprog = libc::sock_fprog {
         len: prog.len() as libc::c_ushort,
         filter: prog.as_ptr() as *mut libc::sock_filter,
