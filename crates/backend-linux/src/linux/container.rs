@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use cordon_core::policy::{ContainerMountKind, ContainerRoot};
 
-use super::mounts::{check, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+use super::mounts::{check, MountAttr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
 mod inside;
 
@@ -485,13 +485,6 @@ pub(crate) fn clone_tree(path: &Path, attrs: u64) -> Result<OwnedFd, String> {
 /// # Safety
 /// `path` must be NUL-terminated.
 unsafe fn raw_tree(path: &CStr, set: u64, clr: u64) -> std::io::Result<RawFd> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
     // SAFETY: raw syscalls on a NUL-terminated path and a local struct.
     unsafe {
         let fd = check_fd(libc::syscall(

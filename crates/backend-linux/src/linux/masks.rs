@@ -32,14 +32,7 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// `struct mount_attr` from `<linux/mount.h>`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
+use super::mounts::MountAttr;
 
 /// Mounts a read-only copy of `source` over `target`. The target is
 /// opened with `openat2(RESOLVE_NO_SYMLINKS)` and the mount moved onto

@@ -49,13 +49,14 @@ mod idmap_helper;
 
 use idmap_helper::helper_userns;
 
-/// `struct mount_attr` from `<linux/mount.h>`.
+/// `struct mount_attr` from `<linux/mount.h>` (the one definition of it
+/// here: masks and the container's trees use it too).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub(super) struct MountAttr {
+    pub(super) attr_set: u64,
+    pub(super) attr_clr: u64,
+    pub(super) propagation: u64,
+    pub(super) userns_fd: u64,
 }
 
 pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
