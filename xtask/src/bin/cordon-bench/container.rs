@@ -45,24 +45,29 @@ fn bundle(dir: &Path) -> std::io::Result<PathBuf> {
 /// One life of a container under `runtime`; `Err` with what failed.
 fn once(runtime: &Path, state: &Path, bundle: &Path, id: &str) -> Result<Duration, String> {
     let pid_file = state.join(format!("{id}.pid"));
+    // stderr to a file, not a pipe: the container `create` leaves behind
+    // keeps the runtime's stdio (it is the container's), so a pipe would
+    // not end before the container does.
     let run = |args: &[&str]| -> Result<(), String> {
-        let out = Command::new(runtime)
+        let err = tempfile::tempfile().map_err(|e| e.to_string())?;
+        let status = Command::new(runtime)
             .arg("--root")
             .arg(state)
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .output()
+            .stderr(err.try_clone().map_err(|e| e.to_string())?)
+            .status()
             .map_err(|e| e.to_string())?;
-        if out.status.success() {
+        if status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "{} {args:?}: {}",
-                runtime.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
+            use std::io::{Read, Seek};
+            let mut text = String::new();
+            let mut err = err;
+            let _ = err.seek(std::io::SeekFrom::Start(0));
+            let _ = err.read_to_string(&mut text);
+            Err(format!("{} {args:?}: {}", runtime.display(), text.trim()))
         }
     };
     let t = Instant::now();
