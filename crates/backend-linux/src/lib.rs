@@ -23,22 +23,28 @@
 //! 5. `unshare`, tier namespaces: a user namespace and, inside it, UTS,
 //!    PID, IPC and mount namespaces (and a network namespace with an
 //!    egress allowlist);
-//! 6. `uid_map`: the uid/gid maps (`nobody` inside for a root host, the
+//! 6. `setns`, only when entering a running container (an OCI runtime's
+//!    `exec`), instead of steps 5 and 7 to 9 (and 11 and 14, below): the
+//!    container's user, PID, network, IPC, UTS, cgroup and mount
+//!    namespaces joined, the sandbox's ids inside taken, its working
+//!    directory entered;
+//! 7. `uid_map`: the uid/gid maps (`nobody` inside for a root host, the
 //!    caller's own ids otherwise);
-//! 7. `user_namespace_quotas`, here only where the sandbox gets no procfs
+//! 8. `user_namespace_quotas`, here only where the sandbox gets no procfs
 //!    of its own (test layers; otherwise with the mounts, below);
-//! 8. `sethostname`, tier namespaces: the hostname `cordon`;
-//! 9. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
-//!    (credential changes clear it) and a `getppid` check;
-//! 10. `egress_listener`, with an egress allowlist: the proxy's listener
+//! 9. `sethostname`, tier namespaces: the hostname `cordon`;
+//! 10. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
+//!     (credential changes clear it) and a `getppid` check;
+//! 11. `egress_listener`, with an egress allowlist: the proxy's listener
 //!     in the sandbox's network namespace, sent to the host;
-//! 11. `process_tree`: the init and the program are made (a PID
-//!     namespace's pid 1 and pid 2 in tier namespaces; in tier landlock a
-//!     subreaper init with a warden beside it, and the program its child).
+//! 12. `process_tree`: the init and the program are made (a PID
+//!     namespace's pid 1 and pid 2 in tier namespaces; in tier landlock, and
+//!     in a running container entered, a subreaper init with a warden
+//!     beside it, and the program its child).
 //!     Only the program takes the steps below;
-//! 12. `cgroup_join`, with an init: the program joins the sandbox's
+//! 13. `cgroup_join`, with an init: the program joins the sandbox's
 //!     cgroups;
-//! 13. `mounts`, tier namespaces: the host read-only and `nosuid`, a
+//! 14. `mounts`, tier namespaces: the host read-only and `nosuid`, a
 //!     discarded scratch a private size-limited tmpfs, a kept scratch and
 //!     read-write grants `nosuid,nodev` binds (idmapped on a root host),
 //!     and a procfs of the PID namespace, through which the quotas are
@@ -48,21 +54,22 @@
 //!     then, for a container's root, its filesystems mounted inside it
 //!     (each destination resolved inside the root) and the root entered,
 //!     the host's tree detached (`pivot_root`);
-//! 14. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
+//! 15. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
 //!     CPU, FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
-//! 15. `capabilities`: all dropped (ambient, the bounding set where it
+//! 16. `capabilities`: all dropped (ambient, the bounding set where it
 //!     can be and step 3 did not, then `capset` to 0);
-//! 16. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
-//! 17. `landlock_restrict_self` with a ruleset built in the parent that
+//! 17. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
+//! 18. `landlock_restrict_self` with a ruleset built in the parent that
 //!     handles every access right of the running kernel's ABI;
-//! 18. `seccomp`: the seccomp filters, last.
+//! 19. `seccomp`: the seccomp filters, last.
 //!
-//! The init (and in tier landlock its warden) is split off at step 11
+//! The init (and in tier landlock its warden) is split off at step 12
 //! and takes none of the steps after it: it runs with what the launcher
 //! had then. That is the sandbox's uid on a root host; in tier namespaces
 //! the sandbox's namespaces and the full capability set of its user
-//! namespace (which counts only inside it); in tier landlock no namespace
-//! and, on a root host, no capability. It is in no sandbox cgroup (it
+//! namespace (which counts only inside it), a running container's when
+//! one is entered; in tier landlock no namespace and, on a root host, no
+//! capability. It is in no sandbox cgroup (it
 //! shares the host's memory, and the cgroup's OOM killer kills every
 //! process sharing its victim's) and has none of the sandbox's rlimits,
 //! no no_new_privs, no Landlock domain and no seccomp filter: the init is
@@ -71,7 +78,9 @@
 //! the sandbox when the program ends; the program can neither trace it
 //! (seccomp, no capabilities, Landlock's ptrace scoping) nor kill it (a
 //! PID namespace's init ignores the signals of its namespace; in tier
-//! landlock, Landlock's signal scoping). A test in `linux/confine.rs`
+//! landlock and in a running container entered, Landlock's signal
+//! scoping: the container's own processes are in other Landlock domains
+//! than the init, which is in none). A test in `linux/confine.rs`
 //! (`the_crate_docs_list_the_steps_in_the_order_confine_takes_them`)
 //! holds this list to the order the code takes the steps in.
 //!

@@ -18,7 +18,7 @@ use cordon_core::policy::{SeccompAction, SeccompArg, SeccompOp, SeccompProfile, 
 use cordon_core::{ChildSpec, Limits, StdioMode};
 use oci_spec::runtime::{
     LinuxNamespaceType, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator, PosixRlimitType,
-    Spec,
+    Process, Spec,
 };
 
 /// A container as Cordon will run it.
@@ -118,83 +118,11 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         .process()
         .as_ref()
         .ok_or("process: the bundle has no process")?;
-    if process.terminal().unwrap_or(false) {
-        return Err(
-            "process.terminal: a terminal (podman -t) is not supported by cordon-runtime yet"
-                .into(),
-        );
-    }
+    let mut limits = check_process(process, &mut warnings, "process")?;
     let args = process.args().clone().unwrap_or_default();
     let Some((program, rest)) = args.split_first() else {
         return Err("process.args: empty".into());
     };
-    if let Some(label) = process.selinux_label() {
-        if !label.is_empty() {
-            return Err("process.selinuxLabel: SELinux labels are not supported".into());
-        }
-    }
-    if process
-        .apparmor_profile()
-        .as_deref()
-        .is_some_and(|p| !p.is_empty())
-    {
-        warnings.push("process.apparmorProfile: ignored (Cordon's own confinement applies)".into());
-    }
-    if process.user().uid() != 0 || process.user().gid() != 0 {
-        warnings.push(format!(
-            "process.user: uid {} gid {} asked; the container runs as the sandbox's one \
-             unprivileged uid",
-            process.user().uid(),
-            process.user().gid()
-        ));
-    }
-    if let Some(caps) = process.capabilities() {
-        let mut asked = BTreeSet::new();
-        for set in [
-            caps.bounding(),
-            caps.effective(),
-            caps.permitted(),
-            caps.inheritable(),
-            caps.ambient(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            asked.extend(set.iter().map(|c| format!("CAP_{c}")));
-        }
-        if let Some(extra) = asked
-            .iter()
-            .find(|c| !DEFAULT_CAPABILITIES.contains(&c.as_str()))
-        {
-            return Err(format!(
-                "process.capabilities: {extra} is beyond the default set, and Cordon cannot \
-                 confine a container that holds it (a privileged container is refused)"
-            ));
-        }
-    }
-
-    // A container is a service: no CPU-time or wall-clock cap unless the
-    // bundle asks (decision 0017); the other safety nets stay, each
-    // lowered or raised to what the bundle asks.
-    let mut limits = Limits {
-        max_processes: Some(1024),
-        open_files: Some(1024),
-        cpu_ms: None,
-        deadline: None,
-        ..Limits::default_ceilings()
-    };
-    for r in process.rlimits().iter().flatten() {
-        match r.typ() {
-            PosixRlimitType::RlimitNofile => limits.open_files = Some(r.soft()),
-            PosixRlimitType::RlimitNproc => limits.max_processes = Some(r.soft()),
-            other => {
-                return Err(format!(
-                    "process.rlimits: {other:?} is not supported by cordon-runtime (NOFILE and \
-                     NPROC are)"
-                ))
-            }
-        }
-    }
 
     let linux = spec
         .linux()
@@ -397,6 +325,7 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         mounts,
         cwd: process.cwd().clone(),
         hostname: spec.hostname().clone().filter(|h| !h.is_empty()),
+        enter: None,
     };
     container.check().map_err(|e| format!("mounts: {e}"))?;
     let mut child = ChildSpec::new(PathBuf::from(program))
@@ -415,6 +344,138 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         warnings,
         annotations: spec.annotations().clone().unwrap_or_default(),
     })
+}
+
+/// `exec`'s child: the container's own (its root, mounts, seccomp
+/// profile and limits) entering `running`, with the program, arguments,
+/// environment and working directory of `process` (`exec --process`'s
+/// object, checked as the bundle's is), the limits its rlimits give.
+pub fn exec_spec(
+    container: Container,
+    process: &Process,
+    running: cordon_core::policy::RunningContainer,
+) -> Result<(ChildSpec, Vec<String>), String> {
+    let mut warnings = Vec::new();
+    // The container's limits (its `resources`), with the process's own
+    // rlimits: never more processes than the container may have.
+    let own = check_process(process, &mut warnings, "--process")?;
+    let mut limits = container.spec.limits.clone();
+    limits.open_files = own.open_files;
+    limits.max_processes = match (own.max_processes, limits.max_processes) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let args = process.args().clone().unwrap_or_default();
+    let Some((program, rest)) = args.split_first() else {
+        return Err("--process: args is empty".into());
+    };
+    let mut child = ChildSpec::new(PathBuf::from(program))
+        .args(rest.iter().map(OsString::from))
+        .stdio(StdioMode::Relay);
+    for kv in process.env().iter().flatten() {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        child.env.push((k.into(), v.into()));
+    }
+    let mut root = container
+        .spec
+        .container
+        .ok_or("the container has no root")?;
+    root.cwd = process.cwd().clone();
+    root.enter = Some(running);
+    root.check().map_err(|e| format!("--process: {e}"))?;
+    child.limits = limits;
+    child.container = Some(root);
+    child.seccomp = container.spec.seccomp;
+    child.label = Some("cordon-runtime exec".into());
+    Ok((child, warnings))
+}
+
+/// The checks of a `process` object (the bundle's, or `exec`'s, whose
+/// fields are named from `field`); returns the container's limits with
+/// its rlimits applied.
+fn check_process(
+    process: &Process,
+    warnings: &mut Vec<String>,
+    field: &str,
+) -> Result<Limits, String> {
+    if process.terminal().unwrap_or(false) {
+        return Err(format!(
+            "{field}.terminal: a terminal (podman -t) is not supported by cordon-runtime yet"
+        ));
+    }
+    if let Some(label) = process.selinux_label() {
+        if !label.is_empty() {
+            return Err(format!(
+                "{field}.selinuxLabel: SELinux labels are not supported"
+            ));
+        }
+    }
+    if process
+        .apparmor_profile()
+        .as_deref()
+        .is_some_and(|p| !p.is_empty())
+    {
+        warnings.push(format!(
+            "{field}.apparmorProfile: ignored (Cordon's own confinement applies)"
+        ));
+    }
+    if process.user().uid() != 0 || process.user().gid() != 0 {
+        warnings.push(format!(
+            "{field}.user: uid {} gid {} asked; the container runs as the sandbox's one \
+             unprivileged uid",
+            process.user().uid(),
+            process.user().gid()
+        ));
+    }
+    if let Some(caps) = process.capabilities() {
+        let mut asked = BTreeSet::new();
+        for set in [
+            caps.bounding(),
+            caps.effective(),
+            caps.permitted(),
+            caps.inheritable(),
+            caps.ambient(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            asked.extend(set.iter().map(|c| format!("CAP_{c}")));
+        }
+        if let Some(extra) = asked
+            .iter()
+            .find(|c| !DEFAULT_CAPABILITIES.contains(&c.as_str()))
+        {
+            return Err(format!(
+                "{field}.capabilities: {extra} is beyond the default set, and Cordon cannot \
+                 confine a container that holds it (a privileged container is refused)"
+            ));
+        }
+    }
+
+    // A container is a service: no CPU-time or wall-clock cap unless the
+    // bundle asks (decision 0017); the other safety nets stay, each
+    // lowered or raised to what the bundle asks.
+    let mut limits = Limits {
+        max_processes: Some(1024),
+        open_files: Some(1024),
+        cpu_ms: None,
+        deadline: None,
+        ..Limits::default_ceilings()
+    };
+    for r in process.rlimits().iter().flatten() {
+        match r.typ() {
+            PosixRlimitType::RlimitNofile => limits.open_files = Some(r.soft()),
+            PosixRlimitType::RlimitNproc => limits.max_processes = Some(r.soft()),
+            other => {
+                return Err(format!(
+                    "{field}.rlimits: {other:?} is not supported by cordon-runtime (NOFILE and \
+                     NPROC are)"
+                ))
+            }
+        }
+    }
+
+    Ok(limits)
 }
 
 /// One entry of `mounts`.

@@ -26,6 +26,13 @@
 //! is the one the pid file names, so a caller that waits for that pid
 //! (conmon, the shim) gets the container's status.
 //!
+//! `exec` runs a process inside a running container: a sandbox that joins
+//! the container's namespaces (named by its init's pid and start time,
+//! recorded at `start`) with a Landlock domain, seccomp filter and cgroup
+//! of its own made from the same bundle. Detached (`-d`, as conmon calls
+//! it), a monitor of its own holds it, whose pid the pid file names;
+//! otherwise the calling process does, and exits as the process did.
+//!
 //! ```text
 //! podman --runtime /usr/local/bin/cordon-runtime run --rootfs ./rootfs \
 //!     --network none /bin/sh -c 'echo hi'
@@ -111,6 +118,39 @@ enum Command {
         force: bool,
         id: String,
     },
+    /// Runs a process inside a running container.
+    Exec {
+        /// The process, as the runtime spec's `process` object (JSON);
+        /// without it, the command after the id, with the bundle's env.
+        #[arg(long, short = 'p')]
+        process: Option<PathBuf>,
+        /// Return once the process runs; its monitor's pid goes to the pid
+        /// file, and the monitor exits as the process does.
+        #[arg(long, short = 'd')]
+        detach: bool,
+        /// Write the process's pid (its monitor's, detached) here.
+        #[arg(long = "pid-file")]
+        pid_file: Option<PathBuf>,
+        /// Refused: a terminal is not supported yet.
+        #[arg(long = "console-socket")]
+        console_socket: Option<PathBuf>,
+        /// Refused: a terminal is not supported yet.
+        #[arg(long, short = 't')]
+        tty: bool,
+        /// The working directory (without --process).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// More environment, `NAME=VALUE` (without --process).
+        #[arg(long, short = 'e')]
+        env: Vec<String>,
+        /// Refused: no fds are passed into a container.
+        #[arg(long = "preserve-fds")]
+        preserve_fds: Option<u32>,
+        id: String,
+        /// The command and its arguments (without --process).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
     /// Prints what this runtime supports (OCI features JSON).
     Features,
     /// Not supported yet: refused with a clear error.
@@ -145,7 +185,7 @@ pub fn main() -> ExitCode {
         json: cli.log_format == "json",
     };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(message) => {
             log.error(&message);
             ExitCode::from(FAILED)
@@ -218,7 +258,7 @@ fn rfc3339(secs: u64) -> String {
     )
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn run(cli: Cli) -> Result<ExitCode, String> {
     if cli.systemd_cgroup {
         return Err(
             "--systemd-cgroup is not supported: cordon-runtime makes the container's cgroups \
@@ -229,7 +269,35 @@ fn run(cli: Cli) -> Result<(), String> {
     if !matches!(cli.log_format.as_str(), "text" | "json") {
         return Err(format!("--log-format `{}`: text or json", cli.log_format));
     }
-    match cli.command {
+    if let Command::Exec {
+        process,
+        detach,
+        pid_file,
+        console_socket,
+        tty,
+        cwd,
+        env,
+        preserve_fds,
+        id,
+        command,
+    } = cli.command
+    {
+        if console_socket.is_some() || tty {
+            return Err(
+                "exec --tty/--console-socket: a terminal is not supported by \
+                 cordon-runtime yet"
+                    .into(),
+            );
+        }
+        if preserve_fds.is_some_and(|n| n > 0) {
+            return Err("exec --preserve-fds is not supported".into());
+        }
+        let process = exec_process(&cli.root, &id, process.as_deref(), cwd, env, command)?;
+        let code = monitor::exec(&cli.root, &id, &process, detach, pid_file.as_deref())?;
+        return Ok(code.unwrap_or(ExitCode::SUCCESS));
+    }
+    let done: Result<(), String> = match cli.command {
+        Command::Exec { .. } => unreachable!("handled above"),
         Command::Create {
             bundle,
             pid_file,
@@ -271,12 +339,53 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Other(args) => Err(format!(
             "`{}` is not supported by cordon-runtime yet (supported: create, start, state, \
-             kill, delete, features)",
+             kill, delete, exec, features)",
             args.first()
                 .map(|a| a.to_string_lossy().into_owned())
                 .unwrap_or_default()
         )),
+    };
+    done.map(|()| ExitCode::SUCCESS)
+}
+
+/// `exec`'s process: the `--process` file, or the command line's (the
+/// command, with the bundle's environment and `--env`, in `--cwd` or the
+/// bundle's working directory).
+fn exec_process(
+    root: &Path,
+    id: &str,
+    file: Option<&Path>,
+    cwd: Option<PathBuf>,
+    env: Vec<String>,
+    command: Vec<String>,
+) -> Result<oci_spec::runtime::Process, String> {
+    if let Some(f) = file {
+        if !command.is_empty() || cwd.is_some() || !env.is_empty() {
+            return Err("exec: give either --process or a command, not both".into());
+        }
+        // The caller's file (conmon's, podman's): read by the caller's
+        // own path, bounded.
+        let bytes = cordon_core::hostfs::read_private(f, 1 << 20)
+            .or_else(|_| std::fs::read(f))
+            .map_err(|e| format!("--process {}: {e}", f.display()))?;
+        return serde_json::from_slice(&bytes)
+            .map_err(|e| format!("--process {}: {e}", f.display()));
     }
+    if command.is_empty() {
+        return Err("exec: give --process or a command to run".into());
+    }
+    let rec = state::Record::load(root, id)?;
+    let spec = oci_spec::runtime::Spec::load(rec.bundle.join("config.json"))
+        .map_err(|e| format!("{}: {e}", rec.bundle.display()))?;
+    let mut process = spec.process().clone().ok_or("the bundle has no process")?;
+    let mut all_env = process.env().clone().unwrap_or_default();
+    all_env.extend(env);
+    process.set_env(Some(all_env));
+    process.set_args(Some(command));
+    if let Some(c) = cwd {
+        process.set_cwd(c);
+    }
+    Ok(process)
 }
 
 /// `TERM`, `SIGTERM` or `15`.

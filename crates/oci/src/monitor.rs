@@ -293,6 +293,9 @@ pub fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
 
 /// Runs the monitor if this process is one.
 pub fn dispatch() -> Option<ExitCode> {
+    if let Some(root) = std::env::var_os(EXEC_ENV) {
+        return exec_monitor(PathBuf::from(root));
+    }
     let root = PathBuf::from(std::env::var_os(MONITOR_ENV)?);
     let mut args = std::env::args_os().skip(1);
     let (Some(id), Some(bundle)) = (args.next(), args.next()) else {
@@ -336,24 +339,10 @@ async fn monitor(
             return Err(());
         }
     };
-    let backend: Arc<dyn cordon_core::SandboxBackend> = Arc::new(
-        cordon_backend_linux::LinuxBackend::new().with_tier(cordon_backend_linux::Tier::Namespaces),
-    );
-    // The bundle's limits are the container's (bundle.rs decides them).
-    let config = RunnerConfig {
-        ceilings: container.spec.limits,
-        ..RunnerConfig::default()
-    };
-    let (admitted, _) = cordon_conformance::cache::admit(backend, false, &[], config).await;
-    let runner = match admitted {
+    let runner = match admit(&container.spec, &format!("create `{id}`")).await {
         Ok(r) => r,
-        Err(refused) => {
-            fail(
-                &ready,
-                format!(
-                    "no conforming sandbox backend on this host; refusing to create `{id}`: {refused}"
-                ),
-            );
+        Err(e) => {
+            fail(&ready, e);
             return Err(());
         }
     };
@@ -363,6 +352,7 @@ async fn monitor(
         pid: std::process::id() as i32,
         start_time: state::start_time(std::process::id() as i32).unwrap_or(0),
         started: false,
+        sandbox: None,
         annotations: container.annotations.clone(),
     };
     if let Err(e) = rec.store(&root) {
@@ -407,8 +397,15 @@ async fn monitor(
             return Err(());
         }
     };
+    let sandbox = state::start_time(child.pid() as i32).map(|start_time| {
+        cordon_core::policy::RunningContainer {
+            pid: child.pid(),
+            start_time,
+        }
+    });
     let started = Record {
         started: true,
+        sandbox,
         ..rec
     };
     let stored = started.store(&root);
@@ -427,6 +424,182 @@ async fn monitor(
                 let _ = child.signal_group(sig);
             }
         }
+    }
+}
+
+/// The runner for a container's sandbox, once the gate admitted the
+/// backend (the per-boot cached report): the Linux backend in tier
+/// namespaces, with `spec`'s limits (the bundle's) as its ceilings.
+async fn admit(
+    spec: &cordon_core::ChildSpec,
+    what: &str,
+) -> Result<cordon_core::SandboxRunner, String> {
+    let backend: Arc<dyn cordon_core::SandboxBackend> = Arc::new(
+        cordon_backend_linux::LinuxBackend::new().with_tier(cordon_backend_linux::Tier::Namespaces),
+    );
+    let config = RunnerConfig {
+        ceilings: spec.limits,
+        ..RunnerConfig::default()
+    };
+    let (admitted, _) = cordon_conformance::cache::admit(backend, false, &[], config).await;
+    admitted.map_err(|refused| {
+        format!("no conforming sandbox backend on this host; refusing to {what}: {refused}")
+    })
+}
+
+/// Set (to the state root) in a detached `exec`'s monitor's environment.
+const EXEC_ENV: &str = "CORDON_RUNTIME_EXEC";
+
+/// `exec`: runs `process` inside the running container `id` (its
+/// namespaces joined; its own Landlock domain, seccomp filter and cgroup
+/// with the container's limits: decision 0017). Detached, a monitor of
+/// its own holds it (this binary again, in a session of its own; its pid
+/// goes to the pid file, and it exits as the process does); otherwise
+/// this process holds it, relays its stdio, and the returned code is the
+/// process's.
+pub fn exec(
+    root: &Path,
+    id: &str,
+    process: &oci_spec::runtime::Process,
+    detach: bool,
+    pid_file: Option<&Path>,
+) -> Result<Option<ExitCode>, String> {
+    let json = serde_json::to_string(process).map_err(|e| e.to_string())?;
+    if !detach {
+        let rt = runtime()?;
+        let outcome = rt.block_on(async {
+            let child = start_exec(root, id, &json).await?;
+            if let Some(p) = pid_file {
+                write_pid_file(p, child.pid() as i32)?;
+            }
+            hold(child)
+                .await
+                .map_err(|e| format!("exec in `{id}`: {e}"))
+        })?;
+        return Ok(exit_as(outcome));
+    }
+    let (ready_r, ready_w) = pipe()?;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.env(EXEC_ENV, root).arg(id).arg(&json);
+    let w = ready_w.as_raw_fd();
+    // SAFETY: only async-signal-safe calls (setsid, dup2) in the hook.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::dup2(w, READY_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the exec monitor: {e}"))?;
+    drop(ready_w);
+    drop(cmd);
+    let mut answer = String::new();
+    let _ = std::fs::File::from(ready_r).read_to_string(&mut answer);
+    let pid = child.id() as i32;
+    // As for `create`: the monitor outlives this process.
+    std::mem::forget(child);
+    match answer.trim_end() {
+        "ok" => {
+            if let Some(p) = pid_file {
+                write_pid_file(p, pid)?;
+            }
+            Ok(None)
+        }
+        "" => Err("the exec monitor ended without an answer".into()),
+        other => Err(other.strip_prefix("error: ").unwrap_or(other).to_string()),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+/// The process of `exec` (`process_json`) started inside container `id`.
+async fn start_exec(
+    root: &Path,
+    id: &str,
+    process_json: &str,
+) -> Result<cordon_core::RunningChild, String> {
+    let rec = Record::load(root, id)?;
+    let running = match (rec.started, rec.sandbox) {
+        (true, Some(s)) if rec.monitor_alive() => s,
+        _ => return Err(format!("container `{id}` is not running")),
+    };
+    let process: oci_spec::runtime::Process =
+        serde_json::from_str(process_json).map_err(|e| format!("--process: {e}"))?;
+    let container = crate::bundle::load(&rec.bundle)?;
+    let (spec, warnings) = crate::bundle::exec_spec(container, &process, running)?;
+    for w in warnings {
+        eprintln!("cordon-runtime: warning: {w}");
+    }
+    let runner = admit(&spec, &format!("exec in `{id}`")).await?;
+    runner
+        .start(spec)
+        .await
+        .map_err(|e| format!("exec in `{id}`: {e}"))
+}
+
+/// Waits for `child`, forwarding the signals this process gets to its
+/// process group.
+async fn hold(mut child: cordon_core::RunningChild) -> Result<ExitOutcome, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut watches = Vec::new();
+    for s in FORWARDED {
+        let w =
+            signal(SignalKind::from_raw(s)).map_err(|e| format!("cannot watch signals: {e}"))?;
+        watches.push((s, w));
+    }
+    loop {
+        tokio::select! {
+            r = child.wait() => return r.map_err(|e| e.to_string()),
+            sig = next_signal(&mut watches) => {
+                let _ = child.signal_group(sig);
+            }
+        }
+    }
+}
+
+/// A detached `exec`'s monitor: starts the process, answers on the
+/// ready fd, holds it.
+fn exec_monitor(root: PathBuf) -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(id), Some(json)) = (args.next(), args.next()) else {
+        return Some(ExitCode::from(1));
+    };
+    let id = id.to_string_lossy().into_owned();
+    let json = json.to_string_lossy().into_owned();
+    // SAFETY: READY_FD was dup2'd for us by `exec`.
+    let ready = unsafe { std::fs::File::from_raw_fd(READY_FD) };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = writeln!(&ready, "error: {e}");
+            return Some(ExitCode::from(1));
+        }
+    };
+    let outcome = rt.block_on(async {
+        let child = match start_exec(&root, &id, &json).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = writeln!(&ready, "error: {e}");
+                return Err(());
+            }
+        };
+        let _ = writeln!(&ready, "ok");
+        drop(ready);
+        hold(child).await.map_err(|_| ())
+    });
+    match outcome {
+        Ok(outcome) => exit_as(outcome),
+        Err(()) => Some(ExitCode::from(1)),
     }
 }
 

@@ -26,6 +26,10 @@ pub struct Record {
     pub start_time: u64,
     /// Set once `start` released the monitor.
     pub started: bool,
+    /// Once started: the container's sandbox (its init's host pid and
+    /// start time), which `exec` enters.
+    #[serde(default)]
+    pub sandbox: Option<cordon_core::policy::RunningContainer>,
     /// The bundle's annotations.
     pub annotations: std::collections::HashMap<String, String>,
 }

@@ -819,3 +819,188 @@ fn an_unprivileged_caller_runs_a_container_of_its_own() {
     // /tmp was the container's tmpfs: nothing of it reached the root.
     assert!(!rootfs.join("tmp/made").exists());
 }
+
+#[test]
+fn podman_exec_runs_inside_the_running_container_as_runc_does() {
+    let lab = Lab::new();
+    for runtime in [RUNC, RUNTIME] {
+        let name = "execed";
+        // The marker is in the container's own /dev/shm (a tmpfs of its
+        // mount namespace): only a process inside that namespace sees it.
+        let started = lab
+            .podman(runtime)
+            .args(["run", "-d", "--name", name, "--network", "none"])
+            .arg("--rootfs")
+            .arg(lab.rootfs())
+            .args(["/bin/sh", "-c", "echo inside > /dev/shm/marker; sleep 100"])
+            .output()
+            .unwrap();
+        assert!(
+            started.status.success(),
+            "{runtime}: {}",
+            text(&started.stderr)
+        );
+        assert!(!lab.rootfs().join("dev/shm/marker").exists());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let exec = |args: &[&str], stdin: &[u8]| {
+            let mut c = lab.podman(runtime);
+            c.args(["exec", "-i", name])
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(stdin).unwrap();
+            child.wait_with_output().unwrap()
+        };
+        loop {
+            let seen = exec(&["/bin/cat", "/dev/shm/marker"], b"");
+            if seen.status.success() {
+                assert_eq!(text(&seen.stdout), "inside\n", "{runtime}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{runtime}: {}",
+                text(&seen.stderr)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let hostname = lab
+            .podman(runtime)
+            .args(["inspect", name, "--format", "{{.Config.Hostname}}"])
+            .output()
+            .unwrap();
+        let out = exec(
+            &["/bin/sh", "-c", "cat; hostname; echo to-stderr >&2; exit 5"],
+            b"from stdin\n",
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(5),
+            "{runtime}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout),
+            format!("from stdin\n{}", text(&hostname.stdout)),
+            "{runtime}"
+        );
+        assert!(text(&out.stderr).contains("to-stderr"), "{runtime}");
+        // Detached: returns at once, the process runs on inside.
+        let out = lab
+            .podman(runtime)
+            .args([
+                "exec",
+                "-d",
+                name,
+                "/bin/sh",
+                "-c",
+                "echo late > /dev/shm/late",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{runtime}: {}", text(&out.stderr));
+        loop {
+            if exec(&["/bin/cat", "/dev/shm/late"], b"").status.success() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{runtime}: exec -d");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let kill = lab.podman(runtime).args(["kill", name]).output().unwrap();
+        assert!(kill.status.success(), "{runtime}: {}", text(&kill.stderr));
+        lab.podman(runtime)
+            .args(["rm", "-f", name])
+            .output()
+            .unwrap();
+    }
+}
+
+/// The record's sandbox of a started container `id`, waiting for it.
+fn running(lab: &Lab, id: &str) -> serde_json::Value {
+    let path = lab.state_root().join(id).join("state.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Ok(b) = std::fs::read(&path) {
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            if v["started"] == true {
+                return v;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{id} never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_exec_can_touch_neither_its_own_init_nor_the_container_and_a_host_pid_is_never_joined() {
+    let lab = Lab::new();
+    let b = bundle(&lab, "exec-target", |c| {
+        c["process"]["args"] = serde_json::json!(["/bin/sleep", "100"]);
+    });
+    let out = lab.runtime(&["create", "--bundle", b.to_str().unwrap(), "t1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = lab.runtime(&["start", "t1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rec = running(&lab, "t1");
+
+    // Hostile: from inside the exec, signal its own init (its parent),
+    // the container's init (pid 1) and program (pid 2). It first checks it
+    // is inside the container (its pid 1 is the container's monitor,
+    // never the host's init), and reports each attempt's result.
+    let script = "grep -q cordon-runtime /proc/1/cmdline || exit 90; \
+                  for p in $PPID 1 2; do if kill -9 $p 2>/dev/null; then echo killed $p; \
+                  else echo refused $p; fi; done";
+    let out = lab.runtime(&["exec", "t1", "/bin/sh", "-c", script]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said} {}", text(&out.stderr));
+    assert!(!said.contains("killed"), "{said}");
+    assert_eq!(said.matches("refused").count(), 3, "{said}");
+    // The container runs on.
+    let state: serde_json::Value =
+        serde_json::from_slice(&lab.runtime(&["state", "t1"]).stdout).unwrap();
+    assert_eq!(state["status"], "running");
+
+    // A record whose sandbox names a host process (this test's own): the
+    // exec is refused, and nothing ran (no marker in the root).
+    let path = lab.state_root().join("t1").join("state.json");
+    let mut forged = rec.clone();
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    forged["sandbox"] = serde_json::json!({"pid": me, "start_time": start});
+    std::fs::write(&path, forged.to_string()).unwrap();
+    let out = lab.runtime(&["exec", "t1", "/bin/touch", "/forged"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("shares this host's user namespace"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!lab.rootfs().join("forged").exists());
+    // A pid that is no longer the sandbox's (wrong start time): refused.
+    let mut stale = rec.clone();
+    stale["sandbox"]["start_time"] = serde_json::json!(1);
+    std::fs::write(&path, stale.to_string()).unwrap();
+    let out = lab.runtime(&["exec", "t1", "/bin/touch", "/stale"]);
+    assert!(
+        text(&out.stderr).contains("no longer"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!lab.rootfs().join("stale").exists());
+    std::fs::write(&path, rec.to_string()).unwrap();
+
+    let out = lab.runtime(&["delete", "--force", "t1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = lab.runtime(&["exec", "t1", "/bin/true"]);
+    assert!(text(&out.stderr).contains("does not exist"));
+}

@@ -77,12 +77,15 @@ pub(crate) enum Step {
     /// Mount a container's filesystems inside its root and `pivot_root`
     /// into it (`container.rs`), after the mounts.
     ContainerRoot = 19,
+    /// Join a running container's namespaces instead of making new ones
+    /// (`container/join.rs`), right after [`Step::Namespaces`]' place.
+    JoinContainer = 20,
 }
 
 impl Step {
     /// Every step, by id: the order [`confine`] takes them in, but for
     /// the steps added later (each says where it runs).
-    pub(crate) const ALL: [Step; 19] = [
+    pub(crate) const ALL: [Step; 20] = [
         Step::CgroupJoin,
         Step::MapWriter,
         Step::Credentials,
@@ -102,6 +105,7 @@ impl Step {
         Step::Seccomp,
         Step::BoundingSet,
         Step::ContainerRoot,
+        Step::JoinContainer,
     ];
 
     /// The name errors give it: what failed, by the call or mechanism.
@@ -126,6 +130,7 @@ impl Step {
             Step::Seccomp => "seccomp",
             Step::BoundingSet => "capability_bounding_set",
             Step::ContainerRoot => "pivot_root",
+            Step::JoinContainer => "setns",
         }
     }
 
@@ -177,6 +182,11 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     // Tier landlock makes none.
     if plan.unshare_flags != 0 {
         namespaces::enter(plan.unshare_flags).map_err(at(Step::Namespaces))?;
+    }
+    // Or a running container's, joined (an OCI runtime's `exec`): its
+    // maps, quotas, hostname and mounts are made already.
+    if let Some(join) = &plan.join {
+        join.enter().map_err(at(Step::JoinContainer))?;
     }
     maps::write(writer, plan.id_maps.as_ref()).map_err(at(Step::IdMaps))?;
     // While this process holds the new user namespace's capabilities:

@@ -33,6 +33,7 @@ use cordon_core::policy::{ContainerMountKind, ContainerRoot};
 use super::mounts::{check, MountAttr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
 mod inside;
+pub(crate) mod join;
 
 use inside::{check_fd, errno, make, mask, parent_of, Fd, Inside};
 

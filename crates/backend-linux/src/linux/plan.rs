@@ -63,4 +63,8 @@ pub(crate) struct ChildPlan {
     /// listener on, and the guard installed after it (`explain.rs`;
     /// `seccomp` is then the notifying variant).
     pub seccomp_listener: Option<(OwnedFd, seccomp::Program)>,
+    /// Entering a running container: its namespaces, joined instead of
+    /// made (`unshare_flags` is then 0, and there are no maps, quotas,
+    /// hostname, mounts or egress listener to make).
+    pub join: Option<super::container::join::JoinPlan>,
 }

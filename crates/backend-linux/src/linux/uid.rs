@@ -573,6 +573,27 @@ impl SandboxIds {
     }
 }
 
+impl SandboxIds {
+    /// A running container's, entered: `nobody` inside on a root host
+    /// (what its maps map to its uid), the caller's ids otherwise; its
+    /// lease is the container's. `host` is not known here and is set to
+    /// `inside` (it is used for nothing when entering).
+    pub(crate) fn of_running(caller: (u32, u32)) -> SandboxIds {
+        let root_host = caller.0 == 0;
+        let inside = if root_host {
+            (crate::SANDBOX_UID, crate::SANDBOX_GID)
+        } else {
+            caller
+        };
+        SandboxIds {
+            root_host,
+            inside,
+            host: inside,
+            lease: None,
+        }
+    }
+}
+
 /// The process-wide default pool of `cordon`-style callers, read from
 /// [`UID_RANGE_ENV`] once.
 pub(crate) fn env_pool() -> &'static Result<UidPool, String> {

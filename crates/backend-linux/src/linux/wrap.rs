@@ -60,6 +60,15 @@ fn wrap_inner(
         }
         root.check().map_err(wrap_err)?;
     }
+    // Entering a running container (an OCI runtime's `exec`): its
+    // namespaces, maps, mounts and egress listener exist; the sandbox
+    // joins them (container/join.rs) and makes the rest as any other.
+    let joining = policy.container.as_ref().and_then(|r| r.enter);
+    if joining.is_some() && policy.explain {
+        return Err(wrap_err(
+            "explain mode when entering a running container is not supported",
+        ));
+    }
     if !policy.placed.is_empty() && (landlock_tier || !layers.mount_namespace) {
         return Err(wrap_err(
             "placing a file over one the sandbox sees (the credential broker's trust bundle) \
@@ -131,11 +140,26 @@ fn wrap_inner(
         seccomp = Arc::new(all);
     }
 
-    let ids = SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?;
+    // A running container's sandbox has its uid already (its ids inside
+    // map to it): no lease of another.
+    let ids = if joining.is_some() {
+        SandboxIds::of_running((euid, egid))
+    } else {
+        SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?
+    };
+    let join = match (joining, &policy.container) {
+        (Some(running), Some(root)) => Some(
+            super::container::join::JoinPlan::open(root, running, ids.inside, ids.root_host)
+                .map_err(wrap_err)?,
+        ),
+        _ => None,
+    };
     // Without a mount namespace (tier landlock; test layers) a fresh
     // scratch is the host's dir itself, given to the sandbox's uid and
     // handed back before that uid is released.
-    let (mounts, handback) = if landlock_tier || !layers.mount_namespace {
+    let (mounts, handback) = if join.is_some() {
+        (None, None)
+    } else if landlock_tier || !layers.mount_namespace {
         (
             None,
             super::scratch::ScratchHandback::give(policy, &grants.scratch, &ids, (euid, egid))?,
@@ -144,15 +168,18 @@ fn wrap_inner(
         (mount_plan(policy, &grants, &ids, (euid, egid))?, None)
     };
     let cgroup = sandbox_cgroup(policy, layers)?;
-    let id_maps =
-        (layers.mount_namespace && !landlock_tier).then(|| IdMaps::new(ids.inside, ids.host));
+    let id_maps = (layers.mount_namespace && !landlock_tier && join.is_none())
+        .then(|| IdMaps::new(ids.inside, ids.host));
     // A root host's maps are written by a helper that stays root (maps.rs),
     // on the slot's stack; with a PID namespace (or in tier landlock) the
     // slot holds the init's memory and the status it leaves too (kept by
     // the resources for the child's whole life).
     let map_writer = ids.root_host && id_maps.is_some();
+    // Entering a running container, the init is not its PID namespace's
+    // pid 1 (the container's is): a subreaper, as in tier landlock.
     let tree_mode = match tier {
         Tier::Landlock => Some(tree::Mode::Subreaper),
+        Tier::Namespaces if join.is_some() => Some(tree::Mode::Subreaper),
         Tier::Namespaces if layers.pid_namespace => Some(tree::Mode::PidNamespace),
         Tier::Namespaces => None,
     };
@@ -168,7 +195,9 @@ fn wrap_inner(
     }
     // The egress allowlist: a network namespace of its own, whose listener
     // comes out over a socketpair (net.rs), and the proxy variables.
-    let (egress_plan, egress_session) = match allow_hosts {
+    // A running container's listener exists already, in the namespace
+    // joined.
+    let (egress_plan, egress_session) = match allow_hosts.filter(|_| join.is_none()) {
         Some(hosts) => {
             let (plan, session) = net::prepare(cmd, hosts).map_err(|e| {
                 wrap_err(format!("cannot make the egress proxy's socketpair: {e}")).with_source(e)
@@ -177,7 +206,7 @@ fn wrap_inner(
         }
         None => (None, None),
     };
-    let mut unshare = if landlock_tier {
+    let mut unshare = if landlock_tier || join.is_some() {
         0
     } else {
         unshare_flags(layers)
@@ -188,7 +217,7 @@ fn wrap_inner(
     // A container has a network namespace of its own (none of the host's
     // connection tables, interfaces or routes; its fresh sysfs needs one)
     // and a cgroup namespace (its cgroup paths relative to its own).
-    if policy.container.is_some() {
+    if policy.container.is_some() && join.is_none() {
         unshare |= libc::CLONE_NEWNET | libc::CLONE_NEWCGROUP;
     }
     // The sandbox's own helpers (the init, and in tier landlock its
@@ -266,13 +295,14 @@ fn wrap_inner(
             .into_iter()
             .chain(fork_count.and_then(cgroup::pids::ForkCount::join_fd))
             .collect(),
-        drop_to: ids.root_host.then_some(ids.host),
+        drop_to: (ids.root_host && join.is_none()).then_some(ids.host),
         parent_pid,
         unshare_flags: unshare,
         id_maps,
         mounts,
-        quotas: (layers.kernel_quotas && !landlock_tier).then(quotas::QuotaPlan::new),
-        hostname: (layers.uts_namespace && !landlock_tier)
+        quotas: (layers.kernel_quotas && !landlock_tier && join.is_none())
+            .then(quotas::QuotaPlan::new),
+        hostname: (layers.uts_namespace && !landlock_tier && join.is_none())
             .then(|| {
                 let name = policy
                     .container
@@ -312,6 +342,7 @@ fn wrap_inner(
             .map(tree::TreeSlot::stack_top),
         egress: egress_plan,
         seccomp_listener,
+        join,
     };
     tracing::debug!(
         landlock_abi = abi,

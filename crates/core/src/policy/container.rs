@@ -28,6 +28,28 @@ pub struct ContainerRoot {
     /// The UTS namespace's hostname (`None`: the backend's own).
     #[serde(default)]
     pub hostname: Option<String>,
+    /// Run in this container, already running, instead of making one (an
+    /// OCI runtime's `exec`): the sandbox joins its namespaces, and
+    /// `readonly`, `mounts` and `hostname` are the running container's
+    /// (not made again). `rootfs` still names the root the program is
+    /// found in and the Landlock rules are made on; `cwd` is entered
+    /// inside the running container.
+    #[serde(default)]
+    pub enter: Option<RunningContainer>,
+}
+
+/// A container that is running ([`ContainerRoot::enter`]): named by a
+/// process of its sandbox and that process's start time, so a pid that
+/// was reused by another process is never joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningContainer {
+    /// The host pid of the container's sandbox: what
+    /// [`RunningChild::pid`](crate::RunningChild::pid) gave when it was
+    /// started.
+    pub pid: u32,
+    /// That process's start time in clock ticks after boot (on Linux,
+    /// field 22 of `/proc/PID/stat`).
+    pub start_time: u64,
 }
 
 /// One filesystem mounted inside a [`ContainerRoot`].
@@ -163,6 +185,7 @@ mod tests {
             mounts,
             cwd: PathBuf::from("/"),
             hostname: None,
+            enter: None,
         }
     }
 

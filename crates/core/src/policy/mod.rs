@@ -22,7 +22,7 @@ mod reference;
 mod seccomp_profile;
 mod secrets;
 
-pub use container::{ContainerMount, ContainerMountKind, ContainerRoot};
+pub use container::{ContainerMount, ContainerMountKind, ContainerRoot, RunningContainer};
 pub use file::{
     from_toml, Entry, EnvValue, Expansions, LimitSettings, Origin, PolicyError, PolicyFile,
     ScratchSetting, MAX_EXTENDS_DEPTH, MAX_POLICY_BYTES,

@@ -97,6 +97,11 @@ struct Shared {
     /// The warden's pid, as the init got it from `clone` (never cleared:
     /// the init compares what it reaps with it).
     warden_pid: AtomicI32,
+    /// The init's pid as it sees itself (set before the warden starts,
+    /// which compares its parent with it): in a running container
+    /// entered, the container's PID namespace's number, not the host's
+    /// `init_tid`.
+    init_self: AtomicI32,
     /// The launcher's saved registers (x86_64): rbx, rbp, r12–r15, rsp,
     /// and where to resume.
     context: [u64; 8],
@@ -394,6 +399,8 @@ unsafe fn init_prologue(shared: &Shared) {
             if r < 0 {
                 init_fail(shared, -r);
             }
+            let me = raw(libc::SYS_getpid, 0, 0, 0, 0);
+            shared.init_self.store(me as i32, Ordering::Release);
             let warden = start_warden(shared);
             if warden < 0 {
                 init_fail(shared, -warden);

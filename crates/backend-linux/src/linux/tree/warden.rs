@@ -38,7 +38,7 @@ pub(super) extern "C" fn warden_main(shared: *const Shared) -> ! {
         );
         // The init died before the signal was armed (or it cannot be):
         // the group goes now.
-        let init = shared.init_tid.load(Ordering::Acquire);
+        let init = shared.init_self.load(Ordering::Acquire);
         if r == 0 && raw(libc::SYS_getppid, 0, 0, 0, 0) == init as isize {
             let set: u64 = 1 << (WARDEN_SIGNAL - 1);
             while raw(

@@ -1,0 +1,181 @@
+//! Entering a running container (an OCI runtime's `exec`,
+//! [`ContainerRoot::enter`]): its namespaces joined instead of new ones
+//! made, its mounts and root used as they are.
+//!
+//! In the parent, [`JoinPlan::open`] opens the container's namespaces
+//! through a directory fd of `/proc/PID` (which keeps naming that process
+//! however the pid is reused), checks through the same fd that the
+//! process is the one named (its start time), and refuses any namespace
+//! that is this process's own: a pid that names a host process never
+//! joins the host's namespaces. In the child, [`JoinPlan::enter`] joins
+//! them (the user namespace first: its capabilities are what the others
+//! are joined with), becomes the sandbox's ids inside, and enters the
+//! working directory. What follows is what every sandbox takes (a process
+//! tree of its own inside the container's PID namespace, rlimits,
+//! capabilities, no_new_privs, Landlock, seccomp).
+//!
+//! [`ContainerRoot::enter`]: cordon_core::policy::ContainerRoot::enter
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use cordon_core::policy::{ContainerRoot, RunningContainer};
+
+use super::super::sys::check_long;
+
+/// The namespaces joined, user first (`/proc/PID/ns/` name, `setns` type).
+/// The mount namespace last: joining it moves the root and cwd.
+const NAMESPACES: [(&str, libc::c_int); 7] = [
+    ("user", libc::CLONE_NEWUSER),
+    ("pid", libc::CLONE_NEWPID),
+    ("net", libc::CLONE_NEWNET),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("cgroup", libc::CLONE_NEWCGROUP),
+    ("mnt", libc::CLONE_NEWNS),
+];
+
+/// What the child needs to enter a running container.
+pub(crate) struct JoinPlan {
+    /// The container's namespaces, in [`NAMESPACES`]' order.
+    namespaces: Vec<(OwnedFd, libc::c_int)>,
+    /// Clear the supplementary groups before joining (a root host: inside,
+    /// the user namespace may refuse `setgroups`).
+    clear_groups: bool,
+    /// The sandbox's ids inside the container's user namespace.
+    inside: (u32, u32),
+    /// The working directory, inside the container.
+    cwd: CString,
+}
+
+impl JoinPlan {
+    /// Opens the namespaces of `running` for a sandbox whose ids inside
+    /// are `inside`.
+    pub(crate) fn open(
+        root: &ContainerRoot,
+        running: RunningContainer,
+        inside: (u32, u32),
+        root_host: bool,
+    ) -> Result<JoinPlan, String> {
+        let proc_dir = open_at(None, &format!("/proc/{}", running.pid), true)
+            .map_err(|e| format!("the running container (pid {}): {e}", running.pid))?;
+        let mut namespaces = Vec::with_capacity(NAMESPACES.len());
+        for (name, kind) in NAMESPACES {
+            let fd = open_at(Some(&proc_dir), &format!("ns/{name}"), false)
+                .map_err(|e| format!("the running container's {name} namespace: {e}"))?;
+            let mine = std::fs::metadata(format!("/proc/self/ns/{name}"))
+                .map_err(|e| format!("this process's {name} namespace: {e}"))?;
+            let theirs = fstat(&fd).map_err(|e| format!("{name} namespace: {e}"))?;
+            if (theirs.st_dev, theirs.st_ino) == (mine_dev(&mine), mine_ino(&mine)) {
+                return Err(format!(
+                    "pid {} shares this host's {name} namespace: it is not a container's, \
+                     and is never joined",
+                    running.pid
+                ));
+            }
+            namespaces.push((fd, kind));
+        }
+        // After the opens, through the same directory: the namespaces are
+        // the named process's, not a later one's under its pid.
+        let started = start_time(&proc_dir)
+            .map_err(|e| format!("the running container (pid {}): {e}", running.pid))?;
+        if started != running.start_time {
+            return Err(format!(
+                "pid {} is no longer the container's process (it has ended)",
+                running.pid
+            ));
+        }
+        let cwd = CString::new(root.cwd.as_os_str().as_bytes())
+            .map_err(|_| "the working directory has a NUL byte".to_string())?;
+        Ok(JoinPlan {
+            namespaces,
+            clear_groups: root_host,
+            inside,
+            cwd,
+        })
+    }
+
+    /// In the child: joins the namespaces, becomes the sandbox's ids
+    /// inside, and enters the working directory. Raw syscalls on data
+    /// prepared in the parent only (async-signal-safe).
+    pub(crate) fn enter(&self) -> std::io::Result<()> {
+        // SAFETY: raw syscalls on integers, fds the plan holds, a null
+        // list and a NUL-terminated path.
+        unsafe {
+            if self.clear_groups {
+                check_long(libc::syscall(
+                    libc::SYS_setgroups,
+                    0usize,
+                    std::ptr::null::<libc::gid_t>(),
+                ))?;
+            }
+            for (fd, kind) in &self.namespaces {
+                check_long(libc::syscall(libc::SYS_setns, fd.as_raw_fd(), *kind))?;
+            }
+            let (uid, gid) = self.inside;
+            check_long(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
+            check_long(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
+            // As the sandbox's uid: its permissions decide, and the path is
+            // resolved inside the container's root (the mount namespace's).
+            check_long(libc::syscall(libc::SYS_chdir, self.cwd.as_ptr()))?;
+        }
+        Ok(())
+    }
+}
+
+fn open_at(dir: Option<&OwnedFd>, path: &str, directory: bool) -> std::io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let flags = libc::O_RDONLY
+        | libc::O_CLOEXEC
+        | if directory {
+            libc::O_DIRECTORY | libc::O_NOFOLLOW
+        } else {
+            0
+        };
+    let base = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
+    // SAFETY: openat on a NUL-terminated path; the fd is ours.
+    let fd = unsafe { libc::openat(base, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd of ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+    // SAFETY: fstat into a zeroed local.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+}
+
+fn mine_dev(m: &std::fs::Metadata) -> libc::dev_t {
+    std::os::unix::fs::MetadataExt::dev(m) as libc::dev_t
+}
+
+fn mine_ino(m: &std::fs::Metadata) -> libc::ino_t {
+    std::os::unix::fs::MetadataExt::ino(m) as libc::ino_t
+}
+
+/// Field 22 of `stat` in the process directory `dir`.
+fn start_time(dir: &OwnedFd) -> std::io::Result<u64> {
+    let mut text = String::new();
+    std::fs::File::from(open_at(Some(dir), "stat", false)?).read_to_string(&mut text)?;
+    // The command name (field 2) may hold spaces and parentheses: the
+    // fields after it follow the last `)`.
+    let after = text
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EPROTO))?;
+    after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EPROTO))
+}
