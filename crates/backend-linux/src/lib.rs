@@ -18,33 +18,39 @@
 //!    root and writes the id maps is started;
 //! 3. `capability_bounding_set`, tier landlock on a root host: the
 //!    bounding set is emptied while the child is still root;
-//! 4. `setresuid`, root host only: `setgroups(0)`, `setresgid(U)`,
+//! 4. `setns_network`, a container in a pod's network namespace (root
+//!    host only): that namespace joined while the child is still root;
+//! 5. `setresuid`, root host only: `setgroups(0)`, `setresgid(U)`,
 //!    `setresuid(U)` with a uid `U` of the sandbox's own ([`UidPool`]);
-//! 5. `unshare`, tier namespaces: a user namespace and, inside it, UTS,
+//! 6. `unshare`, tier namespaces: a user namespace and, inside it, UTS,
 //!    PID, IPC and mount namespaces (and a network namespace with an
-//!    egress allowlist);
-//! 6. `setns`, only when entering a running container (an OCI runtime's
-//!    `exec`), instead of steps 5 and 7 to 9 (and 11 and 14, below): the
+//!    egress allowlist or `Network::Namespace`, and for a container's
+//!    root unless it joins a pod's; a cgroup namespace for a container's
+//!    root);
+//! 7. `setns`, only when entering a running container (an OCI runtime's
+//!    `exec`), instead of steps 6 and 8 to 11 (and 13 and 16, below): the
 //!    container's user, PID, network, IPC, UTS, cgroup and mount
 //!    namespaces joined, the sandbox's ids inside taken, its working
 //!    directory entered;
-//! 7. `uid_map`: the uid/gid maps (`nobody` inside for a root host, the
+//! 8. `uid_map`: the uid/gid maps (`nobody` inside for a root host, the
 //!    caller's own ids otherwise);
-//! 8. `user_namespace_quotas`, here only where the sandbox gets no procfs
+//! 9. `user_namespace_quotas`, here only where the sandbox gets no procfs
 //!    of its own (test layers; otherwise with the mounts, below);
-//! 9. `sethostname`, tier namespaces: the hostname `cordon`;
-//! 10. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
+//! 10. `sethostname`, tier namespaces: the hostname `cordon`;
+//! 11. `loopback_up`, with `Network::Namespace` in a network namespace
+//!     the sandbox makes: its loopback brought up;
+//! 12. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
 //!     (credential changes clear it) and a `getppid` check;
-//! 11. `egress_listener`, with an egress allowlist: the proxy's listener
+//! 13. `egress_listener`, with an egress allowlist: the proxy's listener
 //!     in the sandbox's network namespace, sent to the host;
-//! 12. `process_tree`: the init and the program are made (a PID
+//! 14. `process_tree`: the init and the program are made (a PID
 //!     namespace's pid 1 and pid 2 in tier namespaces; in tier landlock, and
 //!     in a running container entered, a subreaper init with a warden
 //!     beside it, and the program its child).
 //!     Only the program takes the steps below;
-//! 13. `cgroup_join`, with an init: the program joins the sandbox's
+//! 15. `cgroup_join`, with an init: the program joins the sandbox's
 //!     cgroups;
-//! 14. `mounts`, tier namespaces: the host read-only and `nosuid`, a
+//! 16. `mounts`, tier namespaces: the host read-only and `nosuid`, a
 //!     discarded scratch a private size-limited tmpfs, a kept scratch and
 //!     read-write grants `nosuid,nodev` binds (idmapped on a root host),
 //!     and a procfs of the PID namespace, through which the quotas are
@@ -54,16 +60,17 @@
 //!     then, for a container's root, its filesystems mounted inside it
 //!     (each destination resolved inside the root) and the root entered,
 //!     the host's tree detached (`pivot_root`);
-//! 15. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
+//! 17. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
 //!     CPU, FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
-//! 16. `capabilities`: all dropped (ambient, the bounding set where it
+//! 18. `capabilities`: all dropped (ambient, the bounding set where it
 //!     can be and step 3 did not, then `capset` to 0);
-//! 17. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
-//! 18. `landlock_restrict_self` with a ruleset built in the parent that
-//!     handles every access right of the running kernel's ABI;
-//! 19. `seccomp`: the seccomp filters, last.
+//! 19. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
+//! 20. `landlock_restrict_self` with a ruleset built in the parent that
+//!     handles every access right of the running kernel's ABI (but TCP's
+//!     with `Network::Namespace`, which the namespace bounds instead);
+//! 21. `seccomp`: the seccomp filters, last.
 //!
-//! The init (and in tier landlock its warden) is split off at step 12
+//! The init (and in tier landlock its warden) is split off at step 14
 //! and takes none of the steps after it: it runs with what the launcher
 //! had then. That is the sandbox's uid on a root host; in tier namespaces
 //! the sandbox's namespaces and the full capability set of its user

@@ -123,7 +123,10 @@ impl SandboxRunner {
                 report: Box::new(report),
             });
         }
-        let needs_egress = config.network.allowlist().is_some();
+        // A network namespace of the sandbox's own shares the allowlist's
+        // socket filter, which P8 proves.
+        let needs_egress = config.network.allowlist().is_some()
+            || matches!(config.network, crate::Network::Namespace);
         if needs_egress && report.conforms() && !report.proves_egress_allowlist() {
             tracing::warn!(
                 backend = backend.name(),

@@ -129,13 +129,19 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         .as_ref()
         .ok_or("linux: the bundle has no linux section")?;
     let mut have = BTreeSet::new();
+    // A pod's network namespace (the CNI's, shared by the pod's
+    // containers) is joined; every other namespace is the container's own.
+    let mut network = None;
     for ns in linux.namespaces().iter().flatten() {
         if ns.typ() == LinuxNamespaceType::Time {
             return Err(
                 "linux.namespaces: a time namespace is not supported by cordon-runtime".into(),
             );
         }
-        if ns.path().is_some() {
+        if let (LinuxNamespaceType::Network, Some(path)) = (ns.typ(), ns.path()) {
+            refuse_host_network(path)?;
+            network = Some(path.clone());
+        } else if ns.path().is_some() {
             return Err(format!(
                 "linux.namespaces: joining the {:?} namespace by path is not supported by \
                  cordon-runtime yet",
@@ -289,7 +295,17 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
 
     let mut mounts = Vec::new();
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
-        mounts.push(mount(i, m)?);
+        let mut m = mount(i, m)?;
+        // A sysfs belongs to the network namespace of the user namespace
+        // that mounts it; a joined one is not the container's.
+        if network.is_some() && m.kind == ContainerMountKind::Sysfs {
+            warnings.push(format!(
+                "mounts[{i}] ({}): sysfs in a joined network namespace is an empty directory",
+                m.destination.display()
+            ));
+            m.kind = ContainerMountKind::Empty;
+        }
+        mounts.push(m);
     }
     // Masked paths: covered (an empty directory, or the host's /dev/null
     // over a file) where they exist; only inside /proc and /sys, which
@@ -326,6 +342,7 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         cwd: process.cwd().clone(),
         hostname: spec.hostname().clone().filter(|h| !h.is_empty()),
         enter: None,
+        network,
     };
     container.check().map_err(|e| format!("mounts: {e}"))?;
     let mut child = ChildSpec::new(PathBuf::from(program))
@@ -359,7 +376,7 @@ pub fn exec_spec(
     // The container's limits (its `resources`), with the process's own
     // rlimits: never more processes than the container may have.
     let own = check_process(process, &mut warnings, "--process")?;
-    let mut limits = container.spec.limits.clone();
+    let mut limits = container.spec.limits;
     limits.open_files = own.open_files;
     limits.max_processes = match (own.max_processes, limits.max_processes) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -476,6 +493,24 @@ fn check_process(
     }
 
     Ok(limits)
+}
+
+/// A pod's network namespace that is this host's own is refused here,
+/// by name (the backend refuses it again when it joins).
+fn refuse_host_network(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let field = format!(
+        "linux.namespaces: the network namespace `{}`",
+        path.display()
+    );
+    let theirs = std::fs::metadata(path).map_err(|e| format!("{field}: {e}"))?;
+    let ours = std::fs::metadata("/proc/self/ns/net").map_err(|e| format!("{field}: {e}"))?;
+    if (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino()) {
+        return Err(format!(
+            "{field} is the host's, which a container never joins"
+        ));
+    }
+    Ok(())
 }
 
 /// One entry of `mounts`.

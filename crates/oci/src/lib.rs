@@ -9,7 +9,8 @@
 //! onto Cordon's confinement by [`bundle`], which refuses, naming the
 //! field, whatever asks for more than Cordon can confine (privileged
 //! capabilities, the host's namespaces, extra devices) or what is not
-//! built yet (hooks, joining a namespace by path, a terminal). A bundle's
+//! built yet (hooks, joining a namespace other than the network's by path,
+//! a terminal). A bundle's
 //! seccomp profile is stacked on Cordon's filter.
 //!
 //! The container's root is the bundle's `root.path`

@@ -437,8 +437,19 @@ async fn admit(
     let backend: Arc<dyn cordon_core::SandboxBackend> = Arc::new(
         cordon_backend_linux::LinuxBackend::new().with_tier(cordon_backend_linux::Tier::Namespaces),
     );
+    // The container's network is its network namespace (a fresh one with
+    // its loopback, or the pod's it joins): TCP inside it, never the
+    // host's. An unprivileged caller gets no cgroup to bound the TCP
+    // buffers (a host-wide pool) with, so no socket at all (decision 0017).
+    // SAFETY: geteuid has no preconditions.
+    let network = if unsafe { libc::geteuid() } == 0 {
+        cordon_core::Network::Namespace
+    } else {
+        cordon_core::Network::Deny
+    };
     let config = RunnerConfig {
         ceilings: spec.limits,
+        network,
         ..RunnerConfig::default()
     };
     let (admitted, _) = cordon_conformance::cache::admit(backend, false, &[], config).await;

@@ -310,12 +310,20 @@ fn bundles_asking_for_more_than_cordon_confines_are_refused_by_field() {
             "linux.namespaces: no Pid namespace",
         ),
         (
-            "joined-net",
+            "joined-ipc",
+            Box::new(|c| {
+                c["linux"]["namespaces"][2] =
+                    serde_json::json!({"type": "ipc", "path": "/proc/1/ns/ipc"})
+            }),
+            "linux.namespaces: joining the Ipc namespace",
+        ),
+        (
+            "host-net",
             Box::new(|c| {
                 c["linux"]["namespaces"][1] =
-                    serde_json::json!({"type": "network", "path": "/proc/1/ns/net"})
+                    serde_json::json!({"type": "network", "path": "/proc/self/ns/net"})
             }),
-            "linux.namespaces: joining the Network namespace",
+            "linux.namespaces: the network namespace `/proc/self/ns/net` is the host's",
         ),
         (
             "devices",
@@ -379,7 +387,7 @@ fn bundles_asking_for_more_than_cordon_confines_are_refused_by_field() {
     assert!(text(&out.stderr).contains("invalid container id"));
     let out = lab.runtime(&["--systemd-cgroup", "state", "x"]);
     assert!(text(&out.stderr).contains("--systemd-cgroup"));
-    let out = lab.runtime(&["exec", "x"]);
+    let out = lab.runtime(&["ps", "x"]);
     assert!(text(&out.stderr).contains("not supported"));
 }
 
@@ -1003,4 +1011,176 @@ fn an_exec_can_touch_neither_its_own_init_nor_the_container_and_a_host_pid_is_ne
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = lab.runtime(&["exec", "t1", "/bin/true"]);
     assert!(text(&out.stderr).contains("does not exist"));
+}
+
+/// A network namespace of the test's own (`ip netns`), deleted on drop.
+struct PodNetwork {
+    name: String,
+}
+
+impl PodNetwork {
+    fn new(tag: &str) -> PodNetwork {
+        let name = format!("cordon-test-{tag}-{}", std::process::id());
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "ip netns add {name}");
+        let ok = Command::new("ip")
+            .args(["-n", &name, "link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        PodNetwork { name }
+    }
+
+    fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.name)
+    }
+}
+
+impl Drop for PodNetwork {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
+}
+
+#[test]
+fn two_containers_of_a_pod_share_its_network_namespace_and_nothing_else() {
+    let lab = Lab::new();
+    let pod = PodNetwork::new("pod");
+    let port = 20_000 + (std::process::id() % 20_000);
+    let in_pod = |name: &str, script: String| {
+        let path = pod.path();
+        bundle(&lab, name, move |c| {
+            c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", script]);
+            c["linux"]["namespaces"] = serde_json::json!([
+                {"type": "pid"}, {"type": "network", "path": path}, {"type": "ipc"},
+                {"type": "uts"}, {"type": "mount"}
+            ]);
+            // A sysfs asked for in a joined namespace becomes an empty dir.
+            c["mounts"].as_array_mut().unwrap().push(
+                serde_json::json!({"destination": "/sys", "type": "sysfs", "source": "sysfs"}),
+            );
+        })
+    };
+    // The server: one line to the first client, its pid namespace's view
+    // of its processes to its stdout.
+    let server = in_pod(
+        "server",
+        format!("echo from-the-server | nc -l -p {port}; ls /sys | wc -l"),
+    );
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let status = Command::new(RUNTIME)
+        .arg("--root")
+        .arg(lab.state_root())
+        .args(["create", "--bundle", server.to_str().unwrap(), "server"])
+        .stdin(std::process::Stdio::null())
+        .stdout(out_file.reopen().unwrap())
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = lab.runtime(&["start", "server"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    running(&lab, "server");
+
+    // Outside the pod (the host, a container of its own) the port is
+    // closed: the listener is in the pod's namespace only.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port as u16)).is_err());
+    let alone = bundle(&lab, "alone", |c| {
+        c["process"]["args"] = serde_json::json!([
+            "/bin/sh",
+            "-c",
+            format!("nc 127.0.0.1 {port} </dev/null && echo reached || echo closed")
+        ]);
+    });
+    assert_eq!(text(&lab.run_bundle(&alone, "alone")).trim(), "closed");
+
+    // A second container of the pod reaches it over the pod's loopback;
+    // it sees none of the server's processes (a PID namespace of its own).
+    let client = in_pod(
+        "client",
+        format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do nc 127.0.0.1 {port} </dev/null && break; \
+             sleep 0.2; done; ls /proc | grep -c '^[0-9]'"
+        ),
+    );
+    let said = text(&lab.run_bundle(&client, "client"));
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.first(), Some(&"from-the-server"), "{said}");
+    // Its own init, its shell and the `ls`: never the server's.
+    assert!(lines.last().unwrap().parse::<u32>().unwrap() <= 4, "{said}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let state: serde_json::Value =
+            serde_json::from_slice(&lab.runtime(&["state", "server"]).stdout).unwrap();
+        if state["status"] == "stopped" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "server still runs");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    lab.runtime(&["delete", "server"]);
+    // The server's /sys was the empty directory.
+    assert_eq!(
+        std::fs::read_to_string(out_file.path()).unwrap().trim(),
+        "0"
+    );
+
+    // A file that is no namespace is refused, the host's own namespace
+    // by name at `create`; and one swapped for the host's between
+    // `create` and `start` (a bind mount over the named file) is refused
+    // by the backend when it joins. Nothing runs.
+    let netfile = lab.path().join("netfile");
+    std::fs::write(&netfile, "").unwrap();
+    let mount = |src: &str| {
+        let ok = Command::new("mount")
+            .args(["--bind", src])
+            .arg(&netfile)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount --bind {src}");
+    };
+    let umount = || {
+        let _ = Command::new("umount").arg(&netfile).status();
+    };
+    mount(&pod.path());
+    let netfile_path = netfile.to_str().unwrap().to_string();
+    for (name, path) in [
+        ("hostnet", "/proc/self/ns/net"),
+        ("notns", "/etc/hostname"),
+        ("swapped", netfile_path.as_str()),
+    ] {
+        let b = bundle(&lab, name, |c| {
+            c["process"]["args"] = serde_json::json!(["/bin/touch", format!("/{name}")]);
+            c["linux"]["namespaces"] = serde_json::json!([
+                {"type": "pid"}, {"type": "network", "path": path}, {"type": "ipc"},
+                {"type": "uts"}, {"type": "mount"}
+            ]);
+        });
+        let out = lab.runtime(&["create", "--bundle", b.to_str().unwrap(), name]);
+        let out = if out.status.success() {
+            if name == "swapped" {
+                umount();
+                mount("/proc/self/ns/net");
+            }
+            lab.runtime(&["start", name])
+        } else {
+            out
+        };
+        assert!(!out.status.success(), "{name}");
+        let err = text(&out.stderr);
+        let want = match name {
+            "hostnet" => "is the host's",
+            "notns" => "not a network namespace",
+            _ => "is this host's own: a container never joins it",
+        };
+        assert!(err.contains(want), "{name}: {err}");
+        lab.runtime(&["delete", "--force", name]);
+        assert!(!lab.rootfs().join(name).exists(), "{name} ran");
+    }
+    umount();
 }

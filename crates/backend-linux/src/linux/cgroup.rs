@@ -16,6 +16,13 @@
 //!   written on, whose v2 hierarchy has no controllers; the code path is
 //!   the same as v1's otherwise.)
 //!
+//! - **TCP buffers** (`Network::Namespace`, whose TCP sockets are not
+//!   bounded by the proxy's): `net.ipv4.tcp_mem` is one pool for the
+//!   host. On v1 the memory controller counts a cgroup's socket memory
+//!   only once `memory.kmem.tcp.limit_in_bytes` is set, which is then
+//!   [`TCP_MEMORY_BYTES`] (apart from `memory.limit_in_bytes`); on v2 it
+//!   is part of `memory.max`.
+//!
 //! The process count needs no cgroup: `RLIMIT_NPROC` is counted in the
 //! sandbox's own user namespace, so it already holds for the sandbox as a
 //! whole (a `pids` cgroup would only add a mkdir, an attach and an rmdir
@@ -200,6 +207,11 @@ pub(crate) struct SandboxCgroup {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The most TCP buffer memory one sandbox's sockets hold on cgroup v1
+/// (`memory.kmem.tcp.limit_in_bytes`): past it, its sockets are under
+/// memory pressure (sends wait, receive windows shrink), never the host's.
+pub(crate) const TCP_MEMORY_BYTES: u64 = 64 << 20;
+
 /// The cgroups of one sandbox, fresh or recycled by the keeper
 /// (`keeper.rs`), with what a spawn needs of them known: the limit they
 /// hold now and the counters that cannot be reset, as they stand; and,
@@ -220,6 +232,9 @@ pub(crate) struct CgroupSet {
     /// The memory limit its files hold (`None`: none, as made); `Err` once
     /// a write failed halfway, when nobody knows (never recycled then).
     limit: Result<Option<u64>, ()>,
+    /// `memory.kmem.tcp.limit_in_bytes` holds [`TCP_MEMORY_BYTES`] (v1;
+    /// written once, kept while recycled).
+    tcp_bounded: bool,
     /// OOM kills and CPU time counted before the sandbox that takes it
     /// (zero when fresh).
     oom_base: u64,
@@ -246,6 +261,7 @@ impl CgroupSet {
             v1,
             join: Vec::new(),
             limit: Ok(None),
+            tcp_bounded: false,
             oom_base: 0,
             cpu_base: Duration::ZERO,
         };
@@ -323,6 +339,19 @@ impl CgroupSet {
         Ok(())
     }
 
+    /// Bounds the TCP buffer memory of the sockets made here (v1; on v2
+    /// `memory.max` holds it already).
+    fn bound_tcp(&mut self) -> std::io::Result<()> {
+        if self.v1 && !self.tcp_bounded {
+            std::fs::write(
+                self.memory.join("memory.kmem.tcp.limit_in_bytes"),
+                TCP_MEMORY_BYTES.to_string(),
+            )?;
+            self.tcp_bounded = true;
+        }
+        Ok(())
+    }
+
     /// How many processes the memory controller's OOM killer has killed
     /// here: the `oom_kill N` line of `memory.oom_control` (v1) or
     /// `memory.events` (v2).
@@ -359,12 +388,19 @@ impl CgroupSet {
 impl SandboxCgroup {
     /// Takes the cgroups of one sandbox (from the keeper's stock, or made
     /// now) and sets its limit. Any error hands them back to the keeper.
-    pub(crate) fn create(h: &'static Hierarchy, limits: &Limits) -> std::io::Result<Self> {
+    pub(crate) fn create(
+        h: &'static Hierarchy,
+        limits: &Limits,
+        tcp: bool,
+    ) -> std::io::Result<Self> {
         let mut made = SandboxCgroup {
             set: Some(keeper::take(h)?),
         };
         let set = made.set.as_mut().expect("just taken");
         set.set_limit(limits.memory_bytes, h)?;
+        if tcp {
+            set.bound_tcp()?;
+        }
         set.open_join_files()?;
         Ok(made)
     }

@@ -80,12 +80,18 @@ pub(crate) enum Step {
     /// Join a running container's namespaces instead of making new ones
     /// (`container/join.rs`), right after [`Step::Namespaces`]' place.
     JoinContainer = 20,
+    /// Join a pod's network namespace (`container/join.rs`), right before
+    /// [`Step::Credentials`], while still root.
+    JoinNetwork = 21,
+    /// Bring a fresh network namespace's loopback up (`net.rs`), right
+    /// after [`Step::Hostname`].
+    Loopback = 22,
 }
 
 impl Step {
     /// Every step, by id: the order [`confine`] takes them in, but for
     /// the steps added later (each says where it runs).
-    pub(crate) const ALL: [Step; 20] = [
+    pub(crate) const ALL: [Step; 22] = [
         Step::CgroupJoin,
         Step::MapWriter,
         Step::Credentials,
@@ -106,6 +112,8 @@ impl Step {
         Step::BoundingSet,
         Step::ContainerRoot,
         Step::JoinContainer,
+        Step::JoinNetwork,
+        Step::Loopback,
     ];
 
     /// The name errors give it: what failed, by the call or mechanism.
@@ -131,6 +139,8 @@ impl Step {
             Step::BoundingSet => "capability_bounding_set",
             Step::ContainerRoot => "pivot_root",
             Step::JoinContainer => "setns",
+            Step::JoinNetwork => "setns_network",
+            Step::Loopback => "loopback_up",
         }
     }
 
@@ -176,6 +186,11 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     if plan.bounding == caps::Bounding::BeforeCredentials {
         caps::drop_bounding(plan.last_cap).map_err(at(Step::BoundingSet))?;
     }
+    // A pod's network namespace: owned by the host's user namespace, so
+    // joined while this process is root there.
+    if let Some(net) = &plan.join_network {
+        super::container::join::enter_network(net).map_err(at(Step::JoinNetwork))?;
+    }
     if let Some((uid, gid)) = plan.drop_to {
         creds::become_ids(uid, gid).map_err(at(Step::Credentials))?;
     }
@@ -198,6 +213,9 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     }
     if let Some(name) = &plan.hostname {
         quotas::set_hostname(name).map_err(at(Step::Hostname))?;
+    }
+    if plan.loopback {
+        net::loopback_up().map_err(at(Step::Loopback))?;
     }
     creds::rearm_parent_death(plan.parent_pid).map_err(at(Step::ParentDeath))?;
     if let Some(egress) = &plan.egress {

@@ -352,7 +352,7 @@ fn names() -> &'static HashMap<u32, &'static str> {
     NAMES.get_or_init(|| {
         let mut m = HashMap::new();
         for t in [
-            seccomp::Tables::namespaces(true),
+            seccomp::Tables::own_network(),
             seccomp::landlock_tier::tables(true),
         ] {
             let listed = t

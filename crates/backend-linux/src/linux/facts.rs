@@ -160,7 +160,7 @@ pub(crate) fn host_facts(
     }
     // SAFETY: geteuid/getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let filter = super::filter_for(layers, tier, false, uid != 0);
+    let filter = super::filter_for(layers, tier, super::Sockets::None, uid != 0);
     f.insert(
         "seccomp".into(),
         match probe::seccomp() {

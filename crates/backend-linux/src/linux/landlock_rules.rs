@@ -335,10 +335,22 @@ fn fd_identity(fd: &PathFd) -> std::io::Result<(u64, u64, bool)> {
 /// egress proxy's, in the sandbox's own network); `None`: no TCP at all.
 /// Below ABI 4 Landlock has no network rights, and the network namespace
 /// and the seccomp filter hold alone.
+/// What the ruleset says of TCP (Landlock ABI 4 and later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NetRules {
+    /// Every bind and connect denied (`Network::Deny`).
+    Denied,
+    /// A connect to this port only: the egress proxy's (`Network::Allow`).
+    ProxyPort(u16),
+    /// Not handled: the sandbox's own network namespace, which is never
+    /// the host's, bounds it (`Network::Namespace`).
+    Open,
+}
+
 pub(crate) fn build(
     abi_version: i32,
     rules: &[PathRule],
-    connect_port: Option<u16>,
+    net: NetRules,
 ) -> Result<OwnedFd, String> {
     let abi = ABI::from(abi_version);
     if abi == ABI::Unsupported {
@@ -349,7 +361,7 @@ pub(crate) fn build(
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
         .map_err(ll)?;
-    if abi >= ABI::V4 {
+    if abi >= ABI::V4 && net != NetRules::Open {
         // Every TCP bind and connect is denied, but a connect to the
         // egress proxy's port (below).
         ruleset = ruleset
@@ -360,7 +372,7 @@ pub(crate) fn build(
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(ll)?;
     }
     let mut created = ruleset.create().map_err(ll)?;
-    if let (Some(port), true) = (connect_port, abi >= ABI::V4) {
+    if let (NetRules::ProxyPort(port), true) = (net, abi >= ABI::V4) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(ll)?;

@@ -56,20 +56,35 @@ pub(crate) fn exec_dirs() -> Vec<PathBuf> {
         .collect()
 }
 
+/// Which sockets a sandbox's filter lets it make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sockets {
+    /// None (`Network::Deny`).
+    None,
+    /// TCP clients, for the egress proxy (`Network::Allow`, `Brokered`).
+    Proxy,
+    /// TCP clients and servers in the sandbox's own network namespace
+    /// (`Network::Namespace`).
+    OwnNetwork,
+}
+
 /// The filter for `layers` in `tier` (`None`, no tier can run: the
-/// namespaces' is named), with an egress allowlist or not, for a sandbox
-/// that runs as the caller's uid or not.
+/// namespaces' is named), with the `sockets` of its network, for a
+/// sandbox that runs as the caller's uid or not.
 pub(crate) fn filter_for(
     layers: crate::Layers,
     tier: Option<crate::Tier>,
-    egress: bool,
+    sockets: Sockets,
     caller_uid: bool,
 ) -> seccomp::Filter {
     use seccomp::Filter;
-    match (layers.seccomp_allowlist, tier) {
-        (false, _) => Filter::DenyList,
-        (true, Some(crate::Tier::Landlock)) => Filter::Landlock { caller_uid },
-        (true, _) => Filter::Namespaces { egress },
+    match (layers.seccomp_allowlist, tier, sockets) {
+        (false, _, _) => Filter::DenyList,
+        (true, Some(crate::Tier::Landlock), _) => Filter::Landlock { caller_uid },
+        (true, _, Sockets::OwnNetwork) => Filter::OwnNetwork,
+        (true, _, s) => Filter::Namespaces {
+            egress: s == Sockets::Proxy,
+        },
     }
 }
 

@@ -58,7 +58,7 @@ pub(crate) type WayOut = (Vec<HostPattern>, Option<Arc<dyn Intercept>>);
 /// backend cannot enforce it with `layers`.
 pub(crate) fn allowlist(network: &Network, layers: Layers) -> Result<Option<WayOut>, String> {
     match network {
-        Network::Deny => Ok(None),
+        Network::Deny | Network::Namespace => Ok(None),
         Network::Allow(_) | Network::Brokered(_) if !layers.seccomp_allowlist => Err(
             "Network::Allow needs the seccomp allowlist layer (the deny-list lets UDP \
              and raw sockets be made): use every layer, or Network::Deny"
@@ -68,7 +68,7 @@ pub(crate) fn allowlist(network: &Network, layers: Layers) -> Result<Option<WayO
         Network::Brokered(b) => Ok(Some((b.hosts.clone(), Some(b.intercept.clone())))),
         other => Err(format!(
             "network policy {other:?} is not supported by the Linux backend (only Deny and \
-             Allow): upgrade cordon-backend-linux or use Network::Deny"
+             Allow, Brokered and Namespace): upgrade cordon-backend-linux or use Network::Deny"
         )),
     }
 }
@@ -192,6 +192,23 @@ pub(crate) unsafe fn open_way_out(plan: &EgressPlan) -> io::Result<()> {
         // later, with a copy of this fd table) and the program need none.
         libc::close(plan.send.as_raw_fd());
         sent
+    }
+}
+
+/// In the child, in a network namespace of its own (it holds
+/// `CAP_NET_ADMIN` in the user namespace that owns it): its loopback up.
+/// Async-signal-safe.
+pub(crate) fn loopback_up() -> io::Result<()> {
+    // SAFETY: a socket of our own, closed on every path.
+    unsafe {
+        let s = check(libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let r = bring_up_lo(s);
+        libc::close(s);
+        r
     }
 }
 

@@ -67,4 +67,10 @@ pub(crate) struct ChildPlan {
     /// made (`unshare_flags` is then 0, and there are no maps, quotas,
     /// hostname, mounts or egress listener to make).
     pub join: Option<super::container::join::JoinPlan>,
+    /// A pod's network namespace, joined before the credentials change
+    /// (`unshare_flags` then has no `CLONE_NEWNET`).
+    pub join_network: Option<OwnedFd>,
+    /// `Network::Namespace` in a fresh network namespace: bring its
+    /// loopback up.
+    pub loopback: bool,
 }

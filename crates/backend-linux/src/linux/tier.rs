@@ -110,9 +110,12 @@ pub(crate) fn missing(
     }
     // SAFETY: geteuid has no preconditions.
     let caller_uid = unsafe { libc::geteuid() } != 0;
-    if let Err(r) =
-        super::compiled_filters(super::filter_for(layers, Some(tier), false, caller_uid))
-    {
+    if let Err(r) = super::compiled_filters(super::filter_for(
+        layers,
+        Some(tier),
+        super::Sockets::None,
+        caller_uid,
+    )) {
         reasons.push(r);
     }
     if tier == Tier::Namespaces {

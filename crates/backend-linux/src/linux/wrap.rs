@@ -84,6 +84,15 @@ fn wrap_inner(
         ));
     }
     let allow_hosts = net::allowlist(&policy.network, layers).map_err(wrap_err)?;
+    // TCP bounded by a network namespace of the sandbox's own (made, or a
+    // container's joined): never without one.
+    let own_network = matches!(policy.network, cordon_core::Network::Namespace);
+    if own_network && (landlock_tier || !layers.seccomp_allowlist) {
+        return Err(wrap_err(
+            "Network::Namespace needs a network namespace of the sandbox's own and the seccomp \
+             allowlist: tier namespaces with every layer",
+        ));
+    }
     let abi = probe::landlock_abi().map_err(wrap_err)?;
     if landlock_tier && abi < probe::SCOPING_ABI {
         return Err(wrap_err(format!(
@@ -95,9 +104,19 @@ fn wrap_inner(
     probe::seccomp().map_err(wrap_err)?;
 
     let grants = Grants::of(policy, layers, tier)?;
-    let connect_port = allow_hosts.as_ref().map(|_| PROXY_PORT);
-    let ruleset = landlock_rules::build(abi, &grants.rules, connect_port).map_err(wrap_err)?;
-    let filter = super::filter_for(layers, Some(tier), allow_hosts.is_some(), euid != 0);
+    let net_rules = match (&allow_hosts, own_network) {
+        (Some(_), _) => landlock_rules::NetRules::ProxyPort(PROXY_PORT),
+        (None, true) => landlock_rules::NetRules::Open,
+        (None, false) => landlock_rules::NetRules::Denied,
+    };
+    let ruleset = landlock_rules::build(abi, &grants.rules, net_rules).map_err(wrap_err)?;
+    // Network::Namespace's sockets: TCP only, clients and servers.
+    let sockets = match (&allow_hosts, own_network) {
+        (Some(_), _) => super::Sockets::Proxy,
+        (None, true) => super::Sockets::OwnNetwork,
+        (None, false) => super::Sockets::None,
+    };
+    let filter = super::filter_for(layers, Some(tier), sockets, euid != 0);
     let mut seccomp = compiled_filters(filter).map_err(wrap_err)?;
     if seccomp.is_empty() {
         return Err(wrap_err(
@@ -147,6 +166,20 @@ fn wrap_inner(
     } else {
         SandboxIds::choose((euid, egid), layers, pool).map_err(wrap_err)?
     };
+    // A pod's network namespace, joined instead of a new one.
+    let join_network = match policy.container.as_ref().and_then(|r| r.network.as_deref()) {
+        Some(_) if joining.is_some() => None,
+        Some(path) => {
+            if allow_hosts.is_some() {
+                return Err(wrap_err(
+                    "an egress allowlist needs a network namespace of the sandbox's own, not a \
+                     joined one",
+                ));
+            }
+            Some(super::container::join::open_network(path, ids.root_host).map_err(wrap_err)?)
+        }
+        None => None,
+    };
     let join = match (joining, &policy.container) {
         (Some(running), Some(root)) => Some(
             super::container::join::JoinPlan::open(root, running, ids.inside, ids.root_host)
@@ -168,6 +201,15 @@ fn wrap_inner(
         (mount_plan(policy, &grants, &ids, (euid, egid))?, None)
     };
     let cgroup = sandbox_cgroup(policy, layers)?;
+    // TCP memory is one pool for the host: without a cgroup of the
+    // sandbox's own nothing bounds its part (cgroup.rs).
+    if own_network && cgroup.is_none() {
+        return Err(wrap_err(
+            "Network::Namespace needs a cgroup of the sandbox's own, which bounds its TCP \
+             buffers (one pool for the host): run as root, or with a delegated cgroup v2 \
+             memory controller",
+        ));
+    }
     let id_maps = (layers.mount_namespace && !landlock_tier && join.is_none())
         .then(|| IdMaps::new(ids.inside, ids.host));
     // A root host's maps are written by a helper that stays root (maps.rs),
@@ -211,14 +253,17 @@ fn wrap_inner(
     } else {
         unshare_flags(layers)
     };
-    if egress_plan.is_some() {
+    if egress_plan.is_some() || (own_network && join.is_none() && join_network.is_none()) {
         unshare |= libc::CLONE_NEWNET;
     }
     // A container has a network namespace of its own (none of the host's
     // connection tables, interfaces or routes; its fresh sysfs needs one)
     // and a cgroup namespace (its cgroup paths relative to its own).
     if policy.container.is_some() && join.is_none() {
-        unshare |= libc::CLONE_NEWNET | libc::CLONE_NEWCGROUP;
+        unshare |= libc::CLONE_NEWCGROUP;
+        if join_network.is_none() {
+            unshare |= libc::CLONE_NEWNET;
+        }
     }
     // The sandbox's own helpers (the init, and in tier landlock its
     // warden) count against RLIMIT_NPROC like its processes; with no user
@@ -238,7 +283,7 @@ fn wrap_inner(
         s
     });
     let (seccomp, syscall_watch, seccomp_listener) = if policy.explain {
-        let net = if egress_plan.is_some() {
+        let net = if egress_plan.is_some() || own_network {
             explain::NetMode::Allowlist
         } else {
             explain::NetMode::Denied
@@ -343,6 +388,8 @@ fn wrap_inner(
         egress: egress_plan,
         seccomp_listener,
         join,
+        loopback: own_network && unshare & libc::CLONE_NEWNET != 0,
+        join_network,
     };
     tracing::debug!(
         landlock_abi = abi,
@@ -472,6 +519,13 @@ impl Grants {
 /// the sandbox (no idmapped mount: what the sandbox wrote there would be
 /// stored as its leased uid, which a later sandbox may get).
 fn landlock_tier_admits(policy: &SandboxPolicy, root_host: bool) -> Result<(), WrapError> {
+    if matches!(policy.network, cordon_core::Network::Namespace) {
+        return Err(wrap_err(
+            "Network::Namespace needs a network namespace of the sandbox's own, which tier \
+             landlock has not: allow user namespaces for tier namespaces, or run without \
+             network",
+        ));
+    }
     if !matches!(policy.network, cordon_core::Network::Deny) {
         return Err(wrap_err(
             "tier landlock cannot hold an egress allowlist (Network::Allow, cordon run \
@@ -596,7 +650,8 @@ fn sandbox_cgroup(
         return Ok(None);
     };
     check_memory_floor(&policy.limits)?;
-    cgroup::SandboxCgroup::create(h, &policy.limits)
+    let tcp = matches!(policy.network, cordon_core::Network::Namespace);
+    cgroup::SandboxCgroup::create(h, &policy.limits, tcp)
         .map(Some)
         .map_err(|e| {
             wrap_err(format!(

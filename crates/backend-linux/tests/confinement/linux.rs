@@ -26,6 +26,8 @@ mod container_filter;
 mod launcher;
 #[path = "limits.rs"]
 mod limits;
+#[path = "own_network.rs"]
+mod own_network;
 #[path = "own_uid.rs"]
 mod own_uid;
 #[path = "pools.rs"]
@@ -60,6 +62,7 @@ fn scenarios() -> Vec<Scenario> {
     use breaches::*;
     use launcher::*;
     use limits::*;
+    use own_network::*;
     use own_uid::*;
     use pools::*;
     use scratch::*;
@@ -99,6 +102,8 @@ fn scenarios() -> Vec<Scenario> {
         s!(mknod_denied_fifo_allowed, true),
         s!(proc_of_host_denied, true),
         s!(tcp_connect_denied, true),
+        s!(own_network_serves_inside_and_reaches_nothing_outside, true),
+        s!(own_network_tcp_buffers_stay_in_the_sandboxs_share, true),
         s!(sockets_denied_socketpair_allowed, true),
         s!(kill_host_process_denied, true),
         s!(fork_bomb_stops_at_max_processes, true),

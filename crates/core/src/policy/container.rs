@@ -36,6 +36,13 @@ pub struct ContainerRoot {
     /// inside the running container.
     #[serde(default)]
     pub enter: Option<RunningContainer>,
+    /// Join this network namespace (a file such as `/var/run/netns/NAME`)
+    /// instead of making one: a pod's, which its containers share. Never
+    /// the host's own (a backend refuses it). A sysfs cannot be mounted
+    /// in a namespace the container's user namespace does not own, so
+    /// [`ContainerMountKind::Sysfs`] is refused with it.
+    #[serde(default)]
+    pub network: Option<PathBuf>,
 }
 
 /// A container that is running ([`ContainerRoot::enter`]): named by a
@@ -129,6 +136,25 @@ impl ContainerRoot {
             ));
         }
         plain_inside("the working directory", &self.cwd)?;
+        if let Some(n) = &self.network {
+            if !n.is_absolute() {
+                return Err(format!(
+                    "the network namespace `{}` is not an absolute path",
+                    n.display()
+                ));
+            }
+            if self
+                .mounts
+                .iter()
+                .any(|m| m.kind == ContainerMountKind::Sysfs)
+            {
+                return Err(
+                    "a sysfs mount needs a network namespace of the container's own, not a \
+                     joined one"
+                        .into(),
+                );
+            }
+        }
         if let Some(h) = &self.hostname {
             if h.is_empty() || h.len() > 64 || h.bytes().any(|b| b == 0 || b == b'/') {
                 return Err(format!("hostname `{h}`: 1 to 64 bytes, no NUL or `/`"));
@@ -186,6 +212,7 @@ mod tests {
             cwd: PathBuf::from("/"),
             hostname: None,
             enter: None,
+            network: None,
         }
     }
 

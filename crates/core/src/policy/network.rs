@@ -50,6 +50,17 @@ pub enum Network {
     /// memory), so it neither serializes nor deserializes: a policy that
     /// carries one cannot be written out and read back as something less.
     Brokered(BrokeredNetwork),
+    /// TCP in a network namespace of the sandbox's own, never the host's:
+    /// a fresh one whose only interface is its loopback (up), or the one a
+    /// container joins ([`ContainerRoot::network`](crate::policy::ContainerRoot::network):
+    /// a pod's, with what its network plugin gave it). The socket rules
+    /// are [`Network::Allow`]'s (TCP only: no UDP and so no DNS of its
+    /// own, no raw, packet or netlink socket), without the proxy: every
+    /// port may be bound and connected to, inside that namespace. A
+    /// backend that cannot give the sandbox a network namespace refuses
+    /// it; a runner admits it only with P8 proven (its socket filter is
+    /// the allowlist's).
+    Namespace,
 }
 
 /// [`Network::Brokered`]'s allowlist and interceptor.
@@ -100,7 +111,7 @@ impl Network {
     /// The allowlist, for `Allow` and `Brokered`.
     pub fn allowlist(&self) -> Option<&[cordon_egress::HostPattern]> {
         match self {
-            Network::Deny => None,
+            Network::Deny | Network::Namespace => None,
             Network::Allow(h) => Some(h),
             Network::Brokered(b) => Some(&b.hosts),
         }

@@ -162,15 +162,17 @@ fn host_pools() -> String {
     );
     for p in HOST_POOLS {
         let calls: Vec<String> = p.syscalls.iter().map(|c| format!("`{c}`")).collect();
-        let namespaces = if p.egress == p.namespaces {
-            held(p.namespaces).to_string()
-        } else {
-            format!(
-                "{}; with `Network::Allow`: {}",
-                held(p.namespaces),
-                held(p.egress)
-            )
-        };
+        let mut namespaces = held(p.namespaces).to_string();
+        if p.egress != p.namespaces {
+            let _ = write!(namespaces, "; with `Network::Allow`: {}", held(p.egress));
+        }
+        if p.own_network != p.egress {
+            let _ = write!(
+                namespaces,
+                "; with `Network::Namespace`: {}",
+                held(p.own_network)
+            );
+        }
         let _ = writeln!(
             s,
             "| {} | {} | {namespaces} | {} | {} | {} | {} |",

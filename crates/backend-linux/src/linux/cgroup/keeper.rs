@@ -441,7 +441,7 @@ mod tests {
         empty_stock();
         USED.store(0, Ordering::Relaxed);
         // A process's only sandbox: its set is gone when it is.
-        let only = SandboxCgroup::create(h, &limits(64)).expect("only");
+        let only = SandboxCgroup::create(h, &limits(64), false).expect("only");
         let dir = memory_of(&only);
         drop(only);
         assert!(
@@ -449,15 +449,15 @@ mod tests {
             "the only set was kept"
         );
         USED.store(0, Ordering::Relaxed);
-        let first = SandboxCgroup::create(h, &limits(64)).expect("first");
+        let first = SandboxCgroup::create(h, &limits(64), false).expect("first");
         assert!(
             stocked().is_empty(),
             "one sandbox made; nothing may be stocked yet"
         );
-        let second = SandboxCgroup::create(h, &limits(64)).expect("second");
+        let second = SandboxCgroup::create(h, &limits(64), false).expect("second");
         until("a set made ahead", || !stocked().is_empty());
         let ahead = stocked()[0].clone();
-        let third = SandboxCgroup::create(h, &limits(32)).expect("third");
+        let third = SandboxCgroup::create(h, &limits(32), false).expect("third");
         assert_eq!(
             memory_of(&third),
             ahead,
@@ -494,7 +494,7 @@ mod tests {
         empty_stock();
         // As in a process past its first sandbox (the first is removed).
         USED.store(2, Ordering::Relaxed);
-        let a = SandboxCgroup::create(h, &limits(32)).expect("a");
+        let a = SandboxCgroup::create(h, &limits(32), false).expect("a");
         let status = run_in(
             &a,
             "x = bytearray(512 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1",
@@ -505,7 +505,7 @@ mod tests {
         let dir = memory_of(&a);
         drop(a);
         until("the OOM-killed set recycled", || stocked().contains(&dir));
-        let b = SandboxCgroup::create(h, &limits(64)).expect("b");
+        let b = SandboxCgroup::create(h, &limits(64), false).expect("b");
         assert_eq!(memory_of(&b), dir, "b did not get the recycled set");
         assert!(!b.oom_killed(), "b counts a's OOM kill");
         assert!(
@@ -518,7 +518,7 @@ mod tests {
         drop(b);
         until("b recycled", || stocked().contains(&dir));
         // A sandbox without a memory limit after one with: none is left.
-        let c = SandboxCgroup::create(h, &cordon_core::Limits::default()).expect("c");
+        let c = SandboxCgroup::create(h, &cordon_core::Limits::default(), false).expect("c");
         assert_eq!(memory_of(&c), dir);
         assert!(
             unlimited(&limit_of(&c)),
@@ -528,7 +528,7 @@ mod tests {
         // And a smaller one than b's after none.
         drop(c);
         until("c recycled", || stocked().contains(&dir));
-        let b = SandboxCgroup::create(h, &limits(48)).expect("d");
+        let b = SandboxCgroup::create(h, &limits(48), false).expect("d");
         assert_eq!(limit_of(&b), (48u64 << 20).to_string());
         drop(b);
         until("b recycled", || stocked().contains(&dir));

@@ -179,3 +179,45 @@ fn start_time(dir: &OwnedFd) -> std::io::Result<u64> {
         .and_then(|f| f.parse().ok())
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EPROTO))
 }
+
+/// `NS_GET_NSTYPE` (`linux/nsfs.h`): the `CLONE_NEW*` type of a namespace
+/// fd.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// A pod's network namespace ([`ContainerRoot::network`]), opened in the
+/// parent: a network namespace, and not this process's own. Joined by
+/// [`enter_network`] while the launcher is still root.
+pub(crate) fn open_network(path: &std::path::Path, root_host: bool) -> Result<OwnedFd, String> {
+    if !root_host {
+        return Err(format!(
+            "joining the network namespace `{}` needs a root host: the launcher must hold \
+             CAP_SYS_ADMIN over the namespace's owner",
+            path.display()
+        ));
+    }
+    let what = || format!("the network namespace `{}`", path.display());
+    let fd =
+        open_at(None, &path.to_string_lossy(), false).map_err(|e| format!("{}: {e}", what()))?;
+    // SAFETY: an ioctl with no argument on an fd of ours.
+    let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+    if kind != libc::CLONE_NEWNET {
+        return Err(format!("{} is not a network namespace", what()));
+    }
+    let mine = std::fs::metadata("/proc/self/ns/net")
+        .map_err(|e| format!("this process's network namespace: {e}"))?;
+    let theirs = fstat(&fd).map_err(|e| format!("{}: {e}", what()))?;
+    if (theirs.st_dev, theirs.st_ino) == (mine_dev(&mine), mine_ino(&mine)) {
+        return Err(format!(
+            "{} is this host's own: a container never joins it",
+            what()
+        ));
+    }
+    Ok(fd)
+}
+
+/// In the child, while it is root on the host: joins the network
+/// namespace `fd`. Async-signal-safe.
+pub(crate) fn enter_network(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: setns on an fd the plan holds.
+    check_long(unsafe { libc::syscall(libc::SYS_setns, fd.as_raw_fd(), libc::CLONE_NEWNET) })
+}

@@ -66,6 +66,14 @@ pub(crate) fn egress_programs() -> Result<Vec<Program>, String> {
     Ok(vec![full_filter(true)?])
 }
 
+/// [`egress_programs`] for a sandbox whose network is a namespace of its
+/// own (`Network::Namespace`): TCP sockets may also `bind`, `listen` and
+/// `accept` ([`Tables::own_network`]). UDP, raw, packet, netlink and UNIX
+/// sockets stay refused.
+pub(crate) fn own_network_programs() -> Result<Vec<Program>, String> {
+    Ok(vec![Tables::own_network().compile("sandbox")?])
+}
+
 /// The deny-list filters, in install order: the deny-list (default
 /// allow, `setsid`/`setpgid` still refused) and `clone3` → `ENOSYS`. Used
 /// by `Layers::BASE` only.
@@ -195,6 +203,16 @@ impl Tables {
         }
     }
 
+    /// [`Tables::namespaces`] with egress, and TCP servers too: `bind`,
+    /// `listen`, `accept`, `accept4` (`Network::Namespace`, whose network
+    /// namespace is never the host's).
+    pub(crate) fn own_network() -> Tables {
+        let mut t = Tables::namespaces(true);
+        t.allowed
+            .extend(sys![SYS_bind, SYS_listen, SYS_accept, SYS_accept4]);
+        t
+    }
+
     /// Moves `sys` from wherever it was listed to the refused ones.
     pub(crate) fn deny(&mut self, sys: Sys) {
         self.allowed.retain(|s| s.nr != sys.nr);
@@ -252,6 +270,9 @@ pub(crate) enum Filter {
         /// The variant of an egress allowlist ([`egress_programs`]).
         egress: bool,
     },
+    /// Tier namespaces with a network namespace of the sandbox's own
+    /// (`Network::Namespace`, [`own_network_programs`]).
+    OwnNetwork,
     /// Tier landlock ([`landlock_tier`]): the allowlist, with refusals
     /// for what the missing namespaces would have contained.
     Landlock {
@@ -264,10 +285,11 @@ pub(crate) enum Filter {
 
 impl Filter {
     /// Every filter, for the once-per-process compilation.
-    pub(crate) const ALL: [Filter; 5] = [
+    pub(crate) const ALL: [Filter; 6] = [
         Filter::DenyList,
         Filter::Namespaces { egress: false },
         Filter::Namespaces { egress: true },
+        Filter::OwnNetwork,
         Filter::Landlock { caller_uid: false },
         Filter::Landlock { caller_uid: true },
     ];
@@ -278,6 +300,7 @@ impl Filter {
             Filter::DenyList => deny_list_programs(),
             Filter::Namespaces { egress: false } => programs(),
             Filter::Namespaces { egress: true } => egress_programs(),
+            Filter::OwnNetwork => own_network_programs(),
             Filter::Landlock { caller_uid } => landlock_tier::programs(caller_uid),
         }
     }
@@ -288,7 +311,7 @@ impl Filter {
             Filter::DenyList => {
                 "deny-list only (listed syscalls return EPERM, clone3 returns ENOSYS)"
             }
-            Filter::Namespaces { .. } => {
+            Filter::Namespaces { .. } | Filter::OwnNetwork => {
                 "one filter: allowlist (unlisted syscalls return ENOSYS), listed dangerous \
                  syscalls return EPERM, with argument checks (refused arguments return EPERM) \
                  on clone, socketpair, ioctl, personality, prctl, the scheduler setters, \

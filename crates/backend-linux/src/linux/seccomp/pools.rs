@@ -37,6 +37,8 @@ pub struct HostPool {
     pub namespaces: Held,
     /// Tier namespaces with `Network::Allow`.
     pub egress: Held,
+    /// Tier namespaces with `Network::Namespace` (TCP servers too).
+    pub own_network: Held,
     /// Tier landlock on a root host (the sandbox has a uid of its own).
     pub landlock: Held,
     /// Tier landlock on an unprivileged host (the caller's uid).
@@ -66,6 +68,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         ],
         namespaces: Unlisted,
         egress: Unlisted,
+        own_network: Unlisted,
         landlock: Unlisted,
         landlock_caller_uid: Unlisted,
         bound: "none can be taken: no namespace or uid holds a share, and a cap on `nr_events` \
@@ -79,6 +82,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["io_uring_setup", "io_uring_enter", "io_uring_register"],
         namespaces: Refused,
         egress: Refused,
+        own_network: Refused,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "refused (it also opens and connects without the syscalls)",
@@ -98,6 +102,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         ],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "`RLIMIT_SIGPENDING` 1024 (a timer holds one); a root host's sandbox counts \
@@ -109,6 +114,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["inotify_init1", "inotify_init"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Refused,
         bound: "tier namespaces: 32 in its own user namespace; tier landlock: its own uid's \
@@ -120,6 +126,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["inotify_add_watch"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "tier namespaces: 8192 in its own user namespace; tier landlock: its own uid's \
@@ -133,6 +140,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["fanotify_init", "fanotify_mark"],
         namespaces: Refused,
         egress: Refused,
+        own_network: Refused,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "refused; tier namespaces also sets both quotas to 0",
@@ -143,6 +151,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["add_key", "request_key", "keyctl"],
         namespaces: Refused,
         egress: Refused,
+        own_network: Refused,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "refused",
@@ -153,6 +162,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["userfaultfd"],
         namespaces: Refused,
         egress: Refused,
+        own_network: Refused,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "refused",
@@ -163,6 +173,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["perf_event_open"],
         namespaces: Refused,
         egress: Refused,
+        own_network: Refused,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "refused",
@@ -174,6 +185,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["clone", "fork", "vfork"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "`RLIMIT_NPROC` = `max_processes` (+ 1 for the init), counted per user namespace \
@@ -206,6 +218,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         ],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "`RLIMIT_NOFILE` = `open_files` per process, so `open_files` × `max_processes` \
@@ -217,6 +230,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["pidfd_open"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "as open files; refused in tier landlock, where any host pid could be named",
@@ -229,6 +243,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["sendmsg", "sendmmsg"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "a root host's sandbox counts under its own uid; an unprivileged host's under \
@@ -241,6 +256,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["pipe2", "pipe", "fcntl"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "a root host's sandbox: its own uid's; an unprivileged host's: the caller's, \
@@ -252,6 +268,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["epoll_ctl"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "a root host's sandbox: its own uid's count, each watch memory of its memory \
@@ -269,6 +286,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["socketpair", "sendto", "sendmsg", "sendmmsg", "setsockopt"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "charged to the sandbox's memory cgroup where it has one (a root host: the fill \
@@ -283,16 +301,37 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["socket"],
         namespaces: Refused,
         egress: Runs,
+        own_network: Runs,
         landlock: Refused,
         landlock_caller_uid: Refused,
-        bound: "only with an egress allowlist, in the sandbox's own network namespace (its own \
-                ports), to the host's proxy alone: at most `max_open` (32) tunnels, each \
-                holding the sandbox's own socket (its namespace's `tcp_rmem`/`tcp_wmem`, or up \
-                to twice `net.core.rmem_max`/`wmem_max` by `setsockopt`) and the proxy's two, \
-                fixed at `SOCKET_BUFFER` (2 MiB) per direction, so no autotuning grows them",
+        bound: "only with an egress allowlist or `Network::Namespace`, in the sandbox's own \
+                network namespace (its own ports). With an allowlist, to the host's proxy \
+                alone: at most `max_open` (32) tunnels, each holding the sandbox's own socket \
+                (its namespace's `tcp_rmem`/`tcp_wmem`, or up to twice \
+                `net.core.rmem_max`/`wmem_max` by `setsockopt`) and the proxy's two, fixed at \
+                `SOCKET_BUFFER` (2 MiB) per direction, so no autotuning grows them. With \
+                `Network::Namespace` (refused without a cgroup of the sandbox's own): the \
+                sandbox's cgroup, 64 MiB of TCP buffers on v1 \
+                (`memory.kmem.tcp.limit_in_bytes`), its `memory.max` on v2",
         test: "`sockets_denied_socketpair_allowed`; egress: the egress crate's \
                `tunnels_hold_the_tcp_pool_to_the_proxys_fixed_buffers` (32 tunnels filled \
-               both ways: no proxy socket past 2 MiB one way)",
+               both ways: no proxy socket past 2 MiB one way); own network: \
+               `own_network_tcp_buffers_stay_in_the_sandboxs_share`",
+    },
+    HostPool {
+        pool: "TCP listening sockets and their accept queues (ports per network namespace; an \
+               accepted connection's buffers are TCP memory, above)",
+        syscalls: &["bind", "listen", "accept", "accept4"],
+        namespaces: Unlisted,
+        egress: Unlisted,
+        own_network: Runs,
+        landlock: Unlisted,
+        landlock_caller_uid: Unlisted,
+        bound: "only with `Network::Namespace`, in a network namespace that is never the \
+                host's: its ports are that namespace's, a backlog is capped by its \
+                `net.core.somaxconn`, and each accepted socket is an open file (the sandbox's \
+                `RLIMIT_NOFILE`) holding TCP memory (above)",
+        test: "`own_network_serves_inside_and_reaches_nothing_outside`",
     },
     HostPool {
         pool: "SysV IPC ids and POSIX message queues (`kernel.msgmni`, `shmmni`, `shmall`, \
@@ -319,6 +358,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         ],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Refused,
         landlock_caller_uid: Refused,
         bound: "tier namespaces: its own IPC namespace's (freed with it), message queue bytes \
@@ -336,6 +376,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["mlock", "mlock2", "mlockall"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "8 MiB per process (Kernel quotas)",
@@ -346,6 +387,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["memfd_create"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "the memory limit (`memory_bytes` at the scope `limit_memory` says) and \
@@ -358,6 +400,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["flock"],
         namespaces: Runs,
         egress: Runs,
+        own_network: Runs,
         landlock: Runs,
         landlock_caller_uid: Runs,
         bound: "each lock (one per open file for `flock`, one per byte range for `fcntl`) is \
@@ -376,6 +419,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["fcntl"],
         namespaces: FlagRefused,
         egress: FlagRefused,
+        own_network: FlagRefused,
         landlock: FlagRefused,
         landlock_caller_uid: FlagRefused,
         bound: "only the commands programs use run (`FCNTL_ALLOWED` in `rules.rs`: locks, \
@@ -389,6 +433,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["membarrier"],
         namespaces: FlagRefused,
         egress: FlagRefused,
+        own_network: FlagRefused,
         landlock: FlagRefused,
         landlock_caller_uid: FlagRefused,
         bound: "the global commands, which interrupt every CPU running a registered host \
@@ -404,6 +449,7 @@ pub const HOST_POOLS: &[HostPool] = &[
         syscalls: &["mmap", "memfd_create", "shmget"],
         namespaces: FlagRefused,
         egress: FlagRefused,
+        own_network: FlagRefused,
         landlock: FlagRefused,
         landlock_caller_uid: FlagRefused,
         bound: "`MAP_HUGETLB`, `MFD_HUGETLB` and `SHM_HUGETLB` refused (`shmget` is refused \

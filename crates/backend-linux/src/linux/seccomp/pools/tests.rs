@@ -58,6 +58,9 @@ fn filters() -> Vec<(&'static str, Tables, Column)> {
     fn landlock(p: &HostPool) -> Held {
         p.landlock
     }
+    fn own_network(p: &HostPool) -> Held {
+        p.own_network
+    }
     fn caller_uid(p: &HostPool) -> Held {
         p.landlock_caller_uid
     }
@@ -71,6 +74,11 @@ fn filters() -> Vec<(&'static str, Tables, Column)> {
             "namespaces with egress",
             Tables::namespaces(true),
             egress as Column,
+        ),
+        (
+            "namespaces with its own network",
+            Tables::own_network(),
+            own_network as Column,
         ),
         ("landlock", landlock_tier::tables(false), landlock as Column),
         (
