@@ -31,7 +31,8 @@
 //!    `exec`), instead of steps 6 and 8 to 11 (and 13 and 16, below): the
 //!    container's user, PID, network, IPC, UTS, cgroup and mount
 //!    namespaces joined, the sandbox's ids inside taken, its working
-//!    directory entered;
+//!    directory entered (resolved inside the root, through no magic link:
+//!    this process still holds the user namespace's capabilities);
 //! 8. `uid_map`: the uid/gid maps (`nobody` inside for a root host, the
 //!    caller's own ids otherwise);
 //! 9. `user_namespace_quotas`, here only where the sandbox gets no procfs
@@ -68,7 +69,9 @@
 //! 20. `landlock_restrict_self` with a ruleset built in the parent that
 //!     handles every access right of the running kernel's ABI (but TCP's
 //!     with `Network::Namespace`, which the namespace bounds instead);
-//! 21. `seccomp`: the seccomp filters, last.
+//! 21. `seccomp`: the seccomp filters, last (in a running container
+//!     entered, with one more that refuses `setsid` and `setpgid`: its
+//!     subreaper init ends the sandbox by process group).
 //!
 //! The init (and in tier landlock its warden) is split off at step 14
 //! and takes none of the steps after it: it runs with what the launcher

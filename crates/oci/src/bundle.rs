@@ -14,12 +14,12 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use cordon_core::policy::{ContainerMount, ContainerMountKind, ContainerRoot};
-use cordon_core::policy::{SeccompAction, SeccompArg, SeccompOp, SeccompProfile, SeccompRule};
 use cordon_core::{ChildSpec, Limits, StdioMode};
-use oci_spec::runtime::{
-    LinuxNamespaceType, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator, PosixRlimitType,
-    Process, Spec,
-};
+use oci_spec::runtime::{LinuxNamespaceType, PosixRlimitType, Process, Spec};
+
+mod seccomp;
+
+use seccomp::seccomp_profile;
 
 /// A container as Cordon will run it.
 #[derive(Debug)]
@@ -74,8 +74,13 @@ const HARMLESS_OPTIONS: [&str; 14] = [
 
 /// Reads and maps the bundle at `bundle`.
 pub fn load(bundle: &Path) -> Result<Container, String> {
-    let config = bundle.join("config.json");
-    let spec = Spec::load(&config).map_err(|e| format!("{}: {e}", config.display()))?;
+    load_config(&bundle.join("config.json"), bundle)
+}
+
+/// Reads and maps `config` (a bundle's `config.json`, or the copy kept in
+/// a container's state) of the bundle at `bundle`.
+pub fn load_config(config: &Path, bundle: &Path) -> Result<Container, String> {
+    let spec = Spec::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
     map(&spec, bundle)
 }
 
@@ -363,54 +368,10 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
     })
 }
 
-/// `exec`'s child: the container's own (its root, mounts, seccomp
-/// profile and limits) entering `running`, with the program, arguments,
-/// environment and working directory of `process` (`exec --process`'s
-/// object, checked as the bundle's is), the limits its rlimits give.
-pub fn exec_spec(
-    container: Container,
-    process: &Process,
-    running: cordon_core::policy::RunningContainer,
-) -> Result<(ChildSpec, Vec<String>), String> {
-    let mut warnings = Vec::new();
-    // The container's limits (its `resources`), with the process's own
-    // rlimits: never more processes than the container may have.
-    let own = check_process(process, &mut warnings, "--process")?;
-    let mut limits = container.spec.limits;
-    limits.open_files = own.open_files;
-    limits.max_processes = match (own.max_processes, limits.max_processes) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    let args = process.args().clone().unwrap_or_default();
-    let Some((program, rest)) = args.split_first() else {
-        return Err("--process: args is empty".into());
-    };
-    let mut child = ChildSpec::new(PathBuf::from(program))
-        .args(rest.iter().map(OsString::from))
-        .stdio(StdioMode::Relay);
-    for kv in process.env().iter().flatten() {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        child.env.push((k.into(), v.into()));
-    }
-    let mut root = container
-        .spec
-        .container
-        .ok_or("the container has no root")?;
-    root.cwd = process.cwd().clone();
-    root.enter = Some(running);
-    root.check().map_err(|e| format!("--process: {e}"))?;
-    child.limits = limits;
-    child.container = Some(root);
-    child.seccomp = container.spec.seccomp;
-    child.label = Some("cordon-runtime exec".into());
-    Ok((child, warnings))
-}
-
 /// The checks of a `process` object (the bundle's, or `exec`'s, whose
 /// fields are named from `field`); returns the container's limits with
 /// its rlimits applied.
-fn check_process(
+pub(crate) fn check_process(
     process: &Process,
     warnings: &mut Vec<String>,
     field: &str,
@@ -576,88 +537,4 @@ fn parse_size(v: &str) -> Option<u64> {
         _ => (v, 1),
     };
     n.parse::<u64>().ok()?.checked_mul(mult)
-}
-
-/// `linux.seccomp`, stacked on Cordon's filter (it can only take away).
-fn seccomp_profile(p: &LinuxSeccomp) -> Result<SeccompProfile, String> {
-    if p.listener_path().is_some() {
-        return Err("linux.seccomp.listenerPath: a seccomp notify listener is refused".into());
-    }
-    if p.flags().as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err("linux.seccomp.flags: filter flags are not supported".into());
-    }
-    let act = |a: LinuxSeccompAction, errno: Option<u32>, field: &str| {
-        Ok(match a {
-            LinuxSeccompAction::ScmpActAllow => SeccompAction::Allow,
-            // 0 would make a refused call look as if it ran; past 4095 it
-            // is no errno.
-            LinuxSeccompAction::ScmpActErrno => match errno.unwrap_or(libc::EPERM as u32) {
-                e @ 1..=4095 => SeccompAction::Errno(e),
-                e => return Err(format!("{field}: errnoRet {e} is refused (1 to 4095)")),
-            },
-            LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => {
-                SeccompAction::KillThread
-            }
-            LinuxSeccompAction::ScmpActKillProcess => SeccompAction::KillProcess,
-            LinuxSeccompAction::ScmpActTrap => SeccompAction::Trap,
-            LinuxSeccompAction::ScmpActLog => SeccompAction::Log,
-            other => return Err(format!("{field}: {other:?} is not supported")),
-        })
-    };
-    let mut rules = Vec::new();
-    for (i, sc) in p.syscalls().iter().flatten().enumerate() {
-        let field = format!("linux.seccomp.syscalls[{i}]");
-        let mut args = Vec::new();
-        for a in sc.args().iter().flatten() {
-            if a.index() > 5 {
-                return Err(format!(
-                    "{field}: argument index {} is out of range",
-                    a.index()
-                ));
-            }
-            args.push(SeccompArg {
-                index: a.index() as u8,
-                op: match a.op() {
-                    LinuxSeccompOperator::ScmpCmpNe => SeccompOp::Ne,
-                    LinuxSeccompOperator::ScmpCmpLt => SeccompOp::Lt,
-                    LinuxSeccompOperator::ScmpCmpLe => SeccompOp::Le,
-                    LinuxSeccompOperator::ScmpCmpEq => SeccompOp::Eq,
-                    LinuxSeccompOperator::ScmpCmpGe => SeccompOp::Ge,
-                    LinuxSeccompOperator::ScmpCmpGt => SeccompOp::Gt,
-                    LinuxSeccompOperator::ScmpCmpMaskedEq => SeccompOp::MaskedEq,
-                },
-                value: a.value(),
-                value_two: a.value_two().unwrap_or(0),
-            });
-        }
-        let action = act(sc.action(), sc.errno_ret(), &field)?;
-        // Several conditions on one argument: any of them, one rule each
-        // (runc's reading; libseccomp cannot AND them).
-        let repeated = args
-            .iter()
-            .any(|a| args.iter().filter(|b| b.index == a.index).count() > 1);
-        if repeated {
-            for a in args {
-                rules.push(SeccompRule {
-                    names: sc.names().clone(),
-                    action,
-                    args: vec![a],
-                });
-            }
-        } else {
-            rules.push(SeccompRule {
-                names: sc.names().clone(),
-                action,
-                args,
-            });
-        }
-    }
-    Ok(SeccompProfile {
-        default: act(
-            p.default_action(),
-            p.default_errno_ret(),
-            "linux.seccomp.defaultAction",
-        )?,
-        rules,
-    })
 }

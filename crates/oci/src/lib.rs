@@ -46,6 +46,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod bundle;
+mod exec;
 mod monitor;
 pub mod state;
 
@@ -231,32 +232,15 @@ fn create_log(path: &Path) -> std::io::Result<std::fs::File> {
 /// Now as RFC 3339 in UTC (`2026-12-07T18:34:09Z`), as runc's JSON log
 /// has it (containerd's shim parses it).
 fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    rfc3339(secs)
+    rfc3339(time::OffsetDateTime::now_utc())
 }
 
-/// `secs` after the epoch, as RFC 3339 in UTC (days to a civil date:
-/// Howard Hinnant's algorithm).
-fn rfc3339(secs: u64) -> String {
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+/// `t` as RFC 3339, to the second.
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.replace_nanosecond(0)
+        .unwrap_or(t)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
@@ -294,7 +278,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             return Err("exec --preserve-fds is not supported".into());
         }
         let process = exec_process(&cli.root, &id, process.as_deref(), cwd, env, command)?;
-        let code = monitor::exec(&cli.root, &id, &process, detach, pid_file.as_deref())?;
+        let code = exec::exec(&cli.root, &id, &process, detach, pid_file.as_deref())?;
         return Ok(code.unwrap_or(ExitCode::SUCCESS));
     }
     let done: Result<(), String> = match cli.command {
@@ -450,9 +434,10 @@ mod tests {
 
     #[test]
     fn log_times_are_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_796_668_449), "2026-12-07T18:34:09Z");
+        let at = |s: i64| time::OffsetDateTime::from_unix_timestamp(s).unwrap();
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(at(1_796_668_449)), "2026-12-07T18:34:09Z");
     }
 
     #[test]

@@ -21,14 +21,16 @@ use crate::state::{self, Record};
 
 /// Set (to the state root) in the monitor's environment.
 const MONITOR_ENV: &str = "CORDON_RUNTIME_MONITOR";
+/// The most a bundle's `config.json` may hold.
+const CONFIG_BYTES: u64 = 4 << 20;
 /// The fd the monitor reports readiness on.
-const READY_FD: i32 = 3;
+pub(crate) const READY_FD: i32 = 3;
 /// How long `start` waits for the monitor's answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The signals the monitor forwards to the program (SIGKILL and SIGSTOP
 /// cannot be caught: SIGKILL ends the monitor, and the sandbox with it).
-const FORWARDED: [i32; 9] = [
+pub(crate) const FORWARDED: [i32; 9] = [
     libc::SIGTERM,
     libc::SIGINT,
     libc::SIGHUP,
@@ -49,6 +51,17 @@ pub fn create(root: &Path, id: &str, bundle: &Path, pid_file: Option<&Path>) -> 
         .map_err(|e| format!("--bundle `{}`: {e}", bundle.display()))?;
     // Refused fields are refused before anything is made.
     crate::bundle::load(&bundle)?;
+    // The bundle is the caller's (read as the caller's own file), bounded.
+    let mut config = Vec::new();
+    std::fs::File::open(bundle.join("config.json"))
+        .and_then(|f| f.take(CONFIG_BYTES + 1).read_to_end(&mut config))
+        .map_err(|e| format!("{}/config.json: {e}", bundle.display()))?;
+    if config.len() as u64 > CONFIG_BYTES {
+        return Err(format!(
+            "{}/config.json is larger than {CONFIG_BYTES} bytes",
+            bundle.display()
+        ));
+    }
     let dir = state::dir(&root, id);
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -61,6 +74,11 @@ pub fn create(root: &Path, id: &str, bundle: &Path, pid_file: Option<&Path>) -> 
             })?;
     }
     let made = || -> Result<i32, String> {
+        // The config as it was at `create`: what the monitor runs and what
+        // every `exec` is made from, whatever the bundle becomes later.
+        hostfs::OutputFile::create(&state::config_copy(&root, id))
+            .and_then(|f| f.commit(&config))
+            .map_err(|e| format!("cannot keep the config: {e}"))?;
         let fifo = std::ffi::CString::new(dir.join("start").into_os_string().into_encoded_bytes())
             .map_err(|_| "state path has a NUL byte".to_string())?;
         // SAFETY: a NUL-terminated path.
@@ -116,7 +134,7 @@ pub fn create(root: &Path, id: &str, bundle: &Path, pid_file: Option<&Path>) -> 
 }
 
 /// The caller's pid file: written whole, replacing what was there.
-fn write_pid_file(path: &Path, pid: i32) -> Result<(), String> {
+pub(crate) fn write_pid_file(path: &Path, pid: i32) -> Result<(), String> {
     let path = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -129,7 +147,7 @@ fn write_pid_file(path: &Path, pid: i32) -> Result<(), String> {
         .map_err(|e| format!("--pid-file {}: {e}", path.display()))
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     let mut p = [0i32; 2];
     // SAFETY: pipe2 into a local array; the fds are ours.
     unsafe {
@@ -293,8 +311,8 @@ pub fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
 
 /// Runs the monitor if this process is one.
 pub fn dispatch() -> Option<ExitCode> {
-    if let Some(root) = std::env::var_os(EXEC_ENV) {
-        return exec_monitor(PathBuf::from(root));
+    if let Some(root) = std::env::var_os(crate::exec::EXEC_ENV) {
+        return crate::exec::exec_monitor(PathBuf::from(root));
     }
     let root = PathBuf::from(std::env::var_os(MONITOR_ENV)?);
     let mut args = std::env::args_os().skip(1);
@@ -332,7 +350,7 @@ async fn monitor(
     let fail = |ready: &std::fs::File, e: String| {
         let _ = writeln!(&*ready, "error: {e}");
     };
-    let container = match crate::bundle::load(&bundle) {
+    let container = match crate::bundle::load_config(&state::config_copy(&root, &id), &bundle) {
         Ok(c) => c,
         Err(e) => {
             fail(&ready, e);
@@ -430,7 +448,7 @@ async fn monitor(
 /// The runner for a container's sandbox, once the gate admitted the
 /// backend (the per-boot cached report): the Linux backend in tier
 /// namespaces, with `spec`'s limits (the bundle's) as its ceilings.
-async fn admit(
+pub(crate) async fn admit(
     spec: &cordon_core::ChildSpec,
     what: &str,
 ) -> Result<cordon_core::SandboxRunner, String> {
@@ -458,74 +476,7 @@ async fn admit(
     })
 }
 
-/// Set (to the state root) in a detached `exec`'s monitor's environment.
-const EXEC_ENV: &str = "CORDON_RUNTIME_EXEC";
-
-/// `exec`: runs `process` inside the running container `id` (its
-/// namespaces joined; its own Landlock domain, seccomp filter and cgroup
-/// with the container's limits: decision 0017). Detached, a monitor of
-/// its own holds it (this binary again, in a session of its own; its pid
-/// goes to the pid file, and it exits as the process does); otherwise
-/// this process holds it, relays its stdio, and the returned code is the
-/// process's.
-pub fn exec(
-    root: &Path,
-    id: &str,
-    process: &oci_spec::runtime::Process,
-    detach: bool,
-    pid_file: Option<&Path>,
-) -> Result<Option<ExitCode>, String> {
-    let json = serde_json::to_string(process).map_err(|e| e.to_string())?;
-    if !detach {
-        let rt = runtime()?;
-        let outcome = rt.block_on(async {
-            let child = start_exec(root, id, &json).await?;
-            if let Some(p) = pid_file {
-                write_pid_file(p, child.pid() as i32)?;
-            }
-            hold(child)
-                .await
-                .map_err(|e| format!("exec in `{id}`: {e}"))
-        })?;
-        return Ok(exit_as(outcome));
-    }
-    let (ready_r, ready_w) = pipe()?;
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.env(EXEC_ENV, root).arg(id).arg(&json);
-    let w = ready_w.as_raw_fd();
-    // SAFETY: only async-signal-safe calls (setsid, dup2) in the hook.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::dup2(w, READY_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the exec monitor: {e}"))?;
-    drop(ready_w);
-    drop(cmd);
-    let mut answer = String::new();
-    let _ = std::fs::File::from(ready_r).read_to_string(&mut answer);
-    let pid = child.id() as i32;
-    // As for `create`: the monitor outlives this process.
-    std::mem::forget(child);
-    match answer.trim_end() {
-        "ok" => {
-            if let Some(p) = pid_file {
-                write_pid_file(p, pid)?;
-            }
-            Ok(None)
-        }
-        "" => Err("the exec monitor ended without an answer".into()),
-        other => Err(other.strip_prefix("error: ").unwrap_or(other).to_string()),
-    }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -533,89 +484,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
-/// The process of `exec` (`process_json`) started inside container `id`.
-async fn start_exec(
-    root: &Path,
-    id: &str,
-    process_json: &str,
-) -> Result<cordon_core::RunningChild, String> {
-    let rec = Record::load(root, id)?;
-    let running = match (rec.started, rec.sandbox) {
-        (true, Some(s)) if rec.monitor_alive() => s,
-        _ => return Err(format!("container `{id}` is not running")),
-    };
-    let process: oci_spec::runtime::Process =
-        serde_json::from_str(process_json).map_err(|e| format!("--process: {e}"))?;
-    let container = crate::bundle::load(&rec.bundle)?;
-    let (spec, warnings) = crate::bundle::exec_spec(container, &process, running)?;
-    for w in warnings {
-        eprintln!("cordon-runtime: warning: {w}");
-    }
-    let runner = admit(&spec, &format!("exec in `{id}`")).await?;
-    runner
-        .start(spec)
-        .await
-        .map_err(|e| format!("exec in `{id}`: {e}"))
-}
-
-/// Waits for `child`, forwarding the signals this process gets to its
-/// process group.
-async fn hold(mut child: cordon_core::RunningChild) -> Result<ExitOutcome, String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut watches = Vec::new();
-    for s in FORWARDED {
-        let w =
-            signal(SignalKind::from_raw(s)).map_err(|e| format!("cannot watch signals: {e}"))?;
-        watches.push((s, w));
-    }
-    loop {
-        tokio::select! {
-            r = child.wait() => return r.map_err(|e| e.to_string()),
-            sig = next_signal(&mut watches) => {
-                let _ = child.signal_group(sig);
-            }
-        }
-    }
-}
-
-/// A detached `exec`'s monitor: starts the process, answers on the
-/// ready fd, holds it.
-fn exec_monitor(root: PathBuf) -> Option<ExitCode> {
-    let mut args = std::env::args_os().skip(1);
-    let (Some(id), Some(json)) = (args.next(), args.next()) else {
-        return Some(ExitCode::from(1));
-    };
-    let id = id.to_string_lossy().into_owned();
-    let json = json.to_string_lossy().into_owned();
-    // SAFETY: READY_FD was dup2'd for us by `exec`.
-    let ready = unsafe { std::fs::File::from_raw_fd(READY_FD) };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = writeln!(&ready, "error: {e}");
-            return Some(ExitCode::from(1));
-        }
-    };
-    let outcome = rt.block_on(async {
-        let child = match start_exec(&root, &id, &json).await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = writeln!(&ready, "error: {e}");
-                return Err(());
-            }
-        };
-        let _ = writeln!(&ready, "ok");
-        drop(ready);
-        hold(child).await.map_err(|_| ())
-    });
-    match outcome {
-        Ok(outcome) => exit_as(outcome),
-        Err(()) => Some(ExitCode::from(1)),
-    }
-}
-
 /// The next signal any of `watches` receives.
-async fn next_signal(watches: &mut [(i32, tokio::signal::unix::Signal)]) -> i32 {
+pub(crate) async fn next_signal(watches: &mut [(i32, tokio::signal::unix::Signal)]) -> i32 {
     let futs = watches
         .iter_mut()
         .map(|(n, w)| {
@@ -645,7 +515,7 @@ async fn futures_first<F: std::future::Future<Output = i32> + Unpin>(mut futs: V
 /// Ends this process as the program ended: its code, or its signal
 /// raised on itself with the default action (a waiter sees the same
 /// status as for the program).
-fn exit_as(outcome: ExitOutcome) -> Option<ExitCode> {
+pub(crate) fn exit_as(outcome: ExitOutcome) -> Option<ExitCode> {
     let sig = match outcome {
         ExitOutcome::Exited(code) => return Some(ExitCode::from(code.clamp(0, 255) as u8)),
         ExitOutcome::Signaled(sig) => sig,

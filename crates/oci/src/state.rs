@@ -88,6 +88,11 @@ pub fn dir(root: &Path, id: &str) -> PathBuf {
     root.join(id)
 }
 
+/// The copy of the bundle's `config.json` kept at `create`.
+pub fn config_copy(root: &Path, id: &str) -> PathBuf {
+    dir(root, id).join("config.json")
+}
+
 impl Record {
     /// Writes this record into its state dir.
     pub fn store(&self, root: &Path) -> Result<(), String> {

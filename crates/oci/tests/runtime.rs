@@ -78,8 +78,15 @@ impl Lab {
 
     /// `podman --runtime RUNTIME` with storage of this lab's own.
     fn podman(&self, runtime: &str) -> Command {
+        let mut c = self.podman_with_conf(&self.path().join("containers.conf"));
+        c.arg("--runtime").arg(runtime);
+        c
+    }
+
+    /// `podman` with storage of this lab's own and the `conf` given.
+    fn podman_with_conf(&self, conf: &Path) -> Command {
         let mut c = Command::new("podman");
-        c.env("CONTAINERS_CONF", self.path().join("containers.conf"))
+        c.env("CONTAINERS_CONF", conf)
             .arg("--root")
             .arg(self.path().join("storage"))
             .arg("--runroot")
@@ -89,9 +96,7 @@ impl Lab {
             .arg("--cgroup-manager")
             .arg("cgroupfs")
             .arg("--events-backend")
-            .arg("none")
-            .arg("--runtime")
-            .arg(runtime);
+            .arg("none");
         c
     }
 
@@ -971,6 +976,56 @@ fn an_exec_can_touch_neither_its_own_init_nor_the_container_and_a_host_pid_is_ne
         serde_json::from_slice(&lab.runtime(&["state", "t1"]).stdout).unwrap();
     assert_eq!(state["status"], "running");
 
+    // It cannot leave its process group (by which its init ends it), so
+    // nothing of it outlives it in the container.
+    std::os::unix::fs::symlink("busybox", lab.rootfs().join("bin/setsid")).unwrap();
+    let out = lab.runtime(&[
+        "exec",
+        "t1",
+        "/bin/sh",
+        "-c",
+        "read _ _ _ _ _ s0 _ < /proc/$$/stat; \
+         s1=$(setsid sh -c 'read _ _ _ _ _ s _ < /proc/self/stat; echo $s' 2>/dev/null); \
+         [ \"$s1\" = \"$s0\" ] && echo STAYED || echo LEFT $s0 $s1",
+    ]);
+    assert_eq!(text(&out.stdout).trim(), "STAYED", "{}", text(&out.stderr));
+    // The bundle rewritten after `create` (the host's `/` as the root)
+    // changes nothing: an exec is made from the config kept at `create`.
+    let mut rewritten: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("config.json")).unwrap()).unwrap();
+    rewritten["root"]["path"] = serde_json::json!("/");
+    std::fs::write(b.join("config.json"), rewritten.to_string()).unwrap();
+    let out = lab.runtime(&[
+        "exec",
+        "t1",
+        "/bin/sh",
+        "-c",
+        "[ -e /etc/passwd ] && echo HOST-ROOT || echo OWN-ROOT",
+    ]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "OWN-ROOT",
+        "{}",
+        text(&out.stderr)
+    );
+    // An exec's environment (a secret, say) is its own: no other process
+    // of the container shows it in its command line (the exec's init and
+    // warden share its monitor's memory).
+    let out = lab.runtime(&[
+        "exec",
+        "-e",
+        "SECRET_TOKEN=hunter2-of-the-exec",
+        "t1",
+        "/bin/sh",
+        "-c",
+        "for p in /proc/[0-9]*; do [ $p = /proc/$$ ] || cat $p/cmdline; echo; done \
+         > /tmp/cmdlines 2>/dev/null; true",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let seen = std::fs::read_to_string(lab.rootfs().join("tmp/cmdlines")).unwrap();
+    assert!(seen.contains("sleep"), "{seen}");
+    assert!(!seen.contains("hunter2"), "{seen}");
+
     // A record whose sandbox names a host process (this test's own): the
     // exec is refused, and nothing ran (no marker in the root).
     let path = lab.state_root().join("t1").join("state.json");
@@ -1183,4 +1238,155 @@ fn two_containers_of_a_pod_share_its_network_namespace_and_nothing_else() {
         assert!(!lab.rootfs().join(name).exists(), "{name} ran");
     }
     umount();
+}
+
+/// A working directory that leads through `/proc/1/cwd` (the container's
+/// init) would name a directory of the host's tree: as an unprivileged
+/// caller (whose launcher memory is dumpable), neither `start` nor `exec`
+/// enters one, and the container's own program cannot follow it either.
+#[test]
+fn a_working_directory_through_proc_never_leads_out_of_the_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime = dir.path().join("cordon-runtime");
+    std::fs::copy(RUNTIME, &runtime).unwrap();
+    let rootfs = dir.path().join("rootfs");
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(lab.rootfs())
+        .arg(&rootfs)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    // The image's trap: a link to the init's cwd, and up from there.
+    std::os::unix::fs::symlink("/proc/1/cwd/../../..", rootfs.join("escape")).unwrap();
+    let ok = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&rootfs)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let bundle_with = |name: &str, cwd: &str, script: &str| {
+        let b = dir.path().join(name);
+        std::fs::create_dir(&b).unwrap();
+        let config = serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": rootfs, "readonly": true},
+            "process": {"user": {"uid": 0, "gid": 0}, "env": ["PATH=/bin"], "cwd": cwd,
+                        "args": ["/bin/sh", "-c", script]},
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"}
+            ],
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                                     {"type": "uts"}, {"type": "mount"}]}
+        });
+        std::fs::write(b.join("config.json"), config.to_string()).unwrap();
+        b
+    };
+    let trapped = bundle_with("trapped", "/escape", "echo STARTED-IN-$(pwd); ls");
+    let target = bundle_with(
+        "target",
+        "/",
+        "cd /proc/1/cwd 2>/dev/null && echo FOLLOWED && ls; \
+         cd /escape 2>/dev/null && echo FOLLOWED && ls; sleep 100",
+    );
+    let states = dir.path().join("states");
+    std::fs::create_dir(&states).unwrap();
+    std::fs::set_permissions(&states, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = dir.path().join("out");
+    std::fs::write(&out, "").unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let script = format!(
+        "R={rt}; S={st}/mine; exec >> {out} 2>&1; \
+         $R --root $S create --bundle {trapped} t1 && \
+         {{ $R --root $S start t1 && echo START-ENTERED; $R --root $S delete --force t1; }}; \
+         $R --root $S create --bundle {target} t2 && $R --root $S start t2 && sleep 1 && \
+         {{ $R --root $S exec --cwd /escape t2 /bin/sh -c 'echo EXEC-IN-$(pwd); ls' \
+              && echo EXEC-ENTERED; \
+            $R --root $S exec t2 /bin/sh -c 'echo exec-ran; cd /proc/1/cwd 2>/dev/null \
+              && echo FOLLOWED && ls'; true; }}; \
+         $R --root $S delete --force t2; echo DONE",
+        rt = runtime.display(),
+        st = states.display(),
+        out = out.display(),
+        trapped = trapped.display(),
+        target = target.display(),
+    );
+    let status = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["env", "HOME=/nonexistent", "/bin/sh", "-c", &script])
+        .status()
+        .unwrap();
+    let said = std::fs::read_to_string(&out).unwrap();
+    assert!(status.success() && said.contains("DONE"), "{said}");
+    // The exec ran (so the refusals below are of the directory only).
+    assert!(said.contains("exec-ran"), "{said}");
+    for leak in [
+        "STARTED-IN",
+        "START-ENTERED",
+        "EXEC-IN",
+        "EXEC-ENTERED",
+        "FOLLOWED",
+    ] {
+        assert!(!said.contains(leak), "{leak}: {said}");
+    }
+}
+
+/// `docs/fleet.md`'s `containers.conf` snippet, as written there (the
+/// runtime's path put in), makes `cordon-runtime` Podman's runtime for
+/// every container: no `--runtime` flag.
+#[test]
+fn the_fleet_docs_containers_conf_makes_podman_use_cordon_runtime() {
+    let lab = Lab::new();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/fleet.md"))
+            .unwrap();
+    let section = &doc[doc.find("## Built: Podman").expect("the Podman section")..];
+    let snippet = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the containers.conf snippet");
+    assert!(
+        snippet.contains("/usr/local/bin/cordon-runtime"),
+        "{snippet}"
+    );
+    let conf = lab.path().join("fleet.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(lab.path().join("containers.conf")).unwrap(),
+            snippet.replace("/usr/local/bin/cordon-runtime", RUNTIME)
+        ),
+    )
+    .unwrap();
+    let podman = || lab.podman_with_conf(&conf);
+    let started = podman()
+        .args(["run", "-d", "--name", "fleet", "--network", "none"])
+        .arg("--rootfs")
+        .arg(lab.rootfs())
+        .args(["/bin/sleep", "100"])
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let runtime = podman()
+        .args(["inspect", "fleet", "--format", "{{.OCIRuntime}}"])
+        .output()
+        .unwrap();
+    // The container is Cordon's: its pid 1 is cordon-runtime's monitor.
+    let init = podman()
+        .args(["exec", "fleet", "/bin/cat", "/proc/1/cmdline"])
+        .output()
+        .unwrap();
+    podman().args(["rm", "-f", "fleet"]).output().unwrap();
+    assert_eq!(text(&runtime.stdout).trim(), "cordon");
+    assert!(
+        text(&init.stdout).contains("cordon-runtime"),
+        "{}",
+        text(&init.stderr)
+    );
 }

@@ -226,9 +226,25 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     // From here on, with a PID namespace, this is the program (pid 2); in
     // tier landlock, the child of the subreaper init.
     if let Some((slot, mode)) = plan.tree {
-        // SAFETY: the slot is held by the resources, which outlive the
-        // launch.
-        unsafe { super::tree::split(slot, mode, ctx) }.map_err(at(Step::ProcessTree))?;
+        let container = plan
+            .mounts
+            .as_ref()
+            .is_some_and(|m| m.container().is_some());
+        let split = || -> std::io::Result<()> {
+            // A container's init takes the launcher's cwd, the host's
+            // scratch: `pivot_root` moves only the cwds at the old root,
+            // and any other would stay a way into the host's tree
+            // (`/proc/1/cwd`).
+            if container {
+                // SAFETY: chdir to a static NUL-terminated path.
+                let r = unsafe { libc::chdir(c"/".as_ptr()) };
+                super::sys::check_long(r.into())?;
+            }
+            // SAFETY: the slot is held by the resources, which outlive the
+            // launch.
+            unsafe { super::tree::split(slot, mode, ctx) }
+        };
+        split().map_err(at(Step::ProcessTree))?;
         cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
     }
     if let Some(mounts) = &plan.mounts {

@@ -35,6 +35,8 @@ use super::mounts::{check, MountAttr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT
 mod inside;
 pub(crate) mod join;
 
+pub(crate) use inside::enter_dir;
+
 use inside::{check_fd, errno, make, mask, parent_of, Fd, Inside};
 
 pub(super) const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
@@ -404,7 +406,7 @@ impl ContainerPlan {
             // nothing of the host is reachable by path.
             check(libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
             check(libc::chdir(c"/".as_ptr()))?;
-            check(libc::chdir(self.cwd.as_ptr()))?;
+            enter_dir(&self.cwd)?;
         }
         Ok(())
     }

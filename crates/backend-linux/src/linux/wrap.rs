@@ -13,17 +13,23 @@ use std::sync::Arc;
 use cordon_core::{SandboxPolicy, WrapError};
 use cordon_egress::PROXY_PORT;
 
-use super::landlock_rules::{self, Grant, PathRule};
+use super::landlock_rules::{self, Grant};
 use super::maps::IdMaps;
 use super::mounts::{self, MountPlan};
 use super::plan::ChildPlan;
 use super::tier::Choice;
 use super::uid::{self, SandboxIds};
 use super::{
-    audit, caps, cgroup, check_memory_floor, compiled_filters, confine, explain, net, probe,
-    quotas, rlimits, seccomp, tree, unshare_flags, wrap_err,
+    caps, cgroup, check_memory_floor, compiled_filters, confine, explain, net, probe, quotas,
+    rlimits, seccomp, tree, unshare_flags, wrap_err,
 };
 use crate::{Layers, Tier};
+
+mod grants;
+mod recorders;
+
+use grants::Grants;
+use recorders::explain_recorders;
 
 pub(crate) fn wrap(
     cmd: &mut cordon_core::ChildCommand,
@@ -161,6 +167,22 @@ fn wrap_inner(
 
     // A running container's sandbox has its uid already (its ids inside
     // map to it): no lease of another.
+    // Entering a running container: its init is a subreaper that ends
+    // the sandbox by process group, so the program may not leave it; and
+    // the container's processes (other Landlock domains) must not signal
+    // it, which only Landlock's scoping stops.
+    if joining.is_some() {
+        if abi < probe::SCOPING_ABI {
+            return Err(wrap_err(format!(
+                "entering a running container needs Landlock ABI {} (signal scoping): this \
+                 kernel has {abi}",
+                probe::SCOPING_ABI
+            )));
+        }
+        let mut all: Vec<seccomp::Program> = seccomp.iter().cloned().collect();
+        all.push(seccomp::same_group().map_err(wrap_err)?);
+        seccomp = Arc::new(all);
+    }
     let ids = if joining.is_some() {
         SandboxIds::of_running((euid, egid))
     } else {
@@ -232,7 +254,11 @@ fn wrap_inner(
     } else {
         None
     };
-    if ids.root_host {
+    // A container's processes share a user namespace with its init (and
+    // an exec's launcher holds that namespace's capabilities): for an
+    // unprivileged caller too, the memory they share with this process
+    // must not be dumpable, or a capability there would reach it.
+    if ids.root_host || policy.container.is_some() {
         make_non_dumpable()?;
     }
     // The egress allowlist: a network namespace of its own, whose listener
@@ -426,92 +452,6 @@ fn wrap_inner(
     }))
 }
 
-/// The policy's paths as Landlock rules: canonical, existing, none
-/// read-only inside a writable one; the system set added.
-struct Grants {
-    rules: Vec<PathRule>,
-    /// The scratch dir, canonical.
-    scratch: PathBuf,
-    /// The read-write grants, canonical.
-    read_write: Vec<PathBuf>,
-    /// The scratch is a private tmpfs (its rule is added in the child).
-    scratch_is_private: bool,
-}
-
-impl Grants {
-    fn of(policy: &SandboxPolicy, layers: Layers, tier: Tier) -> Result<Grants, WrapError> {
-        let (scratch, scratch_is_dir) =
-            landlock_rules::canonical_grant("scratch", &policy.scratch_dir).map_err(wrap_err)?;
-        if !scratch_is_dir {
-            return Err(wrap_err(format!(
-                "scratch path `{}` is not a directory",
-                policy.scratch_dir.display()
-            )));
-        }
-        let mut rules = vec![PathRule {
-            path: scratch.clone(),
-            is_dir: true,
-            grant: Grant::Scratch,
-            optional: false,
-        }];
-        let sets: [(&str, &[PathBuf], Grant); 4] = [
-            ("program", &policy.program_files, Grant::ReadExec),
-            ("package", policy.package_dir.as_slice(), Grant::ReadExec),
-            ("read-only grant", &policy.read_only, Grant::ReadOnly),
-            ("read-write grant", &policy.read_write, Grant::ReadWrite),
-        ];
-        for (what, paths, grant) in sets {
-            for p in paths {
-                let (path, is_dir) = landlock_rules::canonical_grant(what, p).map_err(wrap_err)?;
-                rules.push(PathRule {
-                    path,
-                    is_dir,
-                    grant,
-                    optional: false,
-                });
-            }
-        }
-        // A container's root, whole: read-write (less device nodes) and
-        // executable. Every mount made inside it is beneath this rule.
-        if let Some(root) = &policy.container {
-            let (path, _) = landlock_rules::canonical_grant("container root", &root.rootfs)
-                .map_err(wrap_err)?;
-            rules.push(PathRule {
-                path,
-                is_dir: true,
-                // Whole, also for a read-only root: its mount is read-only
-                // (a flag the sandbox's namespace cannot clear), and the
-                // writable mounts the bundle puts inside it (a tmpfs at
-                // /tmp) are beneath this rule.
-                grant: Grant::Container,
-                optional: false,
-            });
-        }
-        landlock_rules::check_no_read_only_under_writable(&rules).map_err(wrap_err)?;
-        super::grant_fs::refuse_pooled(&rules, !policy.scratch_persists).map_err(wrap_err)?;
-        // A scratch dir backed by a private tmpfs gets its Landlock rule in
-        // the child, on the tmpfs root (landlock_rules::add_scratch_rule): a
-        // rule on the host directory underneath would not apply to it.
-        let scratch_is_private =
-            layers.mount_namespace && tier == Tier::Namespaces && !policy.scratch_persists;
-        if scratch_is_private {
-            rules.retain(|r| r.grant != Grant::Scratch);
-        }
-        let read_write = rules
-            .iter()
-            .filter(|r| r.grant == Grant::ReadWrite)
-            .map(|r| r.path.clone())
-            .collect();
-        rules.extend(landlock_rules::system_rules());
-        Ok(Grants {
-            rules,
-            scratch,
-            read_write,
-            scratch_is_private,
-        })
-    }
-}
-
 /// What tier landlock refuses outright: an egress allowlist (no network
 /// namespace to make the proxy the only way out: Landlock's TCP rule names
 /// a port, not an address, so that port would be open on every host
@@ -586,59 +526,6 @@ fn mount_plan(
     .map_err(wrap_err)?;
     debug_assert_eq!(grants.scratch_is_private, plan.scratch_is_private());
     Ok(Some(plan))
-}
-
-/// Explain mode's records beside the refused calls' (`explain.rs`).
-fn explain_recorders(
-    syscalls: explain::SyscallWatch,
-    policy: &SandboxPolicy,
-    ids: &SandboxIds,
-    abi: i32,
-    euid: u32,
-    landlock_tier: bool,
-    cgroup_memory: bool,
-) -> Result<explain::Recorders, WrapError> {
-    let files = match audit::unavailable(ids.root_host, ids.lease.is_some(), abi) {
-        Some(why) => Err(why),
-        None => audit::AuditWatch::start(ids.host.0),
-    };
-    if let (Ok(watch), false) = (&files, landlock_tier) {
-        watch.note(
-            "files: a write or a creation outside the read-write grants fails with EROFS (the \
-             host's files are mounted read-only in the sandbox) before Landlock sees it: not \
-             recorded",
-        );
-    }
-    let forks = match policy.limits.max_processes {
-        None => None,
-        Some(limit) => match cgroup::pids::ForkCount::create(limit, euid, cgroup_memory) {
-            Ok(made) => Some(made),
-            Err(e) => {
-                return Err(wrap_err(format!(
-                    "cannot make the pids cgroup that counts the forks --pids refuses: {e}; \
-                     nothing was run"
-                ))
-                .with_source(e))
-            }
-        },
-    };
-    // Without a cgroup the memory limit holds per process, as rlimits: an
-    // allocation they refuse fails in the program and leaves no record.
-    let unobservable = (policy.limits.memory_bytes.is_some() && !cgroup_memory)
-        .then(|| {
-            "memory: the limit holds per process here (RLIMIT_DATA and RLIMIT_AS: no cgroup \
-             this process may make); an allocation it refuses fails in the program (ENOMEM) \
-             and leaves no record"
-                .to_string()
-        })
-        .into_iter()
-        .collect();
-    Ok(explain::Recorders {
-        syscalls,
-        files,
-        forks,
-        unobservable,
-    })
 }
 
 /// Sandbox-wide limits: a cgroup where this process can make one.

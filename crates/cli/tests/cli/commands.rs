@@ -328,14 +328,44 @@ fn unavailable_backend_refuses_with_report_and_trusted_says_so() {
 #[test]
 fn conformance_command_exit_codes_and_json() {
     let cache = tempfile::tempdir().unwrap();
-    let out = run(cordon(cache.path()).args(["conformance", "--backend", "noop"]));
+    // `--nfd`: node-feature-discovery's local-source file, replaced whole
+    // by each run.
+    let nfd = cache.path().join("features.d-cordon");
+    let nfd_arg = nfd.to_str().unwrap();
+    let out =
+        run(cordon(cache.path()).args(["conformance", "--backend", "noop", "--nfd", nfd_arg]));
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     assert_eq!(stdout.matches(" FAIL ").count(), 7, "{stdout}");
     assert!(stdout.trim_end().ends_with("NOT CONFORMING"));
+    let features = std::fs::read_to_string(&nfd).unwrap();
+    assert!(
+        features.contains("\ncordon-conforming=false\ncordon-backend=noop\n"),
+        "{features}"
+    );
 
-    let out = run(cordon(cache.path()).args(["conformance", "--json"]));
+    let out = run(cordon(cache.path()).args(["conformance", "--json", "--nfd", nfd_arg]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let features = std::fs::read_to_string(&nfd).unwrap();
+    assert!(
+        features.contains("\ncordon-conforming=true\ncordon-backend=linux\n"),
+        "{features}"
+    );
+    // The label lapses unless a later run writes it again.
+    let expiry = features
+        .lines()
+        .find_map(|l| l.strip_prefix("# +expiry-time="))
+        .expect("an expiry directive");
+    assert!(expiry.ends_with('Z') && expiry.len() == 20, "{expiry}");
+    let bad = run(cordon(cache.path()).args([
+        "conformance",
+        "--backend",
+        "noop",
+        "--nfd",
+        "/nonexistent/dir/f",
+    ]));
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("--nfd /nonexistent/dir/f"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "cordon.conformance/1");
     assert_eq!(v["conforms"], true);

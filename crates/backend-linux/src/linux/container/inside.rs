@@ -102,6 +102,23 @@ pub(super) unsafe fn open_in(root: RawFd, path: &CStr, flags: u64) -> std::io::R
     check_fd(r as libc::c_int).map(Fd)
 }
 
+/// Enters the directory `path` of the root this process is in (a
+/// container's, after `pivot_root` or `setns`), resolved inside it: no
+/// link, and no magic link such as `/proc/1/cwd` (which could name a
+/// directory of the host's tree), leads out. Async-signal-safe.
+pub(crate) fn enter_dir(path: &CStr) -> std::io::Result<()> {
+    // SAFETY: raw syscalls on a NUL-terminated path and fds we close.
+    unsafe {
+        let root = Fd(check_fd(libc::open(
+            c"/".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        ))?);
+        let dir = open_in(root.0, path, libc::O_DIRECTORY as u64)?;
+        check(libc::fchdir(dir.0))?;
+    }
+    Ok(())
+}
+
 /// The directory holding `at`'s last component, resolved inside the root.
 ///
 /// # Safety

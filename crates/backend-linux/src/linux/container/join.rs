@@ -98,7 +98,8 @@ impl JoinPlan {
     }
 
     /// In the child: joins the namespaces, becomes the sandbox's ids
-    /// inside, and enters the working directory. Raw syscalls on data
+    /// inside, and enters the working directory (resolved inside the
+    /// root: `enter_dir`). Raw syscalls on data
     /// prepared in the parent only (async-signal-safe).
     pub(crate) fn enter(&self) -> std::io::Result<()> {
         // SAFETY: raw syscalls on integers, fds the plan holds, a null
@@ -117,11 +118,12 @@ impl JoinPlan {
             let (uid, gid) = self.inside;
             check_long(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
             check_long(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
-            // As the sandbox's uid: its permissions decide, and the path is
-            // resolved inside the container's root (the mount namespace's).
-            check_long(libc::syscall(libc::SYS_chdir, self.cwd.as_ptr()))?;
         }
-        Ok(())
+        // Resolved inside the container's root (the mount namespace's),
+        // never through a magic link: this process still holds the user
+        // namespace's capabilities, and `/proc/1/cwd` could name a
+        // directory outside the root.
+        super::enter_dir(&self.cwd)
     }
 }
 

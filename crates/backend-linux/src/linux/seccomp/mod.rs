@@ -415,6 +415,18 @@ fn deny_list() -> Result<Program, String> {
 
 /// The deny-list pair's `clone3` → `ENOSYS` filter (no x32 guard: the deny-list
 /// installed with it has one, and the kernel runs both).
+/// Stacked after the filter of a sandbox that enters a running container:
+/// `setsid` and `setpgid` refused (`EPERM`). Its init is a subreaper that
+/// ends the sandbox by its process group, as tier landlock's is, and a
+/// program that left the group would outlive it in the container.
+pub(crate) fn same_group() -> Result<Program, String> {
+    let mut spec = Spec::new("exec's process group", RET_ALLOW, false);
+    for s in sys![SYS_setsid, SYS_setpgid] {
+        spec.insert(s, Verdict::Ret(RET_EPERM))?;
+    }
+    compile(&spec)
+}
+
 fn clone3() -> Result<Program, String> {
     let mut spec = Spec::new("deny-list clone3", RET_ALLOW, false);
     spec.insert(sys![SYS_clone3][0], Verdict::Ret(RET_ENOSYS))?;
