@@ -124,10 +124,7 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         .as_ref()
         .ok_or("process: the bundle has no process")?;
     let mut limits = check_process(process, &mut warnings, "process")?;
-    let args = process.args().clone().unwrap_or_default();
-    let Some((program, rest)) = args.split_first() else {
-        return Err("process.args: empty".into());
-    };
+    let mut child = process_child(process, "process")?;
 
     let linux = spec
         .linux()
@@ -350,13 +347,6 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         network,
     };
     container.check().map_err(|e| format!("mounts: {e}"))?;
-    let mut child = ChildSpec::new(PathBuf::from(program))
-        .args(rest.iter().map(OsString::from))
-        .stdio(StdioMode::Relay);
-    for kv in process.env().iter().flatten() {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        child.env.push((k.into(), v.into()));
-    }
     child.limits = limits;
     child.container = Some(container);
     child.seccomp = seccomp;
@@ -366,6 +356,24 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
         warnings,
         annotations: spec.annotations().clone().unwrap_or_default(),
     })
+}
+
+/// The program, arguments and environment of a `process` object (the
+/// bundle's, or `exec`'s: its fields named from `field`), its stdio
+/// relayed.
+pub(crate) fn process_child(process: &Process, field: &str) -> Result<ChildSpec, String> {
+    let args = process.args().clone().unwrap_or_default();
+    let Some((program, rest)) = args.split_first() else {
+        return Err(format!("{field}.args: empty"));
+    };
+    let mut child = ChildSpec::new(PathBuf::from(program))
+        .args(rest.iter().map(OsString::from))
+        .stdio(StdioMode::Relay);
+    for kv in process.env().iter().flatten() {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        child.env.push((k.into(), v.into()));
+    }
+    Ok(child)
 }
 
 /// The checks of a `process` object (the bundle's, or `exec`'s, whose

@@ -1,14 +1,13 @@
 //! `exec`: a process run inside a running container, held by a monitor
 //! of its own (this binary again, [`EXEC_ENV`] set).
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use cordon_core::{ChildSpec, ExitOutcome, Runner, StdioMode};
+use cordon_core::{ChildSpec, ExitOutcome, Runner};
 use oci_spec::runtime::Process;
 
 use crate::monitor::{
@@ -227,17 +226,7 @@ fn exec_spec(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let args = process.args().clone().unwrap_or_default();
-    let Some((program, rest)) = args.split_first() else {
-        return Err("--process: args is empty".into());
-    };
-    let mut child = ChildSpec::new(PathBuf::from(program))
-        .args(rest.iter().map(OsString::from))
-        .stdio(StdioMode::Relay);
-    for kv in process.env().iter().flatten() {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        child.env.push((k.into(), v.into()));
-    }
+    let mut child = crate::bundle::process_child(process, "--process")?;
     let mut root = container
         .spec
         .container

@@ -112,6 +112,24 @@ impl Lab {
         c.output().unwrap()
     }
 
+    /// `podman run -d --name NAME` of `cmd` in the busybox root; asserts it
+    /// started.
+    fn run_detached(&self, runtime: &str, name: &str, cmd: &[&str]) {
+        let started = self
+            .podman(runtime)
+            .args(["run", "-d", "--name", name, "--network", "none"])
+            .arg("--rootfs")
+            .arg(self.rootfs())
+            .args(cmd)
+            .output()
+            .unwrap();
+        assert!(
+            started.status.success(),
+            "{runtime}: {}",
+            text(&started.stderr)
+        );
+    }
+
     /// `cordon-runtime --root STATE ARGS`. Its stdout and stderr are
     /// files: a monitor `create` starts keeps them (they are the
     /// container's), so pipes would not end before it does.
@@ -215,18 +233,10 @@ fn podman_stop_and_kill_control_a_long_running_container() {
     for runtime in [RUNC, RUNTIME] {
         // stop: SIGTERM, which the program's trap turns into exit 7.
         let name = "trapper";
-        let started = lab
-            .podman(runtime)
-            .args(["run", "-d", "--name", name, "--network", "none"])
-            .arg("--rootfs")
-            .arg(lab.rootfs())
-            .args(["/bin/sh", "-c", "trap 'exit 7' TERM; sleep 100 & wait"])
-            .output()
-            .unwrap();
-        assert!(
-            started.status.success(),
-            "{runtime}: {}",
-            text(&started.stderr)
+        lab.run_detached(
+            runtime,
+            name,
+            &["/bin/sh", "-c", "trap 'exit 7' TERM; sleep 100 & wait"],
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
         let stop = lab
@@ -245,19 +255,7 @@ fn podman_stop_and_kill_control_a_long_running_container() {
 
         // kill: SIGKILL, 137.
         let name = "sleeper";
-        let started = lab
-            .podman(runtime)
-            .args(["run", "-d", "--name", name, "--network", "none"])
-            .arg("--rootfs")
-            .arg(lab.rootfs())
-            .args(["/bin/sleep", "100"])
-            .output()
-            .unwrap();
-        assert!(
-            started.status.success(),
-            "{runtime}: {}",
-            text(&started.stderr)
-        );
+        lab.run_detached(runtime, name, &["/bin/sleep", "100"]);
         let kill = lab.podman(runtime).args(["kill", name]).output().unwrap();
         assert!(kill.status.success(), "{runtime}: {}", text(&kill.stderr));
         let wait = lab.podman(runtime).args(["wait", name]).output().unwrap();
@@ -750,32 +748,75 @@ fn a_bundles_seccomp_profile_only_takes_away() {
     );
 }
 
+/// What uid 65534 needs to run containers of its own, where it can reach
+/// it: the runtime (a copy in a 0755 dir), a copy of the busybox root
+/// owned by it (`prepare` may add to it first), a state dir and an output
+/// file it may write. Its HOME does not exist.
+struct NobodysCopy {
+    dir: tempfile::TempDir,
+    runtime: PathBuf,
+    rootfs: PathBuf,
+    states: PathBuf,
+    out: PathBuf,
+}
+
+impl NobodysCopy {
+    fn new(lab: &Lab, prepare: impl FnOnce(&Path)) -> NobodysCopy {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(dir.path(), 0o755);
+        let runtime = dir.path().join("cordon-runtime");
+        std::fs::copy(RUNTIME, &runtime).unwrap();
+        let rootfs = dir.path().join("rootfs");
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(lab.rootfs())
+            .arg(&rootfs)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        prepare(&rootfs);
+        let ok = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&rootfs)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let states = dir.path().join("states");
+        std::fs::create_dir(&states).unwrap();
+        mode(&states, 0o777);
+        let out = dir.path().join("out");
+        std::fs::write(&out, "").unwrap();
+        mode(&out, 0o666);
+        NobodysCopy {
+            dir,
+            runtime,
+            rootfs,
+            states,
+            out,
+        }
+    }
+
+    /// Runs `script` as uid 65534 with no HOME; what it wrote to `out`.
+    fn run(&self, script: &str) -> (std::process::ExitStatus, String) {
+        let status = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["env", "HOME=/nonexistent", "/bin/sh", "-c", script])
+            .status()
+            .unwrap();
+        (status, std::fs::read_to_string(&self.out).unwrap())
+    }
+}
+
 #[test]
 fn an_unprivileged_caller_runs_a_container_of_its_own() {
-    use std::os::unix::fs::PermissionsExt;
     let lab = Lab::new();
-    // Everything uid 65534 needs, where it can reach it: the runtime (a
-    // copy in a 0755 dir), its root (owned by it), the bundle, a dir for
-    // its state; its HOME does not exist.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let runtime = dir.path().join("cordon-runtime");
-    std::fs::copy(RUNTIME, &runtime).unwrap();
-    let rootfs = dir.path().join("rootfs");
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(lab.rootfs())
-        .arg(&rootfs)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let ok = Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&rootfs)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let b = dir.path().join("bundle");
+    let nobody = NobodysCopy::new(&lab, |_| {});
+    let (dir, runtime, rootfs) = (nobody.dir.path(), &nobody.runtime, &nobody.rootfs);
+    let b = dir.join("bundle");
     std::fs::create_dir(&b).unwrap();
     let config = serde_json::json!({
         "ociVersion": "1.0.2",
@@ -799,29 +840,15 @@ fn an_unprivileged_caller_runs_a_container_of_its_own() {
                                  {"type": "uts"}, {"type": "mount"}]}
     });
     std::fs::write(b.join("config.json"), config.to_string()).unwrap();
-    let states = dir.path().join("states");
-    std::fs::create_dir(&states).unwrap();
-    std::fs::set_permissions(&states, std::fs::Permissions::from_mode(0o777)).unwrap();
     let script = format!(
         "R={rt}; S={st}/mine; $R --root $S create --bundle {b} u1 > {out} 2>&1 && \
          $R --root $S start u1 && sleep 1 && $R --root $S delete --force u1",
         rt = runtime.display(),
-        st = states.display(),
+        st = nobody.states.display(),
         b = b.display(),
-        out = dir.path().join("out").display()
+        out = nobody.out.display()
     );
-    std::fs::write(dir.path().join("out"), "").unwrap();
-    std::fs::set_permissions(
-        dir.path().join("out"),
-        std::fs::Permissions::from_mode(0o666),
-    )
-    .unwrap();
-    let status = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["env", "HOME=/nonexistent", "/bin/sh", "-c", &script])
-        .status()
-        .unwrap();
-    let out = std::fs::read_to_string(dir.path().join("out")).unwrap();
+    let (status, out) = nobody.run(&script);
     assert!(status.success(), "{out}");
     assert!(out.contains("unprivileged-ok"), "{out}");
     assert!(
@@ -840,18 +867,10 @@ fn podman_exec_runs_inside_the_running_container_as_runc_does() {
         let name = "execed";
         // The marker is in the container's own /dev/shm (a tmpfs of its
         // mount namespace): only a process inside that namespace sees it.
-        let started = lab
-            .podman(runtime)
-            .args(["run", "-d", "--name", name, "--network", "none"])
-            .arg("--rootfs")
-            .arg(lab.rootfs())
-            .args(["/bin/sh", "-c", "echo inside > /dev/shm/marker; sleep 100"])
-            .output()
-            .unwrap();
-        assert!(
-            started.status.success(),
-            "{runtime}: {}",
-            text(&started.stderr)
+        lab.run_detached(
+            runtime,
+            name,
+            &["/bin/sh", "-c", "echo inside > /dev/shm/marker; sleep 100"],
         );
         assert!(!lab.rootfs().join("dev/shm/marker").exists());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1246,30 +1265,14 @@ fn two_containers_of_a_pod_share_its_network_namespace_and_nothing_else() {
 /// enters one, and the container's own program cannot follow it either.
 #[test]
 fn a_working_directory_through_proc_never_leads_out_of_the_root() {
-    use std::os::unix::fs::PermissionsExt;
     let lab = Lab::new();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let runtime = dir.path().join("cordon-runtime");
-    std::fs::copy(RUNTIME, &runtime).unwrap();
-    let rootfs = dir.path().join("rootfs");
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(lab.rootfs())
-        .arg(&rootfs)
-        .status()
-        .unwrap();
-    assert!(ok.success());
     // The image's trap: a link to the init's cwd, and up from there.
-    std::os::unix::fs::symlink("/proc/1/cwd/../../..", rootfs.join("escape")).unwrap();
-    let ok = Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&rootfs)
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    let nobody = NobodysCopy::new(&lab, |root| {
+        std::os::unix::fs::symlink("/proc/1/cwd/../../..", root.join("escape")).unwrap()
+    });
+    let (dir, rootfs) = (nobody.dir.path(), &nobody.rootfs);
     let bundle_with = |name: &str, cwd: &str, script: &str| {
-        let b = dir.path().join(name);
+        let b = dir.join(name);
         std::fs::create_dir(&b).unwrap();
         let config = serde_json::json!({
             "ociVersion": "1.0.2",
@@ -1293,12 +1296,6 @@ fn a_working_directory_through_proc_never_leads_out_of_the_root() {
         "cd /proc/1/cwd 2>/dev/null && echo FOLLOWED && ls; \
          cd /escape 2>/dev/null && echo FOLLOWED && ls; sleep 100",
     );
-    let states = dir.path().join("states");
-    std::fs::create_dir(&states).unwrap();
-    std::fs::set_permissions(&states, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = dir.path().join("out");
-    std::fs::write(&out, "").unwrap();
-    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o666)).unwrap();
     let script = format!(
         "R={rt}; S={st}/mine; exec >> {out} 2>&1; \
          $R --root $S create --bundle {trapped} t1 && \
@@ -1309,18 +1306,13 @@ fn a_working_directory_through_proc_never_leads_out_of_the_root() {
             $R --root $S exec t2 /bin/sh -c 'echo exec-ran; cd /proc/1/cwd 2>/dev/null \
               && echo FOLLOWED && ls'; true; }}; \
          $R --root $S delete --force t2; echo DONE",
-        rt = runtime.display(),
-        st = states.display(),
-        out = out.display(),
+        rt = nobody.runtime.display(),
+        st = nobody.states.display(),
+        out = nobody.out.display(),
         trapped = trapped.display(),
         target = target.display(),
     );
-    let status = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["env", "HOME=/nonexistent", "/bin/sh", "-c", &script])
-        .status()
-        .unwrap();
-    let said = std::fs::read_to_string(&out).unwrap();
+    let (status, said) = nobody.run(&script);
     assert!(status.success() && said.contains("DONE"), "{said}");
     // The exec ran (so the refusals below are of the directory only).
     assert!(said.contains("exec-ran"), "{said}");

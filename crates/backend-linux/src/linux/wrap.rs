@@ -254,11 +254,7 @@ fn wrap_inner(
     } else {
         None
     };
-    // A container's processes share a user namespace with its init (and
-    // an exec's launcher holds that namespace's capabilities): for an
-    // unprivileged caller too, the memory they share with this process
-    // must not be dumpable, or a capability there would reach it.
-    if ids.root_host || policy.container.is_some() {
+    if ids.root_host {
         make_non_dumpable()?;
     }
     // The egress allowlist: a network namespace of its own, whose listener
