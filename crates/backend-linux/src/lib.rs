@@ -24,11 +24,10 @@
 //!    `setresuid(U)` with a uid `U` of the sandbox's own ([`UidPool`]);
 //! 6. `unshare`, tier namespaces: a user namespace and, inside it, UTS,
 //!    PID, IPC and mount namespaces (and a network namespace with an
-//!    egress allowlist or `Network::Namespace`, and for a container's
-//!    root unless it joins a pod's; a cgroup namespace for a container's
-//!    root);
+//!    egress allowlist, and for a container's root unless it joins a
+//!    pod's; a cgroup namespace for a container's root);
 //! 7. `setns`, only when entering a running container (an OCI runtime's
-//!    `exec`), instead of steps 6 and 8 to 11 (and 13 and 16, below): the
+//!    `exec`), instead of steps 6 and 8 to 10 (and 12 and 15, below): the
 //!    container's user, PID, network, IPC, UTS, cgroup and mount
 //!    namespaces joined, the sandbox's ids inside taken, its working
 //!    directory entered (resolved inside the root, through no magic link:
@@ -38,20 +37,18 @@
 //! 9. `user_namespace_quotas`, here only where the sandbox gets no procfs
 //!    of its own (test layers; otherwise with the mounts, below);
 //! 10. `sethostname`, tier namespaces: the hostname `cordon`;
-//! 11. `loopback_up`, with `Network::Namespace` in a network namespace
-//!     the sandbox makes: its loopback brought up;
-//! 12. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
+//! 11. `parent_death_signal`: `PR_SET_PDEATHSIG(SIGKILL)` again
 //!     (credential changes clear it) and a `getppid` check;
-//! 13. `egress_listener`, with an egress allowlist: the proxy's listener
+//! 12. `egress_listener`, with an egress allowlist: the proxy's listener
 //!     in the sandbox's network namespace, sent to the host;
-//! 14. `process_tree`: the init and the program are made (a PID
+//! 13. `process_tree`: the init and the program are made (a PID
 //!     namespace's pid 1 and pid 2 in tier namespaces; in tier landlock, and
 //!     in a running container entered, a subreaper init with a warden
 //!     beside it, and the program its child).
 //!     Only the program takes the steps below;
-//! 15. `cgroup_join`, with an init: the program joins the sandbox's
+//! 14. `cgroup_join`, with an init: the program joins the sandbox's
 //!     cgroups;
-//! 16. `mounts`, tier namespaces: the host read-only and `nosuid`, a
+//! 15. `mounts`, tier namespaces: the host read-only and `nosuid`, a
 //!     discarded scratch a private size-limited tmpfs, a kept scratch and
 //!     read-write grants `nosuid,nodev` binds (idmapped on a root host),
 //!     and a procfs of the PID namespace, through which the quotas are
@@ -61,19 +58,19 @@
 //!     then, for a container's root, its filesystems mounted inside it
 //!     (each destination resolved inside the root) and the root entered,
 //!     the host's tree detached (`pivot_root`);
-//! 17. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
+//! 16. `setrlimit` for NPROC, DATA and AS (without a cgroup), NOFILE,
 //!     CPU, FSIZE, CORE=0, SIGPENDING, MSGQUEUE and MEMLOCK;
-//! 18. `capabilities`: all dropped (ambient, the bounding set where it
+//! 17. `capabilities`: all dropped (ambient, the bounding set where it
 //!     can be and step 3 did not, then `capset` to 0);
-//! 19. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
-//! 20. `landlock_restrict_self` with a ruleset built in the parent that
+//! 18. `no_new_privs`: `PR_SET_NO_NEW_PRIVS`;
+//! 19. `landlock_restrict_self` with a ruleset built in the parent that
 //!     handles every access right of the running kernel's ABI (but TCP's
 //!     with `Network::Namespace`, which the namespace bounds instead);
-//! 21. `seccomp`: the seccomp filters, last (in a running container
+//! 20. `seccomp`: the seccomp filters, last (in a running container
 //!     entered, with one more that refuses `setsid` and `setpgid`: its
 //!     subreaper init ends the sandbox by process group).
 //!
-//! The init (and in tier landlock its warden) is split off at step 14
+//! The init (and in tier landlock its warden) is split off at step 13
 //! and takes none of the steps after it: it runs with what the launcher
 //! had then. That is the sandbox's uid on a root host; in tier namespaces
 //! the sandbox's namespaces and the full capability set of its user

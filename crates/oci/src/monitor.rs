@@ -455,12 +455,10 @@ pub(crate) async fn admit(
     let backend: Arc<dyn cordon_core::SandboxBackend> = Arc::new(
         cordon_backend_linux::LinuxBackend::new().with_tier(cordon_backend_linux::Tier::Namespaces),
     );
-    // The container's network is its network namespace (a fresh one with
-    // its loopback, or the pod's it joins): TCP inside it, never the
-    // host's. An unprivileged caller gets no cgroup to bound the TCP
-    // buffers (a host-wide pool) with, so no socket at all (decision 0017).
-    // SAFETY: geteuid has no preconditions.
-    let network = if unsafe { libc::geteuid() } == 0 {
+    // A container in a pod's network namespace has TCP in it
+    // (`Network::Namespace`); one in a namespace of its own has no socket
+    // (decision 0017).
+    let network = if spec.container.as_ref().is_some_and(|r| r.network.is_some()) {
         cordon_core::Network::Namespace
     } else {
         cordon_core::Network::Deny

@@ -1160,6 +1160,16 @@ fn two_containers_of_a_pod_share_its_network_namespace_and_nothing_else() {
     let out = lab.runtime(&["start", "server"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     running(&lab, "server");
+    // An exec (a kubelet's probe) enters a container in a pod's namespace:
+    // the network namespace is joined first, while the runtime is root.
+    let out = lab.runtime(&[
+        "exec",
+        "server",
+        "/bin/sh",
+        "-c",
+        "ls /proc/self/ns/net >/dev/null",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 
     // Outside the pod (the host, a container of its own) the port is
     // closed: the listener is in the pod's namespace only.
@@ -1223,9 +1233,33 @@ fn two_containers_of_a_pod_share_its_network_namespace_and_nothing_else() {
     };
     mount(&pod.path());
     let netfile_path = netfile.to_str().unwrap().to_string();
+    // A FIFO (an open of it would block the runtime), and a network
+    // namespace an unprivileged user owns (held by a process of the
+    // test's, killed below).
+    let fifo = lab.path().join("a-fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let fifo_path = fifo.to_str().unwrap().to_string();
+    let mut owned = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([
+            "unshare",
+            "--user",
+            "--net",
+            "--map-root-user",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let owned_path = format!("/proc/{}/ns/net", owned.id());
     for (name, path) in [
         ("hostnet", "/proc/self/ns/net"),
         ("notns", "/etc/hostname"),
+        ("fifo", fifo_path.as_str()),
+        ("userowned", owned_path.as_str()),
         ("swapped", netfile_path.as_str()),
     ] {
         let b = bundle(&lab, name, |c| {
@@ -1249,13 +1283,16 @@ fn two_containers_of_a_pod_share_its_network_namespace_and_nothing_else() {
         let err = text(&out.stderr);
         let want = match name {
             "hostnet" => "is the host's",
-            "notns" => "not a network namespace",
+            "notns" | "fifo" => "not a network namespace",
+            "userowned" => "owned by a user namespace other than the host's",
             _ => "is this host's own: a container never joins it",
         };
         assert!(err.contains(want), "{name}: {err}");
         lab.runtime(&["delete", "--force", name]);
         assert!(!lab.rootfs().join(name).exists(), "{name} ran");
     }
+    let _ = owned.kill();
+    let _ = owned.wait();
     umount();
 }
 
@@ -1381,4 +1418,134 @@ fn the_fleet_docs_containers_conf_makes_podman_use_cordon_runtime() {
         "{}",
         text(&init.stderr)
     );
+}
+
+/// TCP memory the host counts (`/proc/net/sockstat`'s `TCP: … mem N`, in
+/// pages: one count for the host, whatever the namespace).
+fn host_tcp_pages() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap();
+    let line = text.lines().find(|l| l.starts_with("TCP:")).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "mem").unwrap();
+    words[at + 1].parse().unwrap()
+}
+
+/// A container in a pod's network namespace: it serves and connects
+/// there, reaches nothing of the host's loopback, makes no UDP, raw or
+/// netlink socket and no `TCP_ULP`; and 48 loopback connections it fills
+/// both ways (each could hold megabytes) hold at most its cgroup's share
+/// of the host's TCP memory.
+#[test]
+fn a_pods_tcp_buffers_stay_in_the_containers_share() {
+    let lab = Lab::new();
+    let pod = PodNetwork::new("tcp");
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    // Python from the host's /usr, bound read-only into the busybox root.
+    let rootfs = lab.rootfs();
+    for (link, to) in [("lib", "usr/lib"), ("lib64", "usr/lib64")] {
+        std::os::unix::fs::symlink(to, rootfs.join(link)).unwrap();
+    }
+    std::fs::create_dir_all(rootfs.join("usr")).unwrap();
+    let code = format!(
+        r#"
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+c = socket.create_connection(("127.0.0.1", s.getsockname()[1]), timeout=3)
+a, _ = s.accept(); c.sendall(b"ping"); print("SERVED", a.recv(4).decode())
+try:
+    socket.create_connection(("127.0.0.1", {host_port}), timeout=3); print("HOST reached")
+except OSError as e: print("HOST", e.errno)
+for name, fam, typ in [("udp", socket.AF_INET, socket.SOCK_DGRAM),
+                       ("raw", socket.AF_INET, socket.SOCK_RAW),
+                       ("netlink", socket.AF_NETLINK, socket.SOCK_RAW)]:
+    try:
+        socket.socket(fam, typ); print(name, "made")
+    except OSError as e: print(name, e.errno)
+try:
+    c.setsockopt(socket.IPPROTO_TCP, 31, b"tls"); print("ulp set")
+except OSError as e: print("ulp", e.errno)
+pairs = []
+for _ in range(48):
+    x = socket.create_connection(("127.0.0.1", s.getsockname()[1]))
+    y, _ = s.accept()
+    pairs += [x, y]
+for x in pairs:
+    x.setblocking(False)
+sent, chunk = 0, b"x" * 65536
+for _ in range(200):
+    moved = 0
+    for x in pairs:
+        try:
+            moved += x.send(chunk)
+        except BlockingIOError:
+            pass
+    sent += moved
+    if moved == 0:
+        break
+print("FILLED", sent, flush=True)
+time.sleep(60)
+"#
+    );
+    let path = pod.path();
+    let b = bundle(&lab, "tcp", move |c| {
+        c["process"]["args"] = serde_json::json!([
+            "/bin/sh",
+            "-c",
+            format!("exec /usr/bin/python3 -c '{code}'")
+        ]);
+        c["linux"]["namespaces"] = serde_json::json!([
+            {"type": "pid"}, {"type": "network", "path": path}, {"type": "ipc"},
+            {"type": "uts"}, {"type": "mount"}
+        ]);
+        c["mounts"].as_array_mut().unwrap().push(serde_json::json!(
+            {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]}
+        ));
+    });
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let before = host_tcp_pages();
+    let status = Command::new(RUNTIME)
+        .arg("--root")
+        .arg(lab.state_root())
+        .args(["create", "--bundle", b.to_str().unwrap(), "tcp"])
+        .stdin(std::process::Stdio::null())
+        .stdout(out_file.reopen().unwrap())
+        .stderr(out_file.reopen().unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = lab.runtime(&["start", "tcp"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let said = loop {
+        let said = std::fs::read_to_string(out_file.path()).unwrap();
+        if said.contains("FILLED") {
+            break said;
+        }
+        assert!(std::time::Instant::now() < deadline, "never filled: {said}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let during = host_tcp_pages();
+    lab.runtime(&["delete", "--force", "tcp"]);
+    let want = "SERVED ping\nHOST 111\nudp 1\nraw 1\nnetlink 1\nulp 1\n";
+    assert!(said.starts_with(want), "want {want:?}: {said}");
+    assert!(
+        host.accept().is_err(),
+        "the host's listener got a connection"
+    );
+    let sent: u64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("FILLED "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    let grew = during.saturating_sub(before) * 4096;
+    // The share (64 MiB), and what other tests' sockets may add meanwhile.
+    let bound = (64u64 << 20) + (16 << 20);
+    assert!(
+        grew <= bound,
+        "the host's TCP memory grew by {grew} (sent {sent}): past {bound}"
+    );
+    // It did try: more moved than the share could hold unpressed.
+    assert!(sent >= 16 << 20, "the filler moved only {sent} bytes");
 }

@@ -443,6 +443,19 @@ impl SandboxCgroup {
             .as_ref()
             .is_some_and(|s| s.oom_kills().is_some_and(|n| n > s.oom_base))
     }
+
+    /// Whether the TCP buffers of the sockets its processes accept or make
+    /// are bounded: on v1 by `memory.kmem.tcp.limit_in_bytes`, on v2 by
+    /// `memory.max`, which only a memory limit sets.
+    pub(crate) fn bounds_tcp(&self) -> bool {
+        self.set.as_ref().is_some_and(|s| {
+            if s.v1 {
+                s.tcp_bounded
+            } else {
+                matches!(s.limit, Ok(Some(_)))
+            }
+        })
+    }
 }
 
 impl Drop for SandboxCgroup {

@@ -83,15 +83,12 @@ pub(crate) enum Step {
     /// Join a pod's network namespace (`container/join.rs`), right before
     /// [`Step::Credentials`], while still root.
     JoinNetwork = 21,
-    /// Bring a fresh network namespace's loopback up (`net.rs`), right
-    /// after [`Step::Hostname`].
-    Loopback = 22,
 }
 
 impl Step {
     /// Every step, by id: the order [`confine`] takes them in, but for
     /// the steps added later (each says where it runs).
-    pub(crate) const ALL: [Step; 22] = [
+    pub(crate) const ALL: [Step; 21] = [
         Step::CgroupJoin,
         Step::MapWriter,
         Step::Credentials,
@@ -113,7 +110,6 @@ impl Step {
         Step::ContainerRoot,
         Step::JoinContainer,
         Step::JoinNetwork,
-        Step::Loopback,
     ];
 
     /// The name errors give it: what failed, by the call or mechanism.
@@ -140,7 +136,6 @@ impl Step {
             Step::ContainerRoot => "pivot_root",
             Step::JoinContainer => "setns",
             Step::JoinNetwork => "setns_network",
-            Step::Loopback => "loopback_up",
         }
     }
 
@@ -213,9 +208,6 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
     }
     if let Some(name) = &plan.hostname {
         quotas::set_hostname(name).map_err(at(Step::Hostname))?;
-    }
-    if plan.loopback {
-        net::loopback_up().map_err(at(Step::Loopback))?;
     }
     creds::rearm_parent_death(plan.parent_pid).map_err(at(Step::ParentDeath))?;
     if let Some(egress) = &plan.egress {

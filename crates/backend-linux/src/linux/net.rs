@@ -195,23 +195,6 @@ pub(crate) unsafe fn open_way_out(plan: &EgressPlan) -> io::Result<()> {
     }
 }
 
-/// In the child, in a network namespace of its own (it holds
-/// `CAP_NET_ADMIN` in the user namespace that owns it): its loopback up.
-/// Async-signal-safe.
-pub(crate) fn loopback_up() -> io::Result<()> {
-    // SAFETY: a socket of our own, closed on every path.
-    unsafe {
-        let s = check(libc::socket(
-            libc::AF_INET,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            0,
-        ))?;
-        let r = bring_up_lo(s);
-        libc::close(s);
-        r
-    }
-}
-
 fn bring_up_lo(sock: libc::c_int) -> io::Result<()> {
     // SAFETY: raw syscalls on the caller's open sockets and on stack
     // buffers that outlive each call.

@@ -70,7 +70,4 @@ pub(crate) struct ChildPlan {
     /// A pod's network namespace, joined before the credentials change
     /// (`unshare_flags` then has no `CLONE_NEWNET`).
     pub join_network: Option<OwnedFd>,
-    /// `Network::Namespace` in a fresh network namespace: bring its
-    /// loopback up.
-    pub loopback: bool,
 }

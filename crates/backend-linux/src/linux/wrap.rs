@@ -99,6 +99,32 @@ fn wrap_inner(
              allowlist: tier namespaces with every layer",
         ));
     }
+    // Only a joined one (a pod's): in a namespace of its own a sandbox
+    // would listen for nobody but itself, and the connections a listener
+    // has not accepted are charged to no cgroup (the kernel charges a
+    // socket when it is accepted), so they would be a way into the
+    // host's TCP memory with nothing gained.
+    if own_network
+        && policy
+            .container
+            .as_ref()
+            .and_then(|r| r.network.as_ref())
+            .is_none()
+    {
+        return Err(wrap_err(
+            "Network::Namespace is given in a joined network namespace only (a container's \
+             `ContainerRoot::network`, a pod's): use Network::Deny for a sandbox of its own",
+        ));
+    }
+    // Every container of a root host has a uid of its own: without it the
+    // containers of one pod would share one, and `SO_REUSEPORT` lets a
+    // listener of one uid take another's connections.
+    if own_network && euid == 0 && !layers.own_uid {
+        return Err(wrap_err(
+            "Network::Namespace on a root host needs a uid of the sandbox's own (the own_uid \
+             layer)",
+        ));
+    }
     let abi = probe::landlock_abi().map_err(wrap_err)?;
     if landlock_tier && abi < probe::SCOPING_ABI {
         return Err(wrap_err(format!(
@@ -183,6 +209,13 @@ fn wrap_inner(
         all.push(seccomp::same_group().map_err(wrap_err)?);
         seccomp = Arc::new(all);
     }
+    // A TCP server's sockets: no upper-layer protocol (`TCP_ULP`) on
+    // them, the path of the listening-socket bugs (CVE-2023-0461).
+    if own_network {
+        let mut all: Vec<seccomp::Program> = seccomp.iter().cloned().collect();
+        all.push(seccomp::no_tcp_ulp().map_err(wrap_err)?);
+        seccomp = Arc::new(all);
+    }
     let ids = if joining.is_some() {
         SandboxIds::of_running((euid, egid))
     } else {
@@ -225,11 +258,15 @@ fn wrap_inner(
     let cgroup = sandbox_cgroup(policy, layers)?;
     // TCP memory is one pool for the host: without a cgroup of the
     // sandbox's own nothing bounds its part (cgroup.rs).
-    if own_network && cgroup.is_none() {
+    if own_network
+        && !cgroup
+            .as_ref()
+            .is_some_and(cgroup::SandboxCgroup::bounds_tcp)
+    {
         return Err(wrap_err(
-            "Network::Namespace needs a cgroup of the sandbox's own, which bounds its TCP \
-             buffers (one pool for the host): run as root, or with a delegated cgroup v2 \
-             memory controller",
+            "Network::Namespace needs a cgroup of the sandbox's own that bounds its TCP \
+             buffers (one pool for the host): run as root (cgroup v1), or with a delegated \
+             cgroup v2 memory controller and a memory limit",
         ));
     }
     let id_maps = (layers.mount_namespace && !landlock_tier && join.is_none())
@@ -275,7 +312,7 @@ fn wrap_inner(
     } else {
         unshare_flags(layers)
     };
-    if egress_plan.is_some() || (own_network && join.is_none() && join_network.is_none()) {
+    if egress_plan.is_some() {
         unshare |= libc::CLONE_NEWNET;
     }
     // A container has a network namespace of its own (none of the host's
@@ -410,7 +447,6 @@ fn wrap_inner(
         egress: egress_plan,
         seccomp_listener,
         join,
-        loopback: own_network && unshare & libc::CLONE_NEWNET != 0,
         join_network,
     };
     tracing::debug!(

@@ -50,16 +50,17 @@ pub enum Network {
     /// memory), so it neither serializes nor deserializes: a policy that
     /// carries one cannot be written out and read back as something less.
     Brokered(BrokeredNetwork),
-    /// TCP in a network namespace of the sandbox's own, never the host's:
-    /// a fresh one whose only interface is its loopback (up), or the one a
-    /// container joins ([`ContainerRoot::network`](crate::policy::ContainerRoot::network):
-    /// a pod's, with what its network plugin gave it). The socket rules
-    /// are [`Network::Allow`]'s (TCP only: no UDP and so no DNS of its
-    /// own, no raw, packet or netlink socket), without the proxy: every
-    /// port may be bound and connected to, inside that namespace. A
-    /// backend that cannot give the sandbox a network namespace refuses
-    /// it; a runner admits it only with P8 proven (its socket filter is
-    /// the allowlist's).
+    /// TCP clients and servers in the network namespace a container joins
+    /// ([`ContainerRoot::network`](crate::policy::ContainerRoot::network):
+    /// a pod's, made by root, with what its network plugin gave it), never
+    /// the host's. The socket rules are [`Network::Allow`]'s (TCP only: no
+    /// UDP and so no DNS of its own, no raw, packet or netlink socket), and
+    /// `bind`, `listen` and `accept` too, without the proxy: every port of
+    /// that namespace may be bound and connected to. A backend refuses it
+    /// for a sandbox that joins no network namespace, and where it cannot
+    /// bound the sandbox's TCP buffers (Linux: a cgroup that counts them);
+    /// a runner admits it only with P8 proven (its socket filter is the
+    /// allowlist's).
     Namespace,
 }
 

@@ -25,12 +25,16 @@ use cordon_core::policy::{ContainerRoot, RunningContainer};
 
 use super::super::sys::check_long;
 
-/// The namespaces joined, user first (`/proc/PID/ns/` name, `setns` type).
-/// The mount namespace last: joining it moves the root and cwd.
+/// The namespaces joined (`/proc/PID/ns/` name, `setns` type): on a root
+/// host the network namespace first, while this process is still root in
+/// the host's user namespace (a pod's, which the host's owns, can be
+/// joined from there only), then the user namespace, whose capabilities
+/// the others are joined with; the mount namespace last: joining it moves
+/// the root and cwd.
 const NAMESPACES: [(&str, libc::c_int); 7] = [
+    ("net", libc::CLONE_NEWNET),
     ("user", libc::CLONE_NEWUSER),
     ("pid", libc::CLONE_NEWPID),
-    ("net", libc::CLONE_NEWNET),
     ("ipc", libc::CLONE_NEWIPC),
     ("uts", libc::CLONE_NEWUTS),
     ("cgroup", libc::CLONE_NEWCGROUP),
@@ -39,7 +43,7 @@ const NAMESPACES: [(&str, libc::c_int); 7] = [
 
 /// What the child needs to enter a running container.
 pub(crate) struct JoinPlan {
-    /// The container's namespaces, in [`NAMESPACES`]' order.
+    /// The container's namespaces, in the order they are joined.
     namespaces: Vec<(OwnedFd, libc::c_int)>,
     /// Clear the supplementary groups before joining (a root host: inside,
     /// the user namespace may refuse `setgroups`).
@@ -62,7 +66,13 @@ impl JoinPlan {
         let proc_dir = open_at(None, &format!("/proc/{}", running.pid), true)
             .map_err(|e| format!("the running container (pid {}): {e}", running.pid))?;
         let mut namespaces = Vec::with_capacity(NAMESPACES.len());
-        for (name, kind) in NAMESPACES {
+        // An unprivileged caller holds no capability over a network
+        // namespace before it is in the user namespace that owns it.
+        let mut order = NAMESPACES;
+        if !root_host {
+            order.swap(0, 1);
+        }
+        for (name, kind) in order {
             let fd = open_at(Some(&proc_dir), &format!("ns/{name}"), false)
                 .map_err(|e| format!("the running container's {name} namespace: {e}"))?;
             let mine = std::fs::metadata(format!("/proc/self/ns/{name}"))
@@ -185,6 +195,10 @@ fn start_time(dir: &OwnedFd) -> std::io::Result<u64> {
 /// `NS_GET_NSTYPE` (`linux/nsfs.h`): the `CLONE_NEW*` type of a namespace
 /// fd.
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+/// `NS_GET_USERNS`: an fd of the user namespace that owns a namespace.
+const NS_GET_USERNS: libc::c_ulong = 0xb701;
+/// `NSFS_MAGIC` (`linux/magic.h`): the namespace filesystem.
+const NSFS_MAGIC: libc::__fsword_t = 0x6e73_6673;
 
 /// A pod's network namespace ([`ContainerRoot::network`]), opened in the
 /// parent: a network namespace, and not this process's own. Joined by
@@ -198,12 +212,59 @@ pub(crate) fn open_network(path: &std::path::Path, root_host: bool) -> Result<Ow
         ));
     }
     let what = || format!("the network namespace `{}`", path.display());
-    let fd =
-        open_at(None, &path.to_string_lossy(), false).map_err(|e| format!("{}: {e}", what()))?;
+    // Looked at before it is opened: `O_PATH` opens nothing (a FIFO would
+    // block, a device act), and only a namespace file is opened for real,
+    // through the same inode (`/proc/self/fd`).
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL", what()))?;
+    // SAFETY: open on a NUL-terminated path; the fd is ours.
+    let raw = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(format!("{}: {}", what(), std::io::Error::last_os_error()));
+    }
+    // SAFETY: a new fd of ours.
+    let located = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: fstatfs into a zeroed local.
+    let on_nsfs = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(located.as_raw_fd(), &mut st) == 0 && st.f_type == NSFS_MAGIC
+    };
+    if !on_nsfs {
+        return Err(format!("{} is not a network namespace", what()));
+    }
+    let fd = open_at(
+        None,
+        &format!("/proc/self/fd/{}", located.as_raw_fd()),
+        false,
+    )
+    .map_err(|e| format!("{}: {e}", what()))?;
     // SAFETY: an ioctl with no argument on an fd of ours.
     let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
     if kind != libc::CLONE_NEWNET {
         return Err(format!("{} is not a network namespace", what()));
+    }
+    // Made by root (owned by the host's user namespace), as a network
+    // plugin makes a pod's: a namespace an unprivileged user owns could be
+    // watched and steered by that user, who holds CAP_NET_ADMIN in it.
+    // SAFETY: an ioctl with no argument on an fd of ours; the fd it
+    // returns is ours.
+    let owner = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_USERNS) };
+    if owner < 0 {
+        return Err(format!(
+            "{}'s owner: {}",
+            what(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a new fd of ours.
+    let owner = unsafe { OwnedFd::from_raw_fd(owner) };
+    let host_users = std::fs::metadata("/proc/self/ns/user")
+        .map_err(|e| format!("this process's user namespace: {e}"))?;
+    let owner = fstat(&owner).map_err(|e| format!("{}'s owner: {e}", what()))?;
+    if (owner.st_dev, owner.st_ino) != (mine_dev(&host_users), mine_ino(&host_users)) {
+        return Err(format!(
+            "{} is owned by a user namespace other than the host's: a pod's is made by root",
+            what()
+        ));
     }
     let mine = std::fs::metadata("/proc/self/ns/net")
         .map_err(|e| format!("this process's network namespace: {e}"))?;

@@ -427,6 +427,26 @@ pub(crate) fn same_group() -> Result<Program, String> {
     compile(&spec)
 }
 
+/// Stacked after the filter of `Network::Namespace`: `setsockopt` of
+/// `TCP_ULP` (an upper-layer protocol such as kTLS on a TCP socket)
+/// refused (`EPERM`).
+pub(crate) fn no_tcp_ulp() -> Result<Program, String> {
+    const TCP_ULP: u64 = 31;
+    let mut spec = Spec::new("no TCP_ULP", RET_ALLOW, false);
+    spec.insert(
+        sys![SYS_setsockopt][0],
+        Verdict::Check {
+            rules: vec![
+                vec![Cond::ne(1, libc::IPPROTO_TCP as u64)],
+                vec![Cond::ne(2, TCP_ULP)],
+            ],
+            matched: RET_ALLOW,
+            otherwise: RET_EPERM,
+        },
+    )?;
+    compile(&spec)
+}
+
 fn clone3() -> Result<Program, String> {
     let mut spec = Spec::new("deny-list clone3", RET_ALLOW, false);
     spec.insert(sys![SYS_clone3][0], Verdict::Ret(RET_ENOSYS))?;

@@ -304,19 +304,25 @@ pub const HOST_POOLS: &[HostPool] = &[
         own_network: Runs,
         landlock: Refused,
         landlock_caller_uid: Refused,
-        bound: "only with an egress allowlist or `Network::Namespace`, in the sandbox's own \
-                network namespace (its own ports). With an allowlist, to the host's proxy \
+        bound: "only with an egress allowlist or `Network::Namespace`, in a network namespace \
+                that is not the host's (its own ports). With an allowlist, to the host's proxy \
                 alone: at most `max_open` (32) tunnels, each holding the sandbox's own socket \
                 (its namespace's `tcp_rmem`/`tcp_wmem`, or up to twice \
                 `net.core.rmem_max`/`wmem_max` by `setsockopt`) and the proxy's two, fixed at \
                 `SOCKET_BUFFER` (2 MiB) per direction, so no autotuning grows them. With \
-                `Network::Namespace` (refused without a cgroup of the sandbox's own): the \
-                sandbox's cgroup, 64 MiB of TCP buffers on v1 \
-                (`memory.kmem.tcp.limit_in_bytes`), its `memory.max` on v2",
+                `Network::Namespace` (a pod's joined network namespace only; refused without \
+                a cgroup that bounds TCP): the sockets it makes or accepts by the sandbox's \
+                cgroup, 64 MiB of TCP buffers on v1 (`memory.kmem.tcp.limit_in_bytes`), its \
+                `memory.max` on v2. Not bounded by Cordon: connections its listeners have not \
+                accepted yet, which the kernel charges to no cgroup (it charges a socket when \
+                it is accepted): at most the pod's `net.core.somaxconn` per listener, each \
+                holding at most its receive buffer, the listeners bounded by the open-file \
+                limits only. As under any runtime in that pod; set the pod's `somaxconn` and \
+                `tcp_rmem` low where that matters",
         test: "`sockets_denied_socketpair_allowed`; egress: the egress crate's \
                `tunnels_hold_the_tcp_pool_to_the_proxys_fixed_buffers` (32 tunnels filled \
-               both ways: no proxy socket past 2 MiB one way); own network: \
-               `own_network_tcp_buffers_stay_in_the_sandboxs_share`",
+               both ways: no proxy socket past 2 MiB one way); own network: the OCI \
+               runtime's `a_pods_tcp_buffers_stay_in_the_containers_share`",
     },
     HostPool {
         pool: "TCP listening sockets and their accept queues (ports per network namespace; an \
@@ -327,11 +333,13 @@ pub const HOST_POOLS: &[HostPool] = &[
         own_network: Runs,
         landlock: Unlisted,
         landlock_caller_uid: Unlisted,
-        bound: "only with `Network::Namespace`, in a network namespace that is never the \
+        bound: "only with `Network::Namespace`, in a pod's network namespace, never the \
                 host's: its ports are that namespace's, a backlog is capped by its \
-                `net.core.somaxconn`, and each accepted socket is an open file (the sandbox's \
-                `RLIMIT_NOFILE`) holding TCP memory (above)",
-        test: "`own_network_serves_inside_and_reaches_nothing_outside`",
+                `net.core.somaxconn`, each accepted socket is an open file (the sandbox's \
+                `RLIMIT_NOFILE`) holding TCP memory, and a connection not yet accepted holds \
+                TCP memory no cgroup counts (above); `TCP_ULP` is refused on every socket",
+        test: "`own_network_is_refused_without_a_joined_namespace`; the OCI runtime's \
+               `a_pods_tcp_buffers_stay_in_the_containers_share`",
     },
     HostPool {
         pool: "SysV IPC ids and POSIX message queues (`kernel.msgmni`, `shmmni`, `shmall`, \

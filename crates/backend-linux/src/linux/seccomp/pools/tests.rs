@@ -195,6 +195,9 @@ fn every_named_test_exists() {
         root.join("src/linux/seccomp/pools"),
         // The proxy's own tests (the egress crate, beside this one).
         root.join("../egress/src"),
+        // The OCI runtime's, whose containers are the ones that join a
+        // pod's network namespace (`Network::Namespace`).
+        root.join("../oci/tests"),
     ] {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             if e.path().extension() == Some(std::ffi::OsStr::new("rs")) {
