@@ -324,6 +324,7 @@ pub fn map(spec: &Spec, bundle: &Path) -> Result<Container, String> {
             kind: ContainerMountKind::Mask,
             read_only: true,
             no_exec: true,
+            source: None,
         });
     }
     // Read-only paths: the container's /proc and /sys are read-only
@@ -528,11 +529,17 @@ fn mount(i: usize, m: &oci_spec::runtime::Mount) -> Result<ContainerMount, Strin
             None => return Err(field("a mount without a type")),
         }
     };
+    let source = m
+        .source()
+        .as_ref()
+        .filter(|_| !is_bind)
+        .map(|s| s.display().to_string());
     Ok(ContainerMount {
         destination,
         kind,
         read_only,
         no_exec,
+        source,
     })
 }
 

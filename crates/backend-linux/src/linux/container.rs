@@ -308,6 +308,19 @@ impl ContainerPlan {
                     (!dir, Source::Tree(tree), None)
                 }
             };
+            // The bundle's source for a new filesystem, as mountinfo
+            // shows it (`proc`, `tmpfs`): the first option, before the
+            // others are parsed.
+            let mut source = source;
+            let named = m
+                .source
+                .as_ref()
+                .filter(|_| m.kind != ContainerMountKind::Empty);
+            if let (Source::Fresh { options, .. }, Some(name)) = (&mut source, named) {
+                let name = CString::new(name.as_str())
+                    .map_err(|_| format!("mount source `{name}` has a NUL byte"))?;
+                options.insert(0, (c"source".to_owned(), name));
+            }
             ops.push(Op {
                 at,
                 file,

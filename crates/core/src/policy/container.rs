@@ -74,6 +74,11 @@ pub struct ContainerMount {
     /// Mounted `noexec`.
     #[serde(default)]
     pub no_exec: bool,
+    /// The source a new filesystem is given (what `/proc/self/mountinfo`
+    /// shows for it: an OCI bundle's `source`, such as `proc`); `None`:
+    /// the kernel's `none`. Not used by binds, masks and empty directories.
+    #[serde(default)]
+    pub source: Option<String>,
 }
 
 /// What a [`ContainerMount`] mounts. Every mount is `nosuid`, and
@@ -222,6 +227,7 @@ mod tests {
             kind: ContainerMountKind::Proc,
             read_only: false,
             no_exec: false,
+            source: None,
         }
     }
 
