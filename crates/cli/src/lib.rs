@@ -58,12 +58,14 @@ enum Command {
         copies to and from its own, so the program never holds your terminal or your\n\
         files (it cannot change a terminal's modes or a log's append flag). It sees pipes,\n\
         not a terminal. Its output is complete when cordon exits; when cordon's stdout\n\
-        is closed (| head -1), the program gets SIGPIPE as in a plain pipeline.\n\n\
+        is closed (| head -1), the program gets SIGPIPE as in a plain pipeline. With -t\n\
+        it gets a new terminal of its own instead, relayed to yours (raw while it runs,\n\
+        restored after): cordon run -t -- bash\n\n\
         What the program may touch: the program file itself (and its #! interpreter or\n\
         ELF loader), the system's program and library dirs (/usr, /bin, /lib...), a few\n\
         /etc files (ld.so.cache, localtime, passwd, group, nsswitch.conf, gitconfig) and\n\
-        /dev/urandom and /dev/random, read-only; /dev/null, /dev/zero, /dev/full and its\n\
-        scratch dir read-write.\n\
+        /dev/urandom and /dev/random, read-only; /dev/null, /dev/zero, /dev/full, /dev/tty\n\
+        (its own terminal, which it has only with -t) and its scratch dir read-write.\n\
         Nothing else, not even the program's own directory: grant more with --ro PATH\n\
         (read, and execute for dirs) or --rw PATH (read-write), each repeatable.\n\n\
         Exit status: the program's own; 128+N if killed by signal N; 124 on --timeout;\n\

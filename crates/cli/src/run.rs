@@ -106,6 +106,12 @@ pub struct RunArgs {
     /// README for the fields).
     #[arg(long, value_name = "PATH")]
     explain_json: Option<PathBuf>,
+    /// Give the program a terminal of its own (a new pty the host relays
+    /// to yours): for shells, REPLs and editors. Your terminal is put in
+    /// raw mode while it runs and restored after; ^C and ^Z go to the
+    /// program. Needs a terminal on stdin.
+    #[arg(short = 't', long)]
+    tty: bool,
     #[command(flatten)]
     secrets: crate::secrets::SecretArgs,
     /// The program to run, then its arguments.
@@ -224,7 +230,8 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let mut spec = ChildSpec::new(PathBuf::from(program))
         .args(command)
         // Never the caller's own fds: the program could change what the
-        // caller shares (a log's O_APPEND, a terminal's modes).
+        // caller shares (a log's O_APPEND, a terminal's modes). With -t a
+        // pty of its own, relayed.
         .stdio(StdioMode::Relay);
     spec.label = Some("cordon run".into());
     // The defaults, then each --policy file in order, then the flags.
@@ -269,6 +276,26 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     } else {
         config.read_only.extend(args.read_only.iter().cloned());
         config.read_write.extend(args.read_write.iter().cloned());
+    }
+    let tty = args.tty
+        || loaded
+            .as_ref()
+            .is_some_and(|p| p.tty.as_ref().is_some_and(|t| t.value));
+    if tty {
+        // SAFETY: isatty only inspects the fd.
+        if unsafe { libc::isatty(0) } != 1 {
+            return Err(
+                "-t gives the program a terminal relayed to yours, but stdin is not a \
+                        terminal; run it from a terminal, or drop -t to relay pipes"
+                    .into(),
+            );
+        }
+        spec.stdio = StdioMode::Terminal;
+        // What the terminal is, for curses and readline: names a terminal
+        // type, nothing of the caller's.
+        if std::env::var_os("TERM").is_some() {
+            spec.pass_env.push("TERM".into());
+        }
     }
     // A limit flag given must hold for the sandbox as a whole unless its
     // --X-scope says not; a flag overrides the policy's value.

@@ -40,6 +40,10 @@ pub struct ChildCommand {
     pub(crate) cwd: PathBuf,
     pub(crate) stdio: [ChildStdio; 3],
     pub(crate) hooks: Vec<Hook>,
+    /// [`StdioMode::Terminal`](crate::StdioMode::Terminal): fd 0 is a pty
+    /// slave that must become the controlling terminal of the program's
+    /// session.
+    pub(crate) terminal: bool,
 }
 
 impl std::fmt::Debug for ChildCommand {
@@ -65,6 +69,7 @@ impl ChildCommand {
             cwd: cwd.into(),
             stdio: [ChildStdio::Piped, ChildStdio::Piped, ChildStdio::Piped],
             hooks: Vec::new(),
+            terminal: false,
         }
     }
 
@@ -95,6 +100,18 @@ impl ChildCommand {
     /// The child's whole environment.
     pub fn get_envs(&self) -> impl Iterator<Item = (&OsStr, &OsStr)> {
         self.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str()))
+    }
+
+    /// True when the child's fds 0, 1 and 2 are a new pty's slave
+    /// ([`StdioMode::Terminal`](crate::StdioMode::Terminal)) that must be
+    /// the controlling terminal of the session the program runs in. Core's
+    /// launcher makes it so (`TIOCSCTTY` on fd 0) just before the exec when
+    /// the process about to exec leads its session (hygiene's `setsid`); a
+    /// backend whose hooks put the program in a session led by another
+    /// process (an init of its own) must have that process take it, after
+    /// its `setsid` and before the program runs.
+    pub fn controlling_terminal(&self) -> bool {
+        self.terminal
     }
 
     /// The child's working directory.

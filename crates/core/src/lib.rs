@@ -72,6 +72,7 @@ pub use policy::{
     SandboxPolicy,
 };
 pub use program::{resolve_program, LoadRequirements};
+pub use relay::WINDOW_SIZE_POLL;
 pub use report::{
     kernel_release, CheckResult, ConformanceReport, ConformanceSuite, Evidence, HostFacts, ProbeId,
     ProbeResult, ProbeStatus, REPORT_SCHEMA,

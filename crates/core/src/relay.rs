@@ -59,6 +59,10 @@ use tokio::sync::oneshot;
 
 use crate::child::{SharedRing, StderrRing};
 
+mod terminal;
+
+pub use terminal::WINDOW_SIZE_POLL;
+
 /// How long an output relay keeps copying, after the sandbox's last process
 /// is gone, for a descendant that escaped and still holds the pipe; also how
 /// long [`Relay::finish`] waits for a relay that was aborted or that waits
@@ -97,6 +101,10 @@ pub(crate) struct Relay {
     /// Closed to stop every relay now.
     abort: Option<OwnedFd>,
     workers: Vec<Worker>,
+    /// [`StdioMode::Terminal`](crate::StdioMode::Terminal): the host
+    /// terminal in raw mode, restored once the output is relayed (or on
+    /// drop).
+    raw: Option<terminal::RawMode>,
 }
 
 struct Worker {
@@ -143,11 +151,14 @@ impl Relay {
             drain: Some(drain_w),
             abort: Some(abort_w),
             workers: Vec::with_capacity(3),
+            raw: None,
         };
         // From here, an early return drops `relay`: its stop pipes close and
         // the threads already started end on their own.
         let s = stops.clone();
-        relay.spawn("cordon-stdin", true, move || copy_in(stdin_w, go_rx, s))?;
+        relay.spawn("cordon-stdin", true, move || {
+            copy_in(stdin_w, go_rx, s, false)
+        })?;
         let s = stops.clone();
         relay.spawn("cordon-stdout", false, move || {
             copy_out(stdout_r, HOST_STDOUT, None, s)
@@ -170,6 +181,46 @@ impl Relay {
             },
             relay,
         ))
+    }
+
+    /// [`StdioMode::Terminal`](crate::StdioMode::Terminal): opens a new pty
+    /// and starts the two relays between its master and the host's fds 0
+    /// and 1; the child gets the slave three times. Puts the host's terminal
+    /// in raw mode (when fd 0 is one) only after everything else was made,
+    /// so an error leaves its modes untouched.
+    pub(crate) fn start_terminal(ring: SharedRing) -> io::Result<(ChildEnds, Relay)> {
+        let pty = terminal::Pty::open()?;
+        let to_master = pty.master.try_clone()?;
+        let from_master = pty.master;
+        set_nonblocking(&from_master)?;
+        let (drain_r, drain_w) = pipe()?;
+        let (abort_r, abort_w) = pipe()?;
+        let stops = Stops {
+            drain: Arc::new(drain_r),
+            abort: Arc::new(abort_r),
+        };
+        let (go_tx, go_rx) = mpsc::channel();
+        let mut relay = Relay {
+            go: Some(go_tx),
+            drain: Some(drain_w),
+            abort: Some(abort_w),
+            workers: Vec::with_capacity(2),
+            raw: None,
+        };
+        let s = stops.clone();
+        relay.spawn("cordon-tty-in", true, move || {
+            copy_in(to_master, go_rx, s, true)
+        })?;
+        relay.spawn("cordon-tty-out", false, move || {
+            copy_out(from_master, HOST_STDOUT, Some(ring), stops)
+        })?;
+        let ends = ChildEnds {
+            stdin: pty.slave.try_clone()?,
+            stdout: pty.slave.try_clone()?,
+            stderr: pty.slave,
+        };
+        relay.raw = terminal::RawMode::enter()?;
+        Ok((ends, relay))
     }
 
     fn spawn(
@@ -246,19 +297,34 @@ impl Relay {
                 );
             }
         }
+        if let Some(raw) = &mut self.raw {
+            raw.restore();
+        }
     }
 }
 
 /// Copies the host's stdin into the child's stdin pipe (`to`, ours,
 /// non-blocking) until host EOF, the child's side closing, drain or abort.
-fn copy_in(to: OwnedFd, go: mpsc::Receiver<()>, stops: Stops) {
+/// With `sizes` (`to` is a pty's master), also copies the host terminal's
+/// window size to it whenever it changes.
+fn copy_in(to: OwnedFd, go: mpsc::Receiver<()>, stops: Stops, sizes: bool) {
     if go.recv().is_err() {
         return; // the child never started
     }
     // SAFETY: isatty only inspects the fd.
     let terminal = unsafe { libc::isatty(HOST_STDIN) } == 1;
     let mut buf = vec![0u8; 16 * 1024];
+    let mut size = terminal::window_size(HOST_STDIN).filter(|_| sizes);
+    let poll_every = size.map(|_| WINDOW_SIZE_POLL);
     loop {
+        if let Some(last) = &mut size {
+            if let Some(now) = terminal::window_size(HOST_STDIN) {
+                if !terminal::same_size(last, &now) {
+                    terminal::set_window_size(to.as_raw_fd(), &now);
+                    *last = now;
+                }
+            }
+        }
         // Events 0 on `to`: poll still reports POLLERR once no process
         // holds the pipe's read end (the child has ended).
         let mut fds = [
@@ -267,7 +333,7 @@ fn copy_in(to: OwnedFd, go: mpsc::Receiver<()>, stops: Stops) {
             pollfd(stops.drain.as_raw_fd(), libc::POLLIN),
             pollfd(stops.abort.as_raw_fd(), libc::POLLIN),
         ];
-        if poll(&mut fds, None).is_err() || fds[1..].iter().any(ready) {
+        if poll(&mut fds, poll_every).is_err() || fds[1..].iter().any(ready) {
             return;
         }
         if fds[0].revents & libc::POLLNVAL != 0 {

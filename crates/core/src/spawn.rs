@@ -288,6 +288,17 @@ impl Spawner {
                 ];
                 relay = Some(r);
             }
+            StdioMode::Terminal => {
+                let (ends, r) = Relay::start_terminal(Arc::clone(&stderr_ring))
+                    .map_err(SpawnError::StdioRelay)?;
+                cmd.stdio = [
+                    ChildStdio::Fd(ends.stdin),
+                    ChildStdio::Fd(ends.stdout),
+                    ChildStdio::Fd(ends.stderr),
+                ];
+                cmd.terminal = true;
+                relay = Some(r);
+            }
         }
         for (k, rel) in &spec.env_in_scratch {
             cmd.env(k, scratch.path().join(rel));

@@ -78,6 +78,28 @@ pub enum StdioMode {
     ///
     /// [`RunningChild::wait`]: crate::RunningChild::wait
     Relay,
+    /// A terminal of the child's own: the runner opens a new
+    /// pseudo-terminal, gives the child its slave as fds 0, 1 and 2 and
+    /// makes it the controlling terminal of the child's session, and
+    /// relays between its master and the host's fds 0 and 1 (a CLI's
+    /// `-t`). The child never holds a descriptor of the host's terminal:
+    /// what it does to its terminal (modes, `TIOCSTI`, which a Linux
+    /// backend refuses anyway) reaches only its own pty.
+    ///
+    /// When the host's stdin is a terminal, the runner puts it in raw mode
+    /// while the child runs (so `^C`, `^Z`, `^\` reach the child's terminal
+    /// as bytes, where its line discipline makes them signals for the
+    /// child, never for the host), copies its window size to the child's
+    /// terminal when it changes (looked at every
+    /// [`WINDOW_SIZE_POLL`](crate::WINDOW_SIZE_POLL)), and restores its
+    /// modes exactly once the child's output has been relayed, or when the
+    /// [`RunningChild`](crate::RunningChild) is dropped, whichever comes
+    /// first. When it is not a terminal the child still gets its pty, but
+    /// no modes are changed on the host's side.
+    ///
+    /// The child's stdout and stderr are the one terminal, so everything
+    /// it writes arrives on the host's stdout (and in the stderr ring).
+    Terminal,
 }
 
 /// The per-instance working directory of a child.

@@ -60,8 +60,11 @@ pub(crate) const SYSTEM_READ_DIRS: &[&str] = &[
 pub(crate) const SYSTEM_READ_DIR_PREFIXES: &[&str] = &["java-"];
 
 /// Devices granted read + write (+ truncate for `> /dev/null`, + ioctl so
-/// `isatty()` gets its usual ENOTTY).
-pub(crate) const SYSTEM_RW_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+/// `isatty()` gets its usual ENOTTY). `/dev/tty` opens the opener's own
+/// controlling terminal, never another's: a sandbox has none (`ENXIO`)
+/// unless it was given a pty of its own (`StdioMode::Terminal`), which
+/// `less`, `git` and `ssh` then open to talk to the user.
+pub(crate) const SYSTEM_RW_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
 /// Devices granted read-only.
 pub(crate) const SYSTEM_READ_DEVICES: &[&str] = &["/dev/urandom", "/dev/random"];

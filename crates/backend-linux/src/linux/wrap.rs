@@ -285,9 +285,12 @@ fn wrap_inner(
         Tier::Namespaces => None,
     };
     let tree = if tree_mode.is_some() || map_writer {
-        Some(tree::TreeSlot::reserve().map_err(|e| {
+        let slot = tree::TreeSlot::reserve().map_err(|e| {
             wrap_err(format!("cannot reserve the sandbox's init stack: {e}")).with_source(e)
-        })?)
+        })?;
+        // The init leads the program's session: it takes the pty.
+        slot.set_terminal(tree_mode.is_some() && cmd.controlling_terminal());
+        Some(slot)
     } else {
         None
     };

@@ -16,4 +16,5 @@ mod runtimes;
 #[cfg(feature = "starlark")]
 mod star;
 mod stdio;
+mod terminal;
 mod tier;

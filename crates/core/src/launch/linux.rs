@@ -37,6 +37,8 @@ struct ChildState {
     stdio: [libc::c_int; 3],
     hooks: Vec<Hook>,
     ctx: ChildContext,
+    /// [`ChildCommand::controlling_terminal`].
+    terminal: bool,
 }
 
 /// The child's stack size. Hooks run here (the Linux backend's whole
@@ -132,6 +134,7 @@ pub(crate) fn launch(
         cwd,
         stdio,
         hooks,
+        terminal,
     } = cmd;
     let mut ends = StdioEnds::make(stdio)?;
     let (report_r, report_w) = pipe()?;
@@ -147,6 +150,7 @@ pub(crate) fn launch(
         ends.child_fds,
         hooks,
         report_w.as_raw_fd(),
+        terminal,
     )?);
     let stack = Stack::take()?;
     let deadline = std::time::Instant::now() + setup_timeout;
@@ -242,6 +246,7 @@ impl ChildState {
         stdio: [libc::c_int; 3],
         hooks: Vec<Hook>,
         report_fd: libc::c_int,
+        terminal: bool,
     ) -> std::io::Result<ChildState> {
         let path = cstring("program path", program.as_bytes())?;
         let argv_c = argv
@@ -274,6 +279,7 @@ impl ChildState {
             stdio,
             hooks,
             ctx: ChildContext { report_fd },
+            terminal,
         })
     }
 }
@@ -533,6 +539,12 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     for hook in st.hooks.iter_mut() {
         if let Err(e) = hook(ctx) {
             fail(ctx, e.raw_os_error().unwrap_or(libc::EINVAL));
+        }
+    }
+    if st.terminal {
+        // SAFETY: in the child, before its exec.
+        if let Err(e) = unsafe { super::take_terminal_if_leader() } {
+            fail(ctx, e.raw_os_error().unwrap_or(libc::EIO));
         }
     }
     // A program just written (a staged copy of the probe child or a

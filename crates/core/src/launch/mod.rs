@@ -88,6 +88,7 @@ pub(crate) fn launch(
         cwd,
         stdio,
         mut hooks,
+        terminal,
     } = cmd;
     let mut std_cmd = std::process::Command::new(program);
     std_cmd
@@ -108,6 +109,9 @@ pub(crate) fn launch(
             for hook in hooks.iter_mut() {
                 hook(&ctx)?;
             }
+            if terminal {
+                take_terminal_if_leader()?;
+            }
             Ok(())
         });
     }
@@ -121,6 +125,26 @@ pub(crate) fn launch(
         stderr: child.stderr.take(),
         leader: Leader::Tokio(child),
     })
+}
+
+/// [`ChildCommand::controlling_terminal`]: in the process about to exec,
+/// makes fd 0 (the pty's slave) the session's controlling terminal when
+/// this process leads its session; a backend's own session leader has
+/// taken it otherwise. Async-signal-safe (raw syscalls only).
+///
+/// # Safety
+/// Only in a child between its launch and its exec.
+pub(crate) unsafe fn take_terminal_if_leader() -> std::io::Result<()> {
+    // SAFETY: getsid, getpid and ioctl on integers.
+    unsafe {
+        if libc::getsid(0) != libc::getpid() {
+            return Ok(());
+        }
+        if libc::ioctl(0, libc::TIOCSCTTY as _, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(target_os = "linux")]

@@ -184,6 +184,10 @@ pub struct PolicyFile {
     pub timeout: Option<Entry<Duration>>,
     /// `scratch`.
     pub scratch: Option<Entry<ScratchSetting>>,
+    /// `tty`: the program gets a terminal of its own
+    /// ([`StdioMode::Terminal`](crate::StdioMode::Terminal)); the caller
+    /// (`cordon run`) sets it, since it needs a terminal to relay.
+    pub tty: Option<Entry<bool>>,
 }
 
 fn ser_display<S: serde::Serializer, T: std::fmt::Display>(
@@ -222,6 +226,7 @@ struct Raw {
     extends: Vec<Spanned<String>>,
     timeout: Option<Spanned<f64>>,
     scratch: Option<Spanned<String>>,
+    tty: Option<Spanned<bool>>,
     #[serde(default)]
     fs: RawFs,
     #[serde(default)]
@@ -532,6 +537,12 @@ pub(super) fn parse(
     if let Some(t) = &raw.timeout {
         out.timeout = Some(Entry {
             value: seconds(*t.get_ref()).map_err(|m| bad(t.span(), "timeout", m))?,
+            origin: at(t.span()),
+        });
+    }
+    if let Some(t) = &raw.tty {
+        out.tty = Some(Entry {
+            value: *t.get_ref(),
             origin: at(t.span()),
         });
     }

@@ -78,6 +78,9 @@ impl PolicyFile {
             }
         }
         l.scopes.extend(n.scopes);
+        if later.tty.is_some() {
+            self.tty = later.tty;
+        }
         if later.timeout.is_some() {
             self.timeout = later.timeout;
         }

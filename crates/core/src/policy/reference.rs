@@ -39,6 +39,14 @@ pub const REFERENCE: &[KeyDoc] = &[
         example: r#""fresh""#,
     },
     KeyDoc {
+        key: "tty",
+        kind: "boolean",
+        doc: "The program gets a terminal of its own, relayed to the caller's (`cordon run -t`; \
+              an agent's shell, a REPL). `cordon run` then needs a terminal on stdin. Later \
+              wins; `-t` turns it on.",
+        example: "true",
+    },
+    KeyDoc {
         key: "fs.ro",
         kind: "array of paths",
         doc: "Read-only grants. A directory's programs may also be executed (reading a \

@@ -16,7 +16,8 @@
 //!   `migrate_pages`, `move_pages` unlisted (`ENOSYS`). Signals are
 //!   Landlock's (ABI 6 signal scoping). `setsid` and `setpgid` are
 //!   refused: the sandbox cannot leave the process group its init kills
-//!   (`tree/`).
+//!   (`tree/`); so is the `TIOCSPGRP` ioctl (no other group of its own
+//!   exists to make a terminal's foreground group).
 //! - **Mount namespace** (read-only host) → for a sandbox that runs as
 //!   the caller's uid ([`programs`] with `caller_uid`), the path-based
 //!   metadata writes Landlock does not govern — `chmod`, `chown`,
@@ -46,14 +47,15 @@ use super::*;
 /// `host_facts()["seccomp"]` for the root host's variant.
 pub(crate) const DESCRIPTION: &str =
     "one filter (tier landlock): the allowlist of tier namespaces, with SysV IPC and POSIX \
-     message queues, setsid, setpgid and pidfd_open refused (EPERM), and every pid-taking \
-     scheduler, priority, I/O-priority, rlimit and process-group call limited to the caller \
+     message queues, setsid, setpgid, pidfd_open and the TIOCSPGRP ioctl refused (EPERM), and \
+     every pid-taking scheduler, priority, I/O-priority, rlimit and process-group call limited to the caller \
      (pid 0)";
 
 /// `host_facts()["seccomp"]` for a sandbox of the caller's own uid.
 pub(crate) const DESCRIPTION_CALLER_UID: &str =
     "one filter (tier landlock, the caller's uid): the allowlist of tier namespaces, with SysV \
-     IPC and POSIX message queues, setsid, setpgid and pidfd_open refused (EPERM), every \
+     IPC and POSIX message queues, setsid, setpgid, pidfd_open and the TIOCSPGRP ioctl refused \
+     (EPERM), every \
      pid-taking scheduler, priority, I/O-priority, rlimit and process-group call limited to \
      the caller (pid 0), and metadata writes (chmod, chown, utimensat with a path, setxattr, \
      removexattr, fchmod, fchown, fsetxattr, fremovexattr, the inode-flag ioctls) and \
@@ -144,6 +146,21 @@ pub(crate) fn tables(caller_uid: bool) -> Tables {
     for s in sys![SYS_setsid, SYS_setpgid, SYS_pidfd_open] {
         t.deny(s);
     }
+    // TIOCSPGRP: with setpgid refused no other group of its own exists;
+    // a shell given a terminal (StdioMode::Terminal) that made a child's
+    // pid the foreground group would leave ^C reaching no process.
+    let refused: Vec<u64> = IOCTL_DENIED
+        .iter()
+        .copied()
+        .chain([libc::TIOCSPGRP as u64])
+        .chain(IOCTL_INODE_SETTERS.into_iter().filter(|_| caller_uid))
+        .collect();
+    let (is, none) = one_of(1, &refused);
+    t.check(Checked {
+        sys: sys![SYS_ioctl][0],
+        allow: none,
+        deny: is,
+    });
     for s in own_pid_only() {
         t.check(Checked {
             sys: s,
@@ -170,17 +187,6 @@ pub(crate) fn tables(caller_uid: bool) -> Tables {
         {
             t.deny(s);
         }
-        let refused: Vec<u64> = IOCTL_DENIED
-            .iter()
-            .copied()
-            .chain(IOCTL_INODE_SETTERS)
-            .collect();
-        let (is, none) = one_of(1, &refused);
-        t.check(Checked {
-            sys: sys![SYS_ioctl][0],
-            allow: none,
-            deny: is,
-        });
         for s in inotify_instances() {
             t.deny(s);
         }

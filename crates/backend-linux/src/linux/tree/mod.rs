@@ -97,6 +97,12 @@ struct Shared {
     /// The warden's pid, as the init got it from `clone` (never cleared:
     /// the init compares what it reaps with it).
     warden_pid: AtomicI32,
+    /// 1 when the program's stdio is a pty of its own
+    /// ([`ChildCommand::controlling_terminal`]): the init, which leads the
+    /// program's session, makes fd 0 its controlling terminal.
+    ///
+    /// [`ChildCommand::controlling_terminal`]: cordon_core::ChildCommand::controlling_terminal
+    terminal: AtomicI32,
     /// The init's pid as it sees itself (set before the warden starts,
     /// which compares its parent with it): in a running container
     /// entered, the container's PID namespace's number, not the host's
@@ -212,6 +218,14 @@ impl TreeSlot {
     /// the init's (one after the other, never both at once).
     pub(crate) fn stack_top(&self) -> usize {
         (self.base as usize + SLOT_BYTES) & !15
+    }
+
+    /// Whether the init takes the program's pty as its session's
+    /// controlling terminal (set before every launch: slots are reused).
+    pub(crate) fn set_terminal(&self, on: bool) {
+        self.shared()
+            .terminal
+            .store(i32::from(on), Ordering::Relaxed);
     }
 
     /// The program's raw wait status, once the init has recorded it (after
@@ -386,6 +400,14 @@ unsafe fn init_prologue(shared: &Shared) {
         let r = raw(libc::SYS_setsid, 0, 0, 0, 0);
         if r < 0 {
             init_fail(shared, -r);
+        }
+        // A session leader without a terminal: the program's pty becomes
+        // the session's, its foreground group the init's (the program's).
+        if shared.terminal.load(Ordering::Relaxed) == 1 {
+            let r = raw(libc::SYS_ioctl, 0, libc::TIOCSCTTY as usize, 0, 0);
+            if r < 0 {
+                init_fail(shared, -r);
+            }
         }
         if shared.subreaper.load(Ordering::Relaxed) == 1 {
             // Every orphan of the sandbox becomes the init's child.
