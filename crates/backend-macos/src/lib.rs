@@ -336,6 +336,13 @@ fn confine(
              refused, nothing was started",
         ));
     }
+    if !policy.reviewed.is_empty() {
+        return Err(WrapError::new(
+            BACKEND_NAME,
+            "the macos backend cannot put a layer over a directory (--rw-review): refused, \
+             nothing was started",
+        ));
+    }
     if !policy.placed.is_empty() {
         return Err(WrapError::new(
             BACKEND_NAME,

@@ -63,6 +63,13 @@ impl SandboxBackend for NoopBackend {
                 "the no-op backend cannot enter a container's root: a policy with one is refused",
             ));
         }
+        if !policy.reviewed.is_empty() {
+            return Err(WrapError::new(
+                "noop",
+                "the no-op backend cannot put a layer over a directory: a policy with a reviewed \
+                 directory is refused",
+            ));
+        }
         if !policy.placed.is_empty() {
             return Err(WrapError::new(
                 "noop",

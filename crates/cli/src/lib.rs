@@ -19,6 +19,7 @@ mod conformance;
 mod diagnose;
 mod explain;
 mod policy;
+mod review;
 mod run;
 mod scope_notes;
 mod secrets;
@@ -87,6 +88,15 @@ enum Command {
         cordon policy check tool.toml out/report.txt --write"
     )]
     Policy(policy::PolicyCommand),
+    /// Review layers of `cordon run --rw-review`: list, show, apply, discard.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  \
+        cordon review list\n  \
+        cordon review show ID\n  \
+        cordon review apply ID"
+    )]
+    Review(review::ReviewCommand),
     /// Starlark packages.
     #[cfg(feature = "starlark")]
     #[command(subcommand)]
@@ -209,6 +219,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::main(*args).await,
             Command::Conformance(args) => conformance::main(args).await,
             Command::Policy(cmd) => policy::main(cmd),
+            Command::Review(cmd) => review::main(cmd),
             #[cfg(feature = "starlark")]
             Command::Star(cmd) => star::main(cmd).await,
         }

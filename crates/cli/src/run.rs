@@ -33,6 +33,19 @@ pub struct RunArgs {
     /// Grant read-write access to PATH (repeatable).
     #[arg(long = "rw", value_name = "PATH", value_parser = crate::existing_path)]
     read_write: Vec<PathBuf>,
+    /// Let the program write DIR, its changes landing in a layer cordon
+    /// keeps apart (repeatable); after the run they are listed (added,
+    /// modified, deleted, with sizes) and applied, discarded or kept as
+    /// --review says. Needs tier namespaces.
+    #[arg(long = "rw-review", value_name = "DIR", value_parser = crate::existing_path)]
+    rw_review: Vec<PathBuf>,
+    /// What to do with the --rw-review changes at exit: apply (the
+    /// legitimate ones; links out of the tree, devices, setuid files, hard
+    /// links and files changed meanwhile on the host are refused and
+    /// listed), discard, or keep for `cordon review`. Default: ask on a
+    /// terminal, else keep.
+    #[arg(long, value_name = "ACTION", value_enum, requires = "rw_review")]
+    review: Option<crate::review::ReviewAction>,
     /// Pass host variable KEY, or set KEY=VALUE (repeatable).
     #[arg(long = "env", value_name = "KEY[=VALUE]", value_parser = parse_env)]
     env: Vec<(OsString, Option<OsString>)>,
@@ -398,6 +411,27 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
                 .into(),
         );
     }
+    let mut review_dirs = args.rw_review.clone();
+    if let Some(p) = &loaded {
+        review_dirs.extend(p.read_write_review.iter().map(|e| e.value.clone()));
+    }
+    let unstarted = if review_dirs.is_empty() {
+        None
+    } else {
+        if args.trusted {
+            return Err(
+                "--rw-review needs the sandbox to put its layer over the directory; drop \
+                 --trusted"
+                    .into(),
+            );
+        }
+        let store = crate::review::store()?;
+        // No read-write grant may reach the layers.
+        config.protected.push(store.path().to_path_buf());
+        let (layers, reviewed) = crate::review::prepare(&store, &review_dirs)?;
+        spec.reviewed = reviewed;
+        Some(layers)
+    };
     // Held until the program ends: the trust bundle's directory.
     let _brokering = match args.trusted {
         true => None,
@@ -472,10 +506,20 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     // starts is acted on once it runs.
     use tokio::signal::unix::{signal, SignalKind};
     let mut stops = Vec::new();
+    // Every signal that would end cordon unhandled, so that it ends the
+    // sandbox and restores a -t caller's terminal first.
     for kind in [
         SignalKind::terminate(),
         SignalKind::interrupt(),
         SignalKind::hangup(),
+        SignalKind::quit(),
+        SignalKind::user_defined1(),
+        SignalKind::user_defined2(),
+        SignalKind::alarm(),
+        SignalKind::from_raw(libc::SIGXCPU),
+        SignalKind::from_raw(libc::SIGXFSZ),
+        SignalKind::from_raw(libc::SIGVTALRM),
+        SignalKind::from_raw(libc::SIGPROF),
     ] {
         stops.push((
             kind.as_raw_value(),
@@ -504,6 +548,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             child.scratch_dir().display()
         );
     }
+    let layers = unstarted
+        .map(crate::review::Unstarted::started)
+        .unwrap_or_default();
     let stop = async {
         let waits = stops.iter_mut().map(|(n, s)| {
             Box::pin(async move {
@@ -519,6 +566,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             child.kill();
             let _ = child.wait().await;
             eprintln!("cordon: stopped by signal {sig}; the program and its descendants were killed");
+            // Told to stop: nothing is asked, and nothing applied unasked.
+            let action = args.review.filter(|a| *a != crate::review::ReviewAction::Apply);
+            crate::review::finish(&layers, Some(action.unwrap_or(crate::review::ReviewAction::Keep)));
             return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
         }
     };
@@ -536,6 +586,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
                 );
             }
         }
+    }
+    if !layers.is_empty() {
+        crate::review::finish(&layers, args.review);
     }
     if !outcome.success() && !args.trusted {
         for note in crate::diagnose::denied_paths(

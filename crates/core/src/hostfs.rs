@@ -469,6 +469,9 @@ pub fn hand_over_dir(path: &Path, from: u32, owner: (u32, u32)) -> io::Result<bo
 mod remove;
 pub use remove::{remove_tree, remove_tree_at, Budget};
 
+#[path = "hostfs/review.rs"]
+pub mod review;
+
 #[cfg(test)]
 #[path = "hostfs_tests.rs"]
 mod tests;

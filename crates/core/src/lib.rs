@@ -69,7 +69,7 @@ pub use error::{panic_message, SandboxUnavailable, SpawnError};
 pub use launch::LaunchError;
 pub use policy::{
     BrokeredNetwork, LimitRaiseError, LimitScope, LimitScopeError, LimitScopes, Limits, Network,
-    SandboxPolicy,
+    ReviewedDir, SandboxPolicy,
 };
 pub use program::{resolve_program, LoadRequirements};
 pub use relay::WINDOW_SIZE_POLL;

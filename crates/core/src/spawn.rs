@@ -213,6 +213,33 @@ impl Spawner {
         let limits = self.config.ceilings.narrow(&spec.limits)?;
         // A container's child: its own environment only, its program a
         // path inside its root (not pinned: the container owns its root).
+        if !spec.reviewed.is_empty() {
+            if self.backend.is_none() {
+                return Err(SpawnError::InvalidSpec(
+                    "a reviewed directory (--rw-review) needs a sandbox backend to put its layer \
+                     over it: run the program confined"
+                        .into(),
+                ));
+            }
+            // A directory is written either through its layer or directly,
+            // never both: a direct grant around or inside it would bypass
+            // the review.
+            let direct = self.config.read_write.iter();
+            for r in &spec.reviewed {
+                if let Some(d) = direct
+                    .clone()
+                    .find(|d| d.starts_with(&r.dir) || r.dir.starts_with(d))
+                {
+                    return Err(SpawnError::InvalidSpec(format!(
+                        "`{}` is reviewed (--rw-review) and `{}` granted read-write directly; \
+                         one reaches into the other, which would bypass the review: grant it \
+                         one way",
+                        r.dir.display(),
+                        d.display()
+                    )));
+                }
+            }
+        }
         if spec.seccomp.is_some() && self.backend.is_none() {
             return Err(SpawnError::InvalidSpec(
                 "a seccomp profile of the caller's needs a sandbox backend to stack it".into(),
@@ -379,6 +406,7 @@ impl Spawner {
                 placed: self.config.placed.clone(),
                 container: container.cloned(),
                 seccomp: spec.seccomp.clone(),
+                reviewed: spec.reviewed.clone(),
             };
             resources = wrap_fail_closed(backend.as_ref(), &mut cmd, &policy)?;
         }

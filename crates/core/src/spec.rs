@@ -99,6 +99,14 @@ pub enum StdioMode {
     ///
     /// The child's stdout and stderr are the one terminal, so everything
     /// it writes arrives on the host's stdout (and in the stderr ring).
+    ///
+    /// Caveats: one `Terminal` child at a time per process (a second one
+    /// would save the first one's raw modes as the host's); the pty is one
+    /// of the host's devpts, owned by the caller, so a sandbox that runs as
+    /// the caller's own uid in a user namespace (an unprivileged host in
+    /// Linux's tier namespaces) can `chmod` it open to other local users
+    /// while it runs; and every key goes to the child (no escape key: stop
+    /// a runaway one with a signal to the host).
     Terminal,
 }
 
@@ -165,6 +173,12 @@ pub struct ChildSpec {
     /// A seccomp profile stacked on the backend's own filter (an OCI
     /// bundle's): it can only take away.
     pub seccomp: Option<crate::policy::SeccompProfile>,
+    /// Directories granted for writing through a layer the host keeps
+    /// apart (`cordon run --rw-review`): see
+    /// [`SandboxPolicy::reviewed`](crate::SandboxPolicy::reviewed). Needs a
+    /// sandbox (the trusted runner refuses it); each must not overlap a
+    /// read-write grant or the scratch dir.
+    pub reviewed: Vec<crate::policy::ReviewedDir>,
 }
 
 impl ChildSpec {

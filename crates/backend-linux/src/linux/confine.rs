@@ -249,6 +249,10 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
             landlock_rules::add_scratch_rule(&plan.ruleset, plan.scratch_rights)
                 .map_err(at(Step::ScratchRule))?;
         }
+        for dir in mounts.reviewed_dirs() {
+            landlock_rules::add_mount_rule(&plan.ruleset, dir, plan.review_rights)
+                .map_err(at(Step::ScratchRule))?;
+        }
     }
     if let Some(root) = plan.mounts.as_ref().and_then(|m| m.container()) {
         root.enter().map_err(at(Step::ContainerRoot))?;

@@ -438,12 +438,23 @@ const LANDLOCK_RULE_PATH_BENEATH: libc::c_uint = 1;
 /// mount, so the rule must name the tmpfs root, which exists only in the
 /// child. Async-signal-safe.
 pub(crate) fn add_scratch_rule(ruleset: &std::os::fd::OwnedFd, rights: u64) -> std::io::Result<()> {
+    add_mount_rule(ruleset, c".", rights)
+}
+
+/// Adds a rule with `rights` for the root of the mount now at `path` (a
+/// reviewed dir's overlay, as [`add_scratch_rule`] for the scratch's
+/// tmpfs). Async-signal-safe.
+pub(crate) fn add_mount_rule(
+    ruleset: &std::os::fd::OwnedFd,
+    path: &std::ffi::CStr,
+    rights: u64,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: raw syscalls on a NUL-terminated string, an fd we own and a
     // struct the kernel reads `size_of` bytes from.
     unsafe {
         let dir = libc::open(
-            c".".as_ptr(),
+            path.as_ptr(),
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         );
         if dir < 0 {

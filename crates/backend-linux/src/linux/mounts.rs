@@ -83,6 +83,88 @@ pub(crate) struct MountPlan {
     masks: Option<super::masks::MaskPlan>,
     /// A container's root (`container.rs`), entered after the mounts.
     container: Option<super::container::ContainerPlan>,
+    /// Reviewed directories (`SandboxPolicy::reviewed`): an overlay each.
+    reviewed: Vec<Overlay>,
+}
+
+/// A reviewed directory: an overlay of its layer's upper dir over it,
+/// mounted by the child in its user namespace (`userxattr`), before the
+/// host is made read-only (the upper's mount must still be writable then;
+/// the overlay keeps a private clone of it), and made writable again
+/// after. On a root host its lower is the directory's idmapped tree,
+/// moved over it first: copying a file up keeps its owner, which must be
+/// one the sandbox's namespace maps.
+struct Overlay {
+    dir: CString,
+    options: CString,
+    lower: Option<std::os::fd::OwnedFd>,
+}
+
+impl Overlay {
+    fn new(r: &cordon_core::ReviewedDir, idmap: Option<&Idmap>) -> Result<Overlay, String> {
+        let mut options = String::from("lowerdir=");
+        for (key, p) in [
+            ("", &r.dir),
+            (",upperdir=", &r.upper),
+            (",workdir=", &r.work),
+        ] {
+            let s = p
+                .to_str()
+                .filter(|s| !s.contains([',', ':', '\\', '\n']))
+                .ok_or_else(|| {
+                    format!(
+                        "`{}` cannot be named to overlayfs (a comma, colon, backslash, newline or \
+                         bytes not UTF-8 in it): review a directory whose path has none",
+                        p.display()
+                    )
+                })?;
+            options.push_str(key);
+            options.push_str(s);
+        }
+        options.push_str(",userxattr");
+        Ok(Overlay {
+            dir: c_path(&r.dir)?,
+            options: CString::new(options).map_err(|_| "a NUL byte in a path".to_string())?,
+            lower: idmap.map(|i| i.tree(&r.dir)).transpose()?,
+        })
+    }
+
+    /// In the child, before the host is made read-only. Async-signal-safe.
+    fn mount(&self) -> std::io::Result<()> {
+        // SAFETY: raw syscalls on NUL-terminated strings and an fd we hold.
+        unsafe {
+            if let Some(tree) = &self.lower {
+                check(libc::syscall(
+                    libc::SYS_move_mount,
+                    std::os::fd::AsRawFd::as_raw_fd(tree),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    self.dir.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ) as libc::c_int)?;
+            }
+            check(libc::mount(
+                c"overlay".as_ptr(),
+                self.dir.as_ptr(),
+                c"overlay".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                self.options.as_ptr().cast(),
+            ))
+        }
+    }
+
+    /// In the child, after the host was made read-only: the overlay
+    /// writable again. Async-signal-safe.
+    fn reopen(&self) -> std::io::Result<()> {
+        // SAFETY: a NUL-terminated path.
+        unsafe {
+            set_attr(
+                self.dir.as_ptr(),
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                MOUNT_ATTR_RDONLY,
+            )
+        }
+    }
 }
 
 /// A host directory the sandbox may write.
@@ -174,6 +256,11 @@ impl MountPlan {
                 .collect::<Result<_, _>>()?,
             scratch_mount,
             masks: super::masks::MaskPlan::prepare(scratch, &policy.masked, &policy.placed)?,
+            reviewed: policy
+                .reviewed
+                .iter()
+                .map(|r| Overlay::new(r, idmap))
+                .collect::<Result<_, _>>()?,
             container: match &policy.container {
                 Some(root) => {
                     // The root as a detached tree, made here (the sandbox's
@@ -214,6 +301,12 @@ impl MountPlan {
         self.container.as_ref()
     }
 
+    /// The reviewed dirs, each now an overlay's root (their Landlock rules
+    /// are added in the child: a rule on the dir beneath is ignored).
+    pub(crate) fn reviewed_dirs(&self) -> impl Iterator<Item = &std::ffi::CStr> {
+        self.reviewed.iter().map(|o| o.dir.as_c_str())
+    }
+
     /// True when scratch is a private tmpfs rather than the host's dir.
     pub(crate) fn scratch_is_private(&self) -> bool {
         self.tmpfs_options.is_some()
@@ -239,7 +332,13 @@ impl MountPlan {
             if let Some(c) = &self.container {
                 c.clone_early()?;
             }
+            for o in &self.reviewed {
+                o.mount()?;
+            }
             make_host_read_only()?;
+            for o in &self.reviewed {
+                o.reopen()?;
+            }
             match (&self.tmpfs_options, &self.scratch_mount) {
                 (Some(opts), _) => check(libc::mount(
                     c"tmpfs".as_ptr(),

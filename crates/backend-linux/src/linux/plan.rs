@@ -37,6 +37,9 @@ pub(crate) struct ChildPlan {
     /// is hidden under a mount, so the rule must name the tmpfs root, which
     /// exists only in the child.
     pub scratch_rights: u64,
+    /// The Landlock rights of a reviewed dir's overlay root (a read-write
+    /// grant's), added in the child once it is mounted.
+    pub review_rights: u64,
     pub rlimits: [(libc::__rlimit_resource_t, Option<u64>); super::rlimits::COUNT],
     pub last_cap: libc::c_ulong,
     /// When the capability bounding set is emptied (`caps.rs`).

@@ -75,6 +75,13 @@ fn wrap_inner(
             "explain mode when entering a running container is not supported",
         ));
     }
+    if !policy.reviewed.is_empty() && (landlock_tier || !layers.mount_namespace) {
+        return Err(wrap_err(
+            "a reviewed directory (--rw-review) needs a mount namespace to put its layer over \
+             it: tier namespaces with every layer (tier landlock would have the program write \
+             the directory itself); allow user namespaces, or grant it with --rw",
+        ));
+    }
     if !policy.placed.is_empty() && (landlock_tier || !layers.mount_namespace) {
         return Err(wrap_err(
             "placing a file over one the sandbox sees (the credential broker's trust bundle) \
@@ -422,6 +429,8 @@ fn wrap_inner(
             .transpose()?,
         scratch_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::Scratch, true)
             .bits(),
+        review_rights: landlock_rules::rights(landlock::ABI::from(abi), Grant::ReadWrite, true)
+            .bits(),
         rlimits: rlimits::plan(
             &policy.limits,
             layers,
@@ -534,8 +543,10 @@ fn mount_plan(
     // A writable container root is stored as the caller's too (its tree
     // is checked for privileged files where it is cloned: mounts.rs).
     let writable_root = policy.container.as_ref().is_some_and(|r| !r.readonly);
-    let persistent_writable =
-        policy.scratch_persists || !grants.read_write.is_empty() || writable_root;
+    let persistent_writable = policy.scratch_persists
+        || !grants.read_write.is_empty()
+        || writable_root
+        || !policy.reviewed.is_empty();
     let idmap = if ids.root_host && persistent_writable {
         for dir in grants.read_write.iter().chain(
             policy
@@ -544,6 +555,23 @@ fn mount_plan(
                 .filter(|_| !policy.scratch_is_fresh),
         ) {
             super::privileged::refuse_in_dir(dir, "grant").map_err(wrap_err)?;
+        }
+        // A reviewed dir's layer: the overlay is mounted by the sandbox's
+        // namespace, whose root is the sandbox's uid on the host; it must
+        // own the upper and work dirs (made by the caller in a store the
+        // uid can pass through but not list: cordon's `review` module).
+        for r in &policy.reviewed {
+            super::privileged::refuse_in_dir(&r.dir, "reviewed dir").map_err(wrap_err)?;
+            for d in [&r.upper, &r.work] {
+                let handed = cordon_core::hostfs::hand_over_dir(d, caller.0, ids.host)
+                    .map_err(|e| wrap_err(format!("cannot hand `{}` over: {e}", d.display())))?;
+                if !handed {
+                    return Err(wrap_err(format!(
+                        "the review layer's `{}` is not the caller's: refused",
+                        d.display()
+                    )));
+                }
+            }
         }
         Some(mounts::Idmap::new(caller, ids.host).map_err(wrap_err)?)
     } else {

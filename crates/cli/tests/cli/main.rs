@@ -12,6 +12,7 @@ mod container_filter;
 mod egress;
 mod explain;
 mod policy;
+mod review;
 mod runtimes;
 #[cfg(feature = "starlark")]
 mod star;

@@ -111,10 +111,8 @@ impl Caller {
             ws_ypixel: 0,
         };
         // SAFETY: TIOCSWINSZ reads one winsize.
-        assert_eq!(
-            unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) },
-            0
-        );
+        let r = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+        assert_eq!(r, 0);
     }
 
     /// Starts `cmd` with this terminal as its stdio and controlling

@@ -150,8 +150,8 @@ pub(crate) fn launch(
         ends.child_fds,
         hooks,
         report_w.as_raw_fd(),
-        terminal,
     )?);
+    state.terminal = terminal;
     let stack = Stack::take()?;
     let deadline = std::time::Instant::now() + setup_timeout;
     // SAFETY: `state` and `stack` outlive the child: they are released
@@ -246,7 +246,6 @@ impl ChildState {
         stdio: [libc::c_int; 3],
         hooks: Vec<Hook>,
         report_fd: libc::c_int,
-        terminal: bool,
     ) -> std::io::Result<ChildState> {
         let path = cstring("program path", program.as_bytes())?;
         let argv_c = argv
@@ -279,7 +278,7 @@ impl ChildState {
             stdio,
             hooks,
             ctx: ChildContext { report_fd },
-            terminal,
+            terminal: false,
         })
     }
 }

@@ -158,6 +158,9 @@ pub struct PolicyFile {
     pub read_only: Vec<Entry<PathBuf>>,
     /// `[fs] rw`: read and write.
     pub read_write: Vec<Entry<PathBuf>>,
+    /// `[fs] rw_review`: directories written through a review layer
+    /// (`cordon run --rw-review`); the caller makes the layers.
+    pub read_write_review: Vec<Entry<PathBuf>>,
     /// `[fs] exec`: read and execute (a file alone, or a directory).
     pub executable: Vec<Entry<PathBuf>>,
     /// `[fs] mask`: hidden inside the grants.
@@ -255,6 +258,8 @@ struct RawFs {
     ro: Vec<Spanned<String>>,
     #[serde(default)]
     rw: Vec<Spanned<String>>,
+    #[serde(default)]
+    rw_review: Vec<Spanned<String>>,
     #[serde(default)]
     exec: Vec<Spanned<String>>,
     #[serde(default)]
@@ -379,6 +384,7 @@ pub(super) fn parse(
         files: vec![file.to_path_buf()],
         read_only: paths(&raw.fs.ro, "fs.ro")?,
         read_write: paths(&raw.fs.rw, "fs.rw")?,
+        read_write_review: paths(&raw.fs.rw_review, "fs.rw_review")?,
         executable: paths(&raw.fs.exec, "fs.exec")?,
         ..PolicyFile::default()
     };

@@ -54,6 +54,7 @@ impl PolicyFile {
         self.files.extend(later.files);
         add(&mut self.read_only, later.read_only);
         add(&mut self.read_write, later.read_write);
+        add(&mut self.read_write_review, later.read_write_review);
         add(&mut self.executable, later.executable);
         add(&mut self.masks, later.masks);
         add(&mut self.env_pass, later.env_pass);

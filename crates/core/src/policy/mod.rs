@@ -534,6 +534,26 @@ pub struct SandboxPolicy {
     /// has one.
     #[serde(default)]
     pub seccomp: Option<SeccompProfile>,
+    /// Directories the sandbox writes through a layer the host keeps
+    /// apart ([`ChildSpec::reviewed`](crate::ChildSpec::reviewed)): the
+    /// program sees each directory and may write it, but its changes land
+    /// in the layer's upper dir. A backend that cannot put a layer over a
+    /// directory (Linux's tier landlock, macOS, no-op) refuses a policy
+    /// that has one.
+    pub reviewed: Vec<ReviewedDir>,
+}
+
+/// A directory written through a layer ([`SandboxPolicy::reviewed`]): an
+/// overlay of `upper` (and its `work` dir, on the same filesystem) over
+/// `dir`. Made with [`hostfs::review`](crate::hostfs::review).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewedDir {
+    /// The directory the program sees and writes (canonical).
+    pub dir: PathBuf,
+    /// Where its writes land.
+    pub upper: PathBuf,
+    /// The overlay's work dir, beside `upper`.
+    pub work: PathBuf,
 }
 
 /// A host file shown in place of another ([`SandboxPolicy::placed`]).
@@ -564,6 +584,7 @@ impl SandboxPolicy {
             placed: Vec::new(),
             container: None,
             seccomp: None,
+            reviewed: Vec::new(),
         }
     }
 }

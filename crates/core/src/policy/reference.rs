@@ -60,6 +60,14 @@ pub const REFERENCE: &[KeyDoc] = &[
         example: r#"["${CWD}/out"]"#,
     },
     KeyDoc {
+        key: "fs.rw_review",
+        kind: "array of paths",
+        doc: "Directories the program writes through a layer kept apart; after the run the \
+              changes are shown and applied, discarded or kept (`cordon run --rw-review`, \
+              `--review`). Needs tier namespaces. Lists add up.",
+        example: r#"["${CWD}"]"#,
+    },
+    KeyDoc {
         key: "fs.exec",
         kind: "array of paths",
         doc: "Read and execute: a program file alone, or a directory of programs. Lists add up.",

@@ -147,9 +147,9 @@ impl RawMode {
     /// Puts the terminal's modes back as they were (once).
     pub(crate) fn restore(&mut self) {
         if let Some(saved) = self.saved.take() {
-            // SAFETY: tcsetattr reads one termios. TCSADRAIN: what the
-            // relay wrote goes out under the modes it was written for.
-            unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &saved) };
+            // SAFETY: tcsetattr reads one termios. TCSANOW: a stalled
+            // terminal (a hung ssh) must not hold the host's exit.
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, &saved) };
         }
     }
 }

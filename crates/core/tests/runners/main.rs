@@ -5,6 +5,7 @@
 //! binaries of their own).
 
 mod policy_load;
+mod review_layer;
 mod scratch_sweep;
 
 use cordon_core::ChildCommand;

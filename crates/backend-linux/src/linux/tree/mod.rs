@@ -346,6 +346,17 @@ fn init_fail(shared: &Shared, errno: isize) -> ! {
 unsafe fn init_prologue(shared: &Shared) {
     // SAFETY: raw syscalls on integers and on this frame's own locals.
     unsafe {
+        // Nothing may end it early: with the program's pty its terminal
+        // (below), ^C or ^\ typed now would reach it (SIGKILL cannot be
+        // blocked; init_loop keeps this mask).
+        let all: u64 = !0;
+        raw(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as usize,
+            &all as *const u64 as usize,
+            0,
+            8,
+        );
         // Its pid as the host sees it, stored by the kernel before the init
         // ran (`CLONE_PARENT_SETTID`).
         let me = shared.init_tid.load(Ordering::Acquire);

@@ -89,6 +89,25 @@ impl Grants {
             .filter(|r| r.grant == Grant::ReadWrite)
             .map(|r| r.path.clone())
             .collect();
+        // A reviewed dir is written as a read-write grant is; its overlay
+        // (mounts.rs) is mounted over it, and the rule, bound to the
+        // directory beneath, covers what is inside the overlay.
+        for r in &policy.reviewed {
+            let (path, is_dir) =
+                landlock_rules::canonical_grant("reviewed dir", &r.dir).map_err(wrap_err)?;
+            if !is_dir || path != r.dir {
+                return Err(wrap_err(format!(
+                    "reviewed dir `{}` must be a directory named by its canonical path",
+                    r.dir.display()
+                )));
+            }
+            rules.push(PathRule {
+                path,
+                is_dir: true,
+                grant: Grant::ReadWrite,
+                optional: false,
+            });
+        }
         rules.extend(landlock_rules::system_rules());
         Ok(Grants {
             rules,

@@ -1,0 +1,122 @@
+//! `cordon run --rw-review`: the program's writes land in a layer; the
+//! summary lists them, `--review discard` leaves the directory
+//! byte-identical, `--review apply` applies the legitimate changes and
+//! refuses a link out of the tree. As root and as uid 65534 (tier
+//! namespaces); tier landlock refuses it.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{cordon, run, shared_cache, text, unprivileged};
+
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let body = if m.is_file() {
+            std::fs::read(&p).unwrap()
+        } else {
+            Vec::new()
+        };
+        out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), (m.mode(), body));
+    }
+    out
+}
+
+/// A project dir the runner's uid owns, older than the run.
+fn project(root: &Path, uid: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.join("project");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("keep"), "keep").unwrap();
+    std::fs::write(dir.join("mod"), "old\n").unwrap();
+    for p in [dir.clone(), dir.join("keep"), dir.join("mod")] {
+        std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    dir
+}
+
+const WRITES: &str = "cd \"$1\" && echo new > a && rm -f keep && echo more >> mod && \
+                      ln -s /etc/shadow evil && echo WROTE";
+
+fn each_uid(check: impl Fn(&dyn Fn(&Path) -> Command, u32)) {
+    let dir = tempfile::tempdir().unwrap();
+    let as_root = |_: &Path| cordon(shared_cache().path());
+    check(&as_root, 0);
+    let as_other = |d: &Path| unprivileged(&d.join("as-65534"));
+    check(&as_other, 65534);
+    drop(dir);
+}
+
+#[test]
+fn discard_leaves_the_directory_byte_identical_and_apply_refuses_a_link_out() {
+    each_uid(|base, uid| {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = project(tmp.path(), uid);
+        let before = snapshot(&dir);
+        let out = run(base(tmp.path())
+            .args(["run", "--rw-review"])
+            .arg(&dir)
+            .args(["--review", "discard", "--", "sh", "-c", WRITES, "sh"])
+            .arg(&dir));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "uid {uid}: {err}");
+        assert!(text(&out.stdout).contains("WROTE"), "uid {uid}: {err}");
+        for line in [
+            "A a (4 bytes)",
+            "D keep",
+            "M mod (9 bytes)",
+            "! evil: refused",
+        ] {
+            assert!(err.contains(line), "uid {uid}: no `{line}` in: {err}");
+        }
+        assert_eq!(
+            snapshot(&dir),
+            before,
+            "uid {uid}: discard changed the directory"
+        );
+
+        let out = run(base(tmp.path())
+            .args(["run", "--rw-review"])
+            .arg(&dir)
+            .args(["--review", "apply", "--", "sh", "-c", WRITES, "sh"])
+            .arg(&dir));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "uid {uid}: {err}");
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "new\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("mod")).unwrap(),
+            "old\nmore\n"
+        );
+        assert!(!dir.join("keep").exists(), "uid {uid}: {err}");
+        assert!(
+            std::fs::symlink_metadata(dir.join("evil")).is_err(),
+            "uid {uid}: {err}"
+        );
+        assert!(err.contains("the layer is kept"), "uid {uid}: {err}");
+        // What the sandbox made is the caller's on the host.
+        assert_eq!(std::fs::metadata(dir.join("a")).unwrap().uid(), uid);
+    });
+}
+
+#[test]
+fn tier_landlock_refuses_a_reviewed_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = project(tmp.path(), 0);
+    let out = run(cordon(shared_cache().path())
+        .args(["run", "--tier", "landlock", "--rw-review"])
+        .arg(&dir)
+        .args(["--review", "discard", "--", "true"]));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("needs a mount namespace"),
+        "{}",
+        text(&out.stderr)
+    );
+}
