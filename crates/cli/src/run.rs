@@ -132,72 +132,9 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// A `--*-scope` value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ScopeArg {
-    /// Every process of the sandbox together.
-    Sandbox,
-    /// Each process alone.
-    Process,
-}
-
-impl ScopeArg {
-    fn scope(self) -> LimitScope {
-        match self {
-            ScopeArg::Sandbox => LimitScope::Sandbox,
-            ScopeArg::Process => LimitScope::PerProcess,
-        }
-    }
-}
-
-/// The scope a limit flag asks for: what `--X-scope` says, else the
-/// sandbox as a whole when the flag was given (what `--mem 64M` means),
-/// else per process (the defaults are safety nets).
-fn scope_of(flag_given: bool, asked: Option<ScopeArg>) -> LimitScope {
-    match (asked, flag_given) {
-        (Some(a), _) => a.scope(),
-        (None, true) => LimitScope::Sandbox,
-        (None, false) => LimitScope::PerProcess,
-    }
-}
-
-fn parse_env(s: &str) -> Result<(OsString, Option<OsString>), String> {
-    let (k, v) = match s.split_once('=') {
-        Some((k, v)) => (k, Some(OsString::from(v))),
-        None => (s, None),
-    };
-    if k.is_empty() || k.contains('\0') {
-        return Err(format!("`{s}` is not KEY or KEY=VALUE"));
-    }
-    Ok((OsString::from(k), v))
-}
-
-/// As root, a backend may run the child as another uid (the Linux
-/// backend: a uid of its own per sandbox). A `--scratch` or `--rw` dir
-/// root owns is mounted idmapped for it (root's files appear as its own,
-/// and what it creates is stored as root's), but a dir another user owns
-/// is handed over as it is: the sandbox must be able to write it, or the
-/// program fails on its first write.
-fn warn_if_sandbox_cannot_write(dir: &std::path::Path, sandbox: Option<SandboxUser>) {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid cannot fail.
-    let caller = unsafe { libc::geteuid() };
-    let Some(user) = sandbox.filter(|u| caller == 0 && u.uid != caller) else {
-        return;
-    };
-    if let Ok(m) = std::fs::metadata(dir) {
-        if m.uid() != 0 && m.uid() != user.uid && m.mode() & 0o002 == 0 {
-            eprintln!(
-                "cordon: note: as root the sandbox runs as {user}, which cannot write {} \
-                 (owned by uid {}); chown it to root (whose files the sandbox may write), or \
-                 make it world-writable",
-                dir.display(),
-                m.uid()
-            );
-        }
-    }
-}
-
+mod flags;
+#[allow(unused_imports)]
+use flags::*;
 /// The flag of a limit (a field of [`Limits`]) and how its value reads.
 pub(crate) fn flag_of(limit: &str) -> &'static str {
     match limit {
@@ -626,18 +563,6 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
     })
 }
 
-/// The first of several futures to finish.
-async fn futures_select_first<F: std::future::Future + Unpin>(
-    futures: impl Iterator<Item = F>,
-) -> F::Output {
-    let mut all: Vec<F> = futures.collect();
-    std::future::poll_fn(move |cx| {
-        for f in all.iter_mut() {
-            if let std::task::Poll::Ready(v) = std::pin::Pin::new(f).poll(cx) {
-                return std::task::Poll::Ready(v);
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
-}
+mod select;
+#[allow(unused_imports)]
+use select::*;
