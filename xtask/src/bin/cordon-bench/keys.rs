@@ -43,6 +43,14 @@ pub const KEYS: &[(&[&str], &str)] = &[
         "`cordon run --explain -- /bin/true`, the whole command, against plain and against the same without `--explain`",
     ),
     (
+        &["spawn.cli_tty_us", "spawn.cli_tty_ratio", "spawn.cli_tty_to_cli"],
+        "`cordon run -t -- /bin/true` on a pty (a new pty for the program, the caller's terminal raw and restored), against plain and against the same without `-t`",
+    ),
+    (
+        &["spawn.cli_review_us", "spawn.cli_review_ratio", "spawn.cli_review_to_cli"],
+        "`cordon run --rw-review DIR --review discard -- /bin/true` (a layer made, an overlay mounted over DIR, the empty layer listed and removed), against plain and against the same without",
+    ),
+    (
         &["layers.plain_us", "layers.fork_hook_us", "layers.fork_hook_ratio"],
         "section 1b's baseline, and std's fork alone",
     ),

@@ -65,6 +65,37 @@ fn time_cli_with(cli: &std::path::Path, cache: &std::path::Path, flags: &[&str])
     t.elapsed()
 }
 
+/// [`time_cli_with`] on a terminal: `cordon run -t` needs one on stdin
+/// (a pty pair made here; `/bin/true` writes nothing to drain).
+fn time_cli_tty(cli: &std::path::Path, cache: &std::path::Path) -> Duration {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two fds; null name/termios/winsize are allowed.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty");
+    // SAFETY: both fds are fresh and ours.
+    let (_master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let t = Instant::now();
+    let s = Command::new(cli)
+        .env("XDG_CACHE_HOME", cache)
+        .args(["run", "-t", "--", "/bin/true"])
+        .stdin(slave.try_clone().expect("dup"))
+        .stdout(slave.try_clone().expect("dup"))
+        .stderr(slave)
+        .status()
+        .expect("cordon");
+    assert!(s.success(), "cordon run -t -- /bin/true failed: {s}");
+    t.elapsed()
+}
+
 /// A suite that answers with a report already made: a second runner for
 /// the same backend (with an egress allowlist) without a second probe run.
 pub struct Replay(pub ConformanceReport);
@@ -109,6 +140,10 @@ pub async fn bench(
     }
     let (mut plain, mut tr, mut sb, mut bw, mut cl) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut eg, mut sx, mut cx) = (vec![], vec![], vec![]);
+    let (mut ct, mut cr) = (vec![], vec![]);
+    // A directory the review rows write nothing to (the layer's cost).
+    let reviewed = tempfile::tempdir().expect("temp dir");
+    let reviewed_dir = reviewed.path().to_str().expect("UTF-8 temp dir").to_owned();
     // Interleaved, so that drift on a shared machine hits every row alike.
     for i in 0..plan.spawn_iters + 10 {
         let t = Instant::now();
@@ -155,7 +190,14 @@ pub async fn bench(
         let cx2 = cli
             .as_ref()
             .map(|cli| time_cli_with(cli, cache.path(), &["--explain"]));
+        let ct2 = cli.as_ref().map(|cli| time_cli_tty(cli, cache.path()));
+        let cr2 = cli.as_ref().map(|cli| {
+            let flags = ["--rw-review", reviewed_dir.as_str(), "--review", "discard"];
+            time_cli_with(cli, cache.path(), &flags)
+        });
         if i >= 10 {
+            ct.extend(ct2);
+            cr.extend(cr2);
             sx.extend(sx2);
             cx.extend(cx2);
             if let Some(c) = c {
@@ -253,8 +295,29 @@ pub async fn bench(
         x.note = format!("{:.2}x without --explain", x.median / c.median);
         x.extra
             .push(("spawn.cli_explain_to_cli", x.median / c.median));
+        let mut t = row(
+            SECTION,
+            "cordon run -t -- /bin/true (a pty of its own, relayed)",
+            std::mem::take(&mut ct),
+        )
+        .keyed("spawn.cli_tty");
+        t.ratio = Some(t.median / base.median);
+        t.note = format!("{:.2}x without -t", t.median / c.median);
+        t.extra.push(("spawn.cli_tty_to_cli", t.median / c.median));
+        let mut v = row(
+            SECTION,
+            "cordon run --rw-review DIR --review discard -- /bin/true",
+            std::mem::take(&mut cr),
+        )
+        .keyed("spawn.cli_review");
+        v.ratio = Some(v.median / base.median);
+        v.note = format!("{:.2}x without the layer", v.median / c.median);
+        v.extra
+            .push(("spawn.cli_review_to_cli", v.median / c.median));
         rows.push(c);
         rows.push(x);
+        rows.push(t);
+        rows.push(v);
     }
     if bw.is_empty() {
         rows.push(not_built(
