@@ -42,6 +42,43 @@ pub(crate) const SYSTEM_READ_FILES: &[&str] = &[
     "/etc/default/locale",
 ];
 
+/// Public system configuration that package managers, build tools and
+/// interactive programs read (found by tracing `pip install`, `npm
+/// install`, `git clone`, `make`/`gcc`, `bash -i`, `python3`, `vi`, `less`
+/// with `strace`), granted read-only **only when world-readable** (mode
+/// `o+r`, looked at each spawn): a file root keeps private (a token in
+/// `/etc/npmrc` or `/etc/pip.conf` made 0600) stays out. Secrets are never
+/// listed (`/etc/shadow`, `/etc/gshadow`, `/etc/ssl/private`,
+/// `/etc/sudoers*`, `/etc/ssh`, `/etc/krb5.keytab`: a test holds them out).
+pub(crate) const SYSTEM_PUBLIC_FILES: &[&str] = &[
+    // The distribution's name and version (pip's platform tags, Python's
+    // `platform`, `distro`).
+    "/etc/debian_version",
+    "/etc/os-release",
+    "/etc/lsb-release",
+    "/etc/issue",
+    // Package managers' system-wide settings (index mirrors, CA files).
+    "/etc/pip.conf",
+    "/etc/xdg/pip/pip.conf",
+    "/etc/npmrc",
+    // Name and service lookup: `localhost`, ports by name (the proxy does
+    // the real resolving; libraries still read them).
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/protocols",
+    // File types (Python's `mimetypes`, Go's `mime`).
+    "/etc/mime.types",
+    // Interactive programs under `-t`: readline, bash, vim, nano.
+    "/etc/inputrc",
+    "/etc/bash.bashrc",
+    "/etc/vim/vimrc",
+    "/etc/nanorc",
+    "/etc/ld.so.preload",
+];
+
 /// Directories under /etc granted read-only: public configuration that
 /// runtimes read at start, nothing secret. `/etc/ssl/private` (keys) is
 /// deliberately not among them: only the public certificates are.
@@ -51,13 +88,17 @@ pub(crate) const SYSTEM_READ_DIRS: &[&str] = &[
     "/etc/ssl/certs",
     // Debian's alternatives: /usr/bin/java -> /etc/alternatives/java -> ...
     "/etc/alternatives",
+    // Terminal descriptions (ncurses looks here before /usr/share/terminfo).
+    "/etc/terminfo",
 ];
 
 /// Prefixes of directories in /etc granted read-only, found when the
 /// ruleset is built: a runtime's own configuration whose name carries its
 /// version. OpenJDK's `conf/` (`java.security`, `jvm.cfg`, …) is a set of
 /// symlinks into `/etc/java-<version>-openjdk`; the JVM aborts without it.
-pub(crate) const SYSTEM_READ_DIR_PREFIXES: &[&str] = &["java-"];
+/// Debian's `python3*` dirs hold `sitecustomize.py` and the interpreter's
+/// defaults (`debian_config`).
+pub(crate) const SYSTEM_READ_DIR_PREFIXES: &[&str] = &["java-", "python3"];
 
 /// Devices granted read + write (+ truncate for `> /dev/null`, + ioctl so
 /// `isatty()` gets its usual ENOTTY). `/dev/tty` opens the opener's own
@@ -277,6 +318,12 @@ pub(crate) fn system_rules() -> Vec<PathRule> {
     };
     push(SYSTEM_EXEC_DIRS, Grant::ReadExec);
     push(SYSTEM_READ_FILES, Grant::ReadFileOnly);
+    let public: Vec<&str> = SYSTEM_PUBLIC_FILES
+        .iter()
+        .copied()
+        .filter(|p| world_readable(Path::new(p)))
+        .collect();
+    push(&public, Grant::ReadFileOnly);
     push(SYSTEM_READ_DIRS, Grant::ReadOnly);
     let versioned = versioned_etc_dirs();
     let versioned: Vec<&str> = versioned.iter().map(String::as_str).collect();
@@ -284,6 +331,13 @@ pub(crate) fn system_rules() -> Vec<PathRule> {
     push(SYSTEM_RW_DEVICES, Grant::RwDevice);
     push(SYSTEM_READ_DEVICES, Grant::ReadFileOnly);
     out
+}
+
+/// True when `path` (its target, for a link) is a regular file every user
+/// may read.
+fn world_readable(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.mode() & 0o004 != 0)
 }
 
 /// The `/etc` dirs named by [`SYSTEM_READ_DIR_PREFIXES`] (`/etc/python3.12`,

@@ -11,6 +11,7 @@ mod common;
 mod container_filter;
 mod egress;
 mod explain;
+mod jobs;
 mod policy;
 mod review;
 mod runtimes;

@@ -118,3 +118,42 @@ fn tempfile_dir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// What no sandbox may read by default: no system rule names one of
+/// these, lies inside one, or grants a directory holding one.
+#[test]
+fn the_default_view_holds_no_secret() {
+    const SECRETS: &[&str] = &[
+        "/etc/shadow",
+        "/etc/shadow-",
+        "/etc/gshadow",
+        "/etc/gshadow-",
+        "/etc/ssl/private",
+        "/etc/sudoers",
+        "/etc/sudoers.d",
+        "/etc/ssh",
+        "/etc/krb5.keytab",
+        "/etc/security/opasswd",
+    ];
+    let rules = system_rules();
+    assert!(
+        rules.iter().any(|r| r.path == Path::new("/etc/passwd")),
+        "the control: /etc files are listed"
+    );
+    for r in &rules {
+        let whole_dir = !matches!(r.grant, Grant::ReadFileOnly | Grant::RwDevice);
+        for s in SECRETS.iter().map(Path::new) {
+            let reaches = r.path.starts_with(s) || (whole_dir && s.starts_with(&r.path));
+            assert!(!reaches, "{} reaches {}", r.path.display(), s.display());
+        }
+        // Nothing under /etc is granted whole but the listed dirs.
+        if r.path.starts_with("/etc") && whole_dir {
+            let name = r.path.to_string_lossy();
+            let listed = SYSTEM_READ_DIRS.iter().any(|d| name == *d)
+                || SYSTEM_READ_DIR_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(&format!("/etc/{p}")));
+            assert!(listed, "{name} granted whole");
+        }
+    }
+}

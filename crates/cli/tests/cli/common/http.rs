@@ -52,6 +52,15 @@ fn serve(mut c: std::net::TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
     seen.lock().unwrap().push(line.clone());
     let path = line.split(' ').nth(1).unwrap_or("/");
     let path = path.split('?').next().unwrap_or("/");
+    // A directory's page, as a static server gives it (a package index's
+    // `/simple/NAME/`).
+    let page;
+    let path = if path.len() > 1 && path.ends_with('/') {
+        page = format!("{path}index.html");
+        page.as_str()
+    } else {
+        path
+    };
     let body = if path == "/" {
         Some(GREETING.as_bytes().to_vec())
     } else if path.contains("..") {
@@ -61,9 +70,14 @@ fn serve(mut c: std::net::TcpStream, root: &Path, seen: &Mutex<Vec<String>>) {
     };
     let _ = match body {
         Some(b) => {
+            let html = if path.ends_with(".html") {
+                "Content-Type: text/html\r\n"
+            } else {
+                ""
+            };
             let _ = write!(
                 c,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 200 OK\r\n{html}Content-Length: {}\r\nConnection: close\r\n\r\n",
                 b.len()
             );
             c.write_all(&b)

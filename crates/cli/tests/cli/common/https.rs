@@ -21,7 +21,8 @@ pub struct HttpsServer {
 }
 
 impl HttpsServer {
-    /// Serves `root` to requests carrying `key`; writes its CA into `dir`.
+    /// Serves `root` to requests carrying `key` (to every request when
+    /// `key` is empty); writes its CA into `dir`.
     pub fn start(root: PathBuf, dir: &Path, key: &str) -> HttpsServer {
         use std::os::unix::fs::PermissionsExt;
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -134,9 +135,11 @@ fn serve<S: Read + Write>(stream: S, root: &Path, seen: &Mutex<Vec<u8>>, key: &s
         }
         let target = head.split(' ').nth(1).unwrap_or("/").to_owned();
         let path = target.split('?').next().unwrap_or("/");
-        let authorized = head
-            .lines()
-            .any(|l| l.eq_ignore_ascii_case(&format!("authorization: bearer {key}")));
+        // An empty key: a server anyone may read (a public git host).
+        let authorized = key.is_empty()
+            || head
+                .lines()
+                .any(|l| l.eq_ignore_ascii_case(&format!("authorization: bearer {key}")));
         let auth = head
             .lines()
             .find_map(|l| {
