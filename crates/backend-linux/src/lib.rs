@@ -151,6 +151,14 @@ pub mod docs {}
 
 #[cfg(target_os = "linux")]
 pub use linux::facts::HOST_FACTS;
+/// The default view every sandbox gets (the docs' table is generated from
+/// these): read + execute dirs, read-only files (the public ones only when
+/// world-readable), read-only dirs (and `/etc` dirs by name prefix), and
+/// devices.
+pub use linux::landlock_rules::{
+    SYSTEM_EXEC_DIRS, SYSTEM_PUBLIC_FILES, SYSTEM_READ_DEVICES, SYSTEM_READ_DIRS,
+    SYSTEM_READ_DIR_PREFIXES, SYSTEM_READ_FILES, SYSTEM_RW_DEVICES,
+};
 #[cfg(target_os = "linux")]
 pub use linux::seccomp::pools::{Held, HostPool, HOST_POOLS, NO_HOST_POOL};
 #[cfg(target_os = "linux")]

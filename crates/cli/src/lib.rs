@@ -63,8 +63,9 @@ enum Command {
         it gets a new terminal of its own instead, relayed to yours (raw while it runs,\n\
         restored after): cordon run -t -- bash\n\n\
         What the program may touch: the program file itself (and its #! interpreter or\n\
-        ELF loader), the system's program and library dirs (/usr, /bin, /lib...), a few\n\
-        /etc files (ld.so.cache, localtime, passwd, group, nsswitch.conf, gitconfig) and\n\
+        ELF loader), the system's program and library dirs (/usr, /bin, /lib...), the\n\
+        public /etc files tools read (ld.so.cache, passwd, group, os-release, pip.conf,\n\
+        hosts...; the list: crates/backend-linux/README.md) and\n\
         /dev/urandom and /dev/random, read-only; /dev/null, /dev/zero, /dev/full, /dev/tty\n\
         (its own terminal, which it has only with -t) and its scratch dir read-write.\n\
         Nothing else, not even the program's own directory: grant more with --ro PATH\n\

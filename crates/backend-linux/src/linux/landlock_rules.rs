@@ -16,12 +16,12 @@ use landlock::{
 /// System directories granted read + execute so that dynamically linked
 /// programs start. Missing ones are skipped; symlinked ones (merged /usr)
 /// are canonicalised and deduplicated.
-pub(crate) const SYSTEM_EXEC_DIRS: &[&str] = &[
+pub const SYSTEM_EXEC_DIRS: &[&str] = &[
     "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
 /// Single files under /etc granted read-only. Not /etc wholesale.
-pub(crate) const SYSTEM_READ_FILES: &[&str] = &[
+pub const SYSTEM_READ_FILES: &[&str] = &[
     // The dynamic loader's cache of library locations.
     "/etc/ld.so.cache",
     // Time zone for localtime(3).
@@ -50,7 +50,7 @@ pub(crate) const SYSTEM_READ_FILES: &[&str] = &[
 /// `/etc/npmrc` or `/etc/pip.conf` made 0600) stays out. Secrets are never
 /// listed (`/etc/shadow`, `/etc/gshadow`, `/etc/ssl/private`,
 /// `/etc/sudoers*`, `/etc/ssh`, `/etc/krb5.keytab`: a test holds them out).
-pub(crate) const SYSTEM_PUBLIC_FILES: &[&str] = &[
+pub const SYSTEM_PUBLIC_FILES: &[&str] = &[
     // The distribution's name and version (pip's platform tags, Python's
     // `platform`, `distro`).
     "/etc/debian_version",
@@ -82,7 +82,7 @@ pub(crate) const SYSTEM_PUBLIC_FILES: &[&str] = &[
 /// Directories under /etc granted read-only: public configuration that
 /// runtimes read at start, nothing secret. `/etc/ssl/private` (keys) is
 /// deliberately not among them: only the public certificates are.
-pub(crate) const SYSTEM_READ_DIRS: &[&str] = &[
+pub const SYSTEM_READ_DIRS: &[&str] = &[
     // CA certificates, for TLS clients (which still cannot connect: the
     // network is denied, but libraries load them at start).
     "/etc/ssl/certs",
@@ -98,17 +98,17 @@ pub(crate) const SYSTEM_READ_DIRS: &[&str] = &[
 /// symlinks into `/etc/java-<version>-openjdk`; the JVM aborts without it.
 /// Debian's `python3*` dirs hold `sitecustomize.py` and the interpreter's
 /// defaults (`debian_config`).
-pub(crate) const SYSTEM_READ_DIR_PREFIXES: &[&str] = &["java-", "python3"];
+pub const SYSTEM_READ_DIR_PREFIXES: &[&str] = &["java-", "python3"];
 
 /// Devices granted read + write (+ truncate for `> /dev/null`, + ioctl so
 /// `isatty()` gets its usual ENOTTY). `/dev/tty` opens the opener's own
 /// controlling terminal, never another's: a sandbox has none (`ENXIO`)
 /// unless it was given a pty of its own (`StdioMode::Terminal`), which
 /// `less`, `git` and `ssh` then open to talk to the user.
-pub(crate) const SYSTEM_RW_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+pub const SYSTEM_RW_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
 /// Devices granted read-only.
-pub(crate) const SYSTEM_READ_DEVICES: &[&str] = &["/dev/urandom", "/dev/random"];
+pub const SYSTEM_READ_DEVICES: &[&str] = &["/dev/urandom", "/dev/random"];
 
 /// What a grant is for; decides the rights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ mod explain;
 pub(crate) mod facts;
 mod fd_pass;
 mod grant_fs;
-mod landlock_rules;
+pub(crate) mod landlock_rules;
 mod maps;
 mod masks;
 mod mounts;

@@ -43,6 +43,11 @@ pub fn all() -> Vec<Table> {
             text: host_pools(),
         });
         t.push(Table {
+            file: "crates/backend-linux/README.md",
+            name: "default-view",
+            text: default_view(),
+        });
+        t.push(Table {
             file: "docs/probes.md",
             name: "probes",
             text: probes::render(),
@@ -321,6 +326,45 @@ fn policy_keys() -> String {
             k.example.replace('|', "\\|"),
             k.doc.replace('|', "\\|")
         ));
+    }
+    out
+}
+
+/// The Linux backend's default view: what every sandbox may read (and
+/// execute, and write for the devices) without a grant.
+#[cfg(target_os = "linux")]
+fn default_view() -> String {
+    use cordon_backend_linux as b;
+    let list = |v: &[&str]| {
+        v.iter()
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::from("| what | rights | paths |\n|---|---|---|\n");
+    let rows = [
+        (
+            "program and library dirs",
+            "read, execute",
+            list(b::SYSTEM_EXEC_DIRS),
+        ),
+        ("files", "read", list(b::SYSTEM_READ_FILES)),
+        (
+            "public configuration, each only when world-readable",
+            "read",
+            list(b::SYSTEM_PUBLIC_FILES),
+        ),
+        ("directories", "read", list(b::SYSTEM_READ_DIRS)),
+        (
+            "`/etc` directories whose names start with",
+            "read",
+            list(b::SYSTEM_READ_DIR_PREFIXES),
+        ),
+        ("devices", "read, write, ioctl", list(b::SYSTEM_RW_DEVICES)),
+        ("devices", "read", list(b::SYSTEM_READ_DEVICES)),
+    ];
+    for (what, rights, paths) in rows {
+        let _ = writeln!(out, "| {what} | {rights} | {paths} |");
     }
     out
 }
