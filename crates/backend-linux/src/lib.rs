@@ -155,6 +155,7 @@ pub use linux::facts::HOST_FACTS;
 /// these): read + execute dirs, read-only files (the public ones only when
 /// world-readable), read-only dirs (and `/etc` dirs by name prefix), and
 /// devices.
+#[cfg(target_os = "linux")]
 pub use linux::landlock_rules::{
     SYSTEM_EXEC_DIRS, SYSTEM_PUBLIC_FILES, SYSTEM_READ_DEVICES, SYSTEM_READ_DIRS,
     SYSTEM_READ_DIR_PREFIXES, SYSTEM_READ_FILES, SYSTEM_RW_DEVICES,

@@ -50,6 +50,17 @@ pub enum ReviewCommand {
 /// given), else `$XDG_STATE_HOME/cordon/reviews` or
 /// `$HOME/.local/state/cordon/reviews`.
 pub fn store() -> Result<ReviewStore, String> {
+    let (path, root) = store_path()?;
+    ReviewStore::open(&path, root).map_err(|e| {
+        format!(
+            "cannot use the review store {}: {e} (set XDG_STATE_HOME to a private dir of yours)",
+            path.display()
+        )
+    })
+}
+
+/// Where [`store`] is (made or not), and whether it is root's passable one.
+pub fn store_path() -> Result<(PathBuf, bool), String> {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let path = if root {
@@ -62,29 +73,30 @@ pub fn store() -> Result<ReviewStore, String> {
             .ok_or("no XDG_STATE_HOME or HOME to keep review layers under: set XDG_STATE_HOME")?;
         state.join("cordon/reviews")
     };
-    ReviewStore::open(&path, root).map_err(|e| {
-        format!(
-            "cannot use the review store {}: {e} (set XDG_STATE_HOME to a private dir of yours)",
-            path.display()
-        )
-    })
+    Ok((path, root))
+}
+
+/// A layer of this run, held (its lock) until it is dealt with.
+pub struct Held {
+    layer: ReviewLayer,
+    _lock: std::os::fd::OwnedFd,
 }
 
 /// Layers made for a run that has not started: discarded when dropped,
 /// unless [`started`](Unstarted::started) hands them over.
-pub struct Unstarted(Vec<ReviewLayer>);
+pub struct Unstarted(Vec<Held>);
 
 impl Unstarted {
     /// The program runs: the layers are now the run's to review.
-    pub fn started(mut self) -> Vec<ReviewLayer> {
+    pub fn started(mut self) -> Vec<Held> {
         std::mem::take(&mut self.0)
     }
 }
 
 impl Drop for Unstarted {
     fn drop(&mut self) {
-        for l in &self.0 {
-            let _ = review::discard(l);
+        for h in &self.0 {
+            let _ = review::discard(&h.layer);
         }
     }
 }
@@ -112,11 +124,15 @@ pub fn prepare(
         let layer = store
             .create(&dir)
             .map_err(|e| format!("cannot make a review layer for {}: {e}", dir.display()))?;
-        layers.0.push(layer);
+        let lock = layer
+            .lock()
+            .map_err(|e| format!("cannot hold review layer {}: {e}", layer.id))?;
+        layers.0.push(Held { layer, _lock: lock });
     }
     let reviewed = layers
         .0
         .iter()
+        .map(|h| &h.layer)
         .map(|l| ReviewedDir {
             dir: l.record.dir.clone(),
             upper: l.upper(),
@@ -145,9 +161,17 @@ fn held_back(changes: &[Change]) -> bool {
 /// After the run: shows each layer's changes and does `action` (asked on
 /// a terminal when `None`, else kept). Returns false when something
 /// failed or was held back.
-pub fn finish(layers: &[ReviewLayer], action: Option<ReviewAction>) -> bool {
+pub fn finish(layers: &[Held], action: Option<ReviewAction>) -> bool {
     let mut ok = true;
-    for layer in layers {
+    for layer in layers.iter().map(|h| &h.layer) {
+        if let Err(e) = layer.seal() {
+            eprintln!(
+                "cordon: cannot close layer {} to the sandbox's uid: {e}",
+                layer.id
+            );
+            ok = false;
+            continue;
+        }
         eprintln!(
             "cordon: review of {} (layer {}):",
             layer.record.dir.display(),
@@ -246,17 +270,26 @@ pub fn main(cmd: ReviewCommand) -> ExitCode {
             return ExitCode::from(crate::EXIT_CORDON_FAILED);
         }
     };
+    // Each layer is held while it is looked at or dealt with: one still
+    // in its run is refused.
     let get = |id: &str| {
-        store
+        let l = store
             .get(id)
-            .map_err(|e| eprintln!("cordon: no review layer `{id}`: {e}"))
+            .map_err(|e| eprintln!("cordon: no review layer `{id}`: {e}"))?;
+        let lock = l.lock().map_err(|e| eprintln!("cordon: {e}"))?;
+        Ok::<_, ()>((l, lock))
     };
     let ok = match cmd {
         ReviewCommand::List => match store.list() {
             Ok(layers) => {
                 for l in layers {
-                    let n = review::changes(&l).map(|c| c.len()).unwrap_or(0);
-                    println!("{}  {}  {n} changes", l.id, l.record.dir.display());
+                    let n = match l.lock() {
+                        Ok(_held) => review::changes(&l)
+                            .map(|c| format!("{} changes", c.len()))
+                            .unwrap_or_else(|e| format!("unreadable: {e}")),
+                        Err(_) => "in use by a running cordon".into(),
+                    };
+                    println!("{}  {}  {n}", l.id, l.record.dir.display());
                 }
                 true
             }
@@ -266,7 +299,7 @@ pub fn main(cmd: ReviewCommand) -> ExitCode {
             }
         },
         ReviewCommand::Show { id } => match get(&id) {
-            Ok(l) => match review::changes(&l) {
+            Ok((l, _held)) => match review::changes(&l) {
                 Ok(c) => {
                     println!("{}:", l.record.dir.display());
                     for c in c {
@@ -281,8 +314,12 @@ pub fn main(cmd: ReviewCommand) -> ExitCode {
             },
             Err(()) => false,
         },
-        ReviewCommand::Apply { id } => get(&id).is_ok_and(|l| act(&l, ReviewAction::Apply)),
-        ReviewCommand::Discard { id } => get(&id).is_ok_and(|l| act(&l, ReviewAction::Discard)),
+        ReviewCommand::Apply { id } => {
+            get(&id).is_ok_and(|(l, _held)| act(&l, ReviewAction::Apply))
+        }
+        ReviewCommand::Discard { id } => {
+            get(&id).is_ok_and(|(l, _held)| act(&l, ReviewAction::Discard))
+        }
     };
     if ok {
         ExitCode::SUCCESS

@@ -348,6 +348,11 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
                 .into(),
         );
     }
+    // No read-write grant of any run may reach the review layers (a
+    // later run could rewrite a kept layer's record or upper).
+    if let Ok((store, _)) = crate::review::store_path() {
+        config.protected.push(store);
+    }
     let mut review_dirs = args.rw_review.clone();
     if let Some(p) = &loaded {
         review_dirs.extend(p.read_write_review.iter().map(|e| e.value.clone()));
@@ -363,8 +368,6 @@ async fn run(args: RunArgs) -> Result<ExitCode, String> {
             );
         }
         let store = crate::review::store()?;
-        // No read-write grant may reach the layers.
-        config.protected.push(store.path().to_path_buf());
         let (layers, reviewed) = crate::review::prepare(&store, &review_dirs)?;
         spec.reviewed = reviewed;
         Some(layers)

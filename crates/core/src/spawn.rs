@@ -224,10 +224,15 @@ impl Spawner {
             // A directory is written either through its layer or directly,
             // never both: a direct grant around or inside it would bypass
             // the review.
-            let direct = self.config.read_write.iter();
+            let direct: Vec<PathBuf> = self
+                .config
+                .read_write
+                .iter()
+                .map(|d| d.canonicalize().unwrap_or_else(|_| d.clone()))
+                .collect();
             for r in &spec.reviewed {
                 if let Some(d) = direct
-                    .clone()
+                    .iter()
                     .find(|d| d.starts_with(&r.dir) || r.dir.starts_with(d))
                 {
                     return Err(SpawnError::InvalidSpec(format!(

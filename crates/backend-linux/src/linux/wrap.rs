@@ -75,7 +75,12 @@ fn wrap_inner(
             "explain mode when entering a running container is not supported",
         ));
     }
-    if !policy.reviewed.is_empty() && (landlock_tier || !layers.mount_namespace) {
+    // A PID namespace too: every process of the sandbox is gone when the
+    // program's wait returns, so none still writes the layer the host
+    // then reads.
+    if !policy.reviewed.is_empty()
+        && (landlock_tier || !layers.mount_namespace || !layers.pid_namespace)
+    {
         return Err(wrap_err(
             "a reviewed directory (--rw-review) needs a mount namespace to put its layer over \
              it: tier namespaces with every layer (tier landlock would have the program write \

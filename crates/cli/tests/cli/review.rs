@@ -72,7 +72,7 @@ fn discard_leaves_the_directory_byte_identical_and_apply_refuses_a_link_out() {
             "A a (4 bytes)",
             "D keep",
             "M mod (9 bytes)",
-            "! evil: refused",
+            "! evil -> /etc/shadow: refused",
         ] {
             assert!(err.contains(line), "uid {uid}: no `{line}` in: {err}");
         }

@@ -31,14 +31,14 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{self as rfs, FlockOperation, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::{check_name, euid, open_dir, remove_tree_at, Budget};
+use super::{check_name, euid, open_dir};
 
 /// How deep a layer's tree may go; deeper trees are refused whole.
 pub const MAX_DEPTH: usize = 64;
@@ -82,6 +82,38 @@ pub struct ReviewLayer {
 }
 
 impl ReviewLayer {
+    /// Takes the layer for this process (an exclusive `flock` on its
+    /// directory, held until the fd is dropped): a run holds its layers
+    /// until the program has ended and they are dealt with, so no one
+    /// lists, applies or discards a layer a program may still write.
+    /// Fails at once when another holds it.
+    pub fn lock(&self) -> io::Result<OwnedFd> {
+        let fd = open_dir(&self.path)?;
+        rfs::flock(&fd, FlockOperation::NonBlockingLockExclusive).map_err(|e| {
+            if e == rustix::io::Errno::WOULDBLOCK {
+                io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "review layer `{}` is in use (its run has not ended)",
+                        self.id
+                    ),
+                )
+            } else {
+                e.into()
+            }
+        })?;
+        Ok(fd)
+    }
+
+    /// After the run: the layer's directory 0700, so the sandbox's uid
+    /// (which a passable store let through while it mounted the overlay)
+    /// has no way in any more, whoever gets that uid next.
+    pub fn seal(&self) -> io::Result<()> {
+        let fd = open_dir(&self.path)?;
+        rfs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+        Ok(())
+    }
+
     /// The overlay's upper dir: what the program wrote.
     pub fn upper(&self) -> PathBuf {
         self.path.join("upper")
@@ -155,7 +187,9 @@ impl ReviewStore {
         let (id, fd) = loop {
             // Sortable by time, then 128 random bits.
             let mut random = [0u8; 16];
-            rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
+            // The kernel's generator, a fixed system device (no user
+            // shapes it).
+            std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
             let id = format!("{:x}-{}", now.as_secs(), hex::encode(random));
             match rfs::mkdirat(&store, id.as_str(), Mode::from_raw_mode(mode)) {
                 Ok(()) => {
@@ -254,315 +288,13 @@ pub fn discard(layer: &ReviewLayer) -> io::Result<()> {
     super::remove_tree(&layer.path)
 }
 
-fn walk_layer(layer: &ReviewLayer, write: bool) -> io::Result<Vec<Change>> {
-    let upper = open_dir(&layer.upper())?;
-    let host = open_dir(&layer.record.dir)?;
-    let mut w = Walk {
-        started_ns: layer.record.started_ns,
-        write,
-        out: Vec::new(),
-        tmp: 0,
-    };
-    w.dir(upper.as_fd(), Some(host.as_fd()), Path::new(""), 0)?;
-    Ok(w.out)
-}
-
-struct Walk {
-    started_ns: i128,
-    write: bool,
-    out: Vec<Change>,
-    tmp: u32,
-}
-
-fn ctime_ns(st: &rfs::Stat) -> i128 {
-    st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128
-}
-
-fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<rfs::Stat>> {
-    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(Some(st)),
-        Err(rustix::io::Errno::NOENT) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// True when the directory `fd` of the layer is opaque (the program
-/// deleted the host's and made it again).
-fn opaque(fd: BorrowedFd<'_>) -> bool {
-    let mut v = [0u8; 4];
-    ["user.overlay.opaque", "trusted.overlay.opaque"]
-        .iter()
-        .any(|k| matches!(rfs::fgetxattr(fd, *k, &mut v), Ok(n) if n >= 1 && v[0] == b'y'))
-}
-
-/// A symlink's target stays inside the directory: relative, and never
-/// above the directory's top from where the link sits (`depth` dirs down).
-fn link_stays_inside(target: &[u8], depth: usize) -> bool {
-    if target.first() == Some(&b'/') || target.is_empty() {
-        return false;
-    }
-    let mut level = depth as isize;
-    for part in target.split(|b| *b == b'/') {
-        match part {
-            b"" | b"." => {}
-            b".." => level -= 1,
-            _ => level += 1,
-        }
-        if level < 0 {
-            return false;
-        }
-    }
-    true
-}
-
-impl Walk {
-    fn push(&mut self, path: PathBuf, kind: ChangeKind) {
-        self.out.push(Change { path, kind });
-    }
-
-    fn conflict(&self, host: Option<&rfs::Stat>) -> bool {
-        host.is_some_and(|st| ctime_ns(st) > self.started_ns)
-    }
-
-    /// A temp name in a host dir, unused so far.
-    fn tmp_name(&mut self) -> OsString {
-        self.tmp += 1;
-        OsString::from(format!(
-            ".cordon-review-{}-{}",
-            std::process::id(),
-            self.tmp
-        ))
-    }
-
-    /// The layer's dir `upper` against the host's dir `host` (`None`: not
-    /// on the host), at `rel`, `depth` levels down.
-    fn dir(
-        &mut self,
-        upper: BorrowedFd<'_>,
-        host: Option<BorrowedFd<'_>>,
-        rel: &Path,
-        depth: usize,
-    ) -> io::Result<()> {
-        let mut names = Vec::new();
-        for e in rfs::Dir::read_from(upper)? {
-            let e = e?;
-            let n = e.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(OsString::from(OsStr::from_bytes(n)));
-            }
-        }
-        names.sort();
-        for name in names {
-            self.entry(upper, host, rel, &name, depth)?;
-        }
-        Ok(())
-    }
-
-    fn entry(
-        &mut self,
-        upper: BorrowedFd<'_>,
-        host: Option<BorrowedFd<'_>>,
-        rel: &Path,
-        name: &OsStr,
-        depth: usize,
-    ) -> io::Result<()> {
-        let path = rel.join(name);
-        let Some(st) = lstat_at(upper, name)? else {
-            return Ok(());
-        };
-        let on_host = match host {
-            Some(h) => lstat_at(h, name)?,
-            None => None,
-        };
-        let host_type = on_host.map(|s| FileType::from_raw_mode(s.st_mode));
-        let refuse = |w: &mut Walk, why: &str| {
-            w.push(
-                path.clone(),
-                ChangeKind::Refused {
-                    reason: why.to_string(),
-                },
-            );
-            Ok(())
-        };
-        let ft = FileType::from_raw_mode(st.st_mode);
-        match ft {
-            FileType::CharacterDevice if st.st_rdev == 0 => {
-                // A whiteout: the program deleted the host's entry.
-                if on_host.is_none() {
-                    return Ok(());
-                }
-                if self.conflict(on_host.as_ref()) {
-                    self.push(path, ChangeKind::Conflict);
-                    return Ok(());
-                }
-                if self.write {
-                    let h = host.expect("an entry on the host has its dir");
-                    remove_tree_at(
-                        h,
-                        name,
-                        &mut Budget {
-                            ..Budget::UNBOUNDED
-                        },
-                    )?;
-                }
-                self.push(path, ChangeKind::Deleted);
-                Ok(())
-            }
-            FileType::CharacterDevice | FileType::BlockDevice => refuse(self, "a device file"),
-            FileType::Fifo => refuse(self, "a FIFO"),
-            FileType::Socket => refuse(self, "a socket"),
-            FileType::Unknown => refuse(self, "a file of unknown type"),
-            FileType::RegularFile if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 => {
-                refuse(self, "a setuid or setgid file")
-            }
-            FileType::RegularFile if st.st_nlink > 1 => refuse(
-                self,
-                &format!("a hard link ({} names for one file)", st.st_nlink),
-            ),
-            FileType::Symlink => {
-                let target = rfs::readlinkat(upper, name, Vec::new())?;
-                if !link_stays_inside(target.to_bytes(), depth) {
-                    return refuse(
-                        self,
-                        &format!(
-                            "a symbolic link out of the directory (to `{}`)",
-                            target.to_string_lossy()
-                        ),
-                    );
-                }
-                self.replace(
-                    host,
-                    name,
-                    path,
-                    on_host.as_ref(),
-                    st.st_size as u64,
-                    |h, tmp| Ok(rfs::symlinkat(target.as_c_str(), h, tmp)?),
-                )
-            }
-            FileType::RegularFile => {
-                let src = rfs::openat(
-                    upper,
-                    name,
-                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                let mode = st.st_mode & 0o777;
-                self.replace(
-                    host,
-                    name,
-                    path,
-                    on_host.as_ref(),
-                    st.st_size as u64,
-                    |h, tmp| {
-                        let dst = rfs::openat(
-                            h,
-                            tmp,
-                            OFlags::WRONLY
-                                | OFlags::CREATE
-                                | OFlags::EXCL
-                                | OFlags::NOFOLLOW
-                                | OFlags::CLOEXEC,
-                            Mode::from_raw_mode(0o600),
-                        )?;
-                        let mut dst = std::fs::File::from(dst);
-                        io::copy(&mut std::fs::File::from(src.try_clone()?), &mut dst)?;
-                        rfs::fchmod(&dst, Mode::from_raw_mode(mode))?;
-                        Ok(())
-                    },
-                )
-            }
-            FileType::Directory => {
-                if depth + 1 >= MAX_DEPTH {
-                    return refuse(self, &format!("a tree deeper than {MAX_DEPTH} levels"));
-                }
-                let sub = super::open_dir_at(upper, name)?;
-                let is_opaque = opaque(sub.as_fd());
-                let host_dir = host_type == Some(FileType::Directory);
-                if host_dir && !is_opaque {
-                    // Merged: only what is inside changed.
-                    let h = super::open_dir_at(host.expect("on the host"), name)?;
-                    return self.dir(sub.as_fd(), Some(h.as_fd()), &path, depth + 1);
-                }
-                if self.conflict(on_host.as_ref()) {
-                    self.push(path, ChangeKind::Conflict);
-                    return Ok(());
-                }
-                let kind = if on_host.is_some() {
-                    ChangeKind::Replaced
-                } else {
-                    ChangeKind::Added { bytes: 0 }
-                };
-                let made = match (self.write, host) {
-                    (true, Some(h)) => {
-                        if on_host.is_some() {
-                            remove_tree_at(
-                                h,
-                                name,
-                                &mut Budget {
-                                    ..Budget::UNBOUNDED
-                                },
-                            )?;
-                        }
-                        rfs::mkdirat(h, name, Mode::from_raw_mode(st.st_mode & 0o777))?;
-                        Some(super::open_dir_at(h, name)?)
-                    }
-                    _ => None,
-                };
-                self.push(path.clone(), kind);
-                self.dir(
-                    sub.as_fd(),
-                    made.as_ref().map(|f| f.as_fd()),
-                    &path,
-                    depth + 1,
-                )
-            }
-        }
-    }
-
-    /// Puts a new file or link (`make` writes it at a temp name) over
-    /// `name` in the host dir, unless that entry changed during the run.
-    fn replace(
-        &mut self,
-        host: Option<BorrowedFd<'_>>,
-        name: &OsStr,
-        path: PathBuf,
-        on_host: Option<&rfs::Stat>,
-        bytes: u64,
-        make: impl FnOnce(BorrowedFd<'_>, &OsStr) -> io::Result<()>,
-    ) -> io::Result<()> {
-        if self.conflict(on_host) {
-            self.push(path, ChangeKind::Conflict);
-            return Ok(());
-        }
-        let kind = match on_host {
-            Some(_) => ChangeKind::Modified { bytes },
-            None => ChangeKind::Added { bytes },
-        };
-        if let (true, Some(h)) = (self.write, host) {
-            let tmp = self.tmp_name();
-            if let Err(e) = make(h, &tmp) {
-                let _ = rfs::unlinkat(h, &tmp, AtFlags::empty());
-                return Err(e);
-            }
-            if on_host.is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory) {
-                remove_tree_at(
-                    h,
-                    name,
-                    &mut Budget {
-                        ..Budget::UNBOUNDED
-                    },
-                )?;
-            }
-            rfs::renameat(h, &tmp, h, name)?;
-        }
-        self.push(path, kind);
-        Ok(())
-    }
-}
+#[path = "review_walk.rs"]
+mod walk;
+use walk::walk_layer;
 
 #[cfg(test)]
 mod tests {
-    use super::link_stays_inside;
+    use super::walk::link_stays_inside;
 
     #[test]
     fn links_are_judged_by_where_they_sit() {
@@ -572,5 +304,8 @@ mod tests {
         assert!(!link_stays_inside(b"a/../../x", 0));
         assert!(!link_stays_inside(b"/etc/shadow", 3));
         assert!(!link_stays_inside(b"", 0));
+        // `..` only leading: after a name it could climb through a link.
+        assert!(!link_stays_inside(b"sub/q/../../x", 3));
+        assert!(link_stays_inside(b"../../a/b", 2));
     }
 }

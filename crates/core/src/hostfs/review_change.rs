@@ -38,20 +38,35 @@ pub struct Change {
     /// What it does.
     #[serde(flatten)]
     pub kind: ChangeKind,
+    /// A symbolic link's target, when the entry is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<OsString>,
 }
 
 impl std::fmt::Display for Change {
+    /// One line; names and targets escaped (`crate::explain::escape_bytes`),
+    /// so a name the program chose cannot forge or hide a line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let p = self.path.display();
+        let p = crate::explain::escape_bytes(self.path.as_os_str().as_bytes());
+        let link = self
+            .link
+            .as_ref()
+            .map(|t| format!(" -> {}", crate::explain::escape_bytes(t.as_bytes())))
+            .unwrap_or_default();
         match &self.kind {
-            ChangeKind::Added { bytes } => write!(f, "A {p} ({bytes} bytes)"),
-            ChangeKind::Modified { bytes } => write!(f, "M {p} ({bytes} bytes)"),
+            ChangeKind::Added { bytes } => write!(f, "A {p}{link} ({bytes} bytes)"),
+            ChangeKind::Modified { bytes } => write!(f, "M {p}{link} ({bytes} bytes)"),
             ChangeKind::Deleted => write!(f, "D {p}"),
             ChangeKind::Replaced => write!(f, "R {p} (directory replaced)"),
-            ChangeKind::Refused { reason } => write!(f, "! {p}: refused: {reason}"),
+            ChangeKind::Refused { reason } => write!(
+                f,
+                "! {p}{link}: refused: {}",
+                crate::explain::escape(reason)
+            ),
             ChangeKind::Conflict => write!(
                 f,
-                "C {p}: conflict: changed on the host since the run started; not applied"
+                "C {p}: conflict: changed on the host since the run started (or holds a mount \
+                 point); not applied"
             ),
         }
     }

@@ -89,9 +89,9 @@ impl Grants {
             .filter(|r| r.grant == Grant::ReadWrite)
             .map(|r| r.path.clone())
             .collect();
-        // A reviewed dir is written as a read-write grant is; its overlay
-        // (mounts.rs) is mounted over it, and the rule, bound to the
-        // directory beneath, covers what is inside the overlay.
+        // A reviewed dir gets its rule in the child, on its overlay's root
+        // (a rule on the directory beneath would be ignored there, and
+        // would let any writable alias of the host's directory write it).
         for r in &policy.reviewed {
             let (path, is_dir) =
                 landlock_rules::canonical_grant("reviewed dir", &r.dir).map_err(wrap_err)?;
@@ -101,12 +101,6 @@ impl Grants {
                     r.dir.display()
                 )));
             }
-            rules.push(PathRule {
-                path,
-                is_dir: true,
-                grant: Grant::ReadWrite,
-                optional: false,
-            });
         }
         rules.extend(landlock_rules::system_rules());
         Ok(Grants {
