@@ -1,7 +1,9 @@
 //! Everyday jobs under `cordon run` with the default view plus only the
 //! grants and hosts each job needs: `make` + `gcc`, `pip install` from a
-//! package index, `npm install` from a registry, `git clone` over HTTPS.
-//! The index, the registry and the git host are local servers on
+//! package index, `npm install` from a registry, `cargo build` of a crate
+//! with a dependency from its registry, `git clone` over HTTPS. (Go is
+//! not installed here.) The index, the registries and the git host are
+//! local servers on
 //! 127.0.0.1 standing in for the real ones, so nothing depends on an
 //! outside host. As root and as uid 65534; the jobs that need the network
 //! run in tier namespaces only (tier landlock cannot hold an allowlist),
@@ -231,4 +233,98 @@ fn git_clones_over_https_through_the_allowlist() {
             "cloned through the proxy",
         );
     }
+}
+
+/// A cargo registry under `www` (a git index over git's dumb HTTP
+/// protocol, and its `.crate` files) holding `demo` 1.0.0, for the server
+/// on `port`; and a project depending on it, pointed at it by its
+/// `.cargo/config.toml` (source replacement: nothing reaches crates.io).
+fn cargo_registry(www: &Path, app: &Path, port: u16) {
+    let py = format!(
+        r#"
+import hashlib, io, json, os, tarfile
+www, app, port = {www:?}, {app:?}, {port}
+os.makedirs(www + '/crates', exist_ok=True)
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode='w:gz') as t:
+    for name, body in [('demo-1.0.0/Cargo.toml', b'[package]\nname = "demo"\nversion = "1.0.0"\nedition = "2018"\n'),
+                       ('demo-1.0.0/src/lib.rs', b'pub fn value() -> u32 {{ 40 + 2 }}\n')]:
+        info = tarfile.TarInfo(name); info.size = len(body); info.mode = 0o644
+        t.addfile(info, io.BytesIO(body))
+crate = buf.getvalue()
+open(www + '/crates/demo-1.0.0.crate', 'wb').write(crate)
+idx = www + '/index-src'
+os.makedirs(idx + '/de/mo', exist_ok=True)
+json.dump({{'dl': f'http://localhost:{{port}}/crates/{{{{crate}}}}-{{{{version}}}}.crate'}}, open(idx + '/config.json', 'w'))
+entry = {{'name': 'demo', 'vers': '1.0.0', 'deps': [], 'cksum': hashlib.sha256(crate).hexdigest(), 'features': {{}}, 'yanked': False}}
+open(idx + '/de/mo/demo', 'w').write(json.dumps(entry) + '\n')
+os.makedirs(app + '/src', exist_ok=True)
+os.makedirs(app + '/.cargo', exist_ok=True)
+open(app + '/Cargo.toml', 'w').write('[package]\nname = "app"\nversion = "0.1.0"\nedition = "2018"\n\n[dependencies]\ndemo = "1.0"\n')
+open(app + '/src/main.rs', 'w').write('fn main() {{ println!("CARGO-DEMO-{{}}", demo::value()); }}\n')
+open(app + '/.cargo/config.toml', 'w').write(f'[source.crates-io]\nreplace-with = "local"\n\n[source.local]\nregistry = "http://localhost:{{port}}/index.git"\n\n[net]\ngit-fetch-with-cli = true\n')
+for d, _, fs in os.walk(app):
+    os.chmod(d, 0o755)
+    for f in fs:
+        os.chmod(os.path.join(d, f), 0o644)
+"#
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &py])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "making the registry: {}",
+        text(&out.stderr)
+    );
+    let git = |args: &[&str], dir: &Path| {
+        let out = Command::new("/usr/bin/git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    };
+    let src = www.join("index-src");
+    git(&["init", "-q"], &src);
+    git(&["add", "-A"], &src);
+    git(&["commit", "-q", "-m", "index"], &src);
+    git(&["clone", "-q", "--bare", "index-src", "index.git"], www);
+    git(&["update-server-info"], &www.join("index.git"));
+}
+
+#[test]
+fn cargo_builds_a_crate_from_its_registry_through_the_allowlist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = public_dir(tmp.path().join("www"));
+    let server = HostServer::start(www.clone());
+    let app = public_dir(tmp.path().join("app"));
+    cargo_registry(&www, &app, server.port);
+    let host = format!("localhost:{}", server.port);
+    let a = app.to_str().unwrap();
+    for way in NAMESPACES {
+        // Debian's cargo (/usr/bin), which every uid may run; its home and
+        // the index's clone are in the sandbox's scratch.
+        let script = format!("cp -r {a}/. . && /usr/bin/cargo build -q && ./target/debug/app");
+        check(
+            way,
+            &mut job(
+                way,
+                tmp.path(),
+                &["--allow-host", &host, "--ro", a],
+                &script,
+            ),
+            "CARGO-DEMO-42",
+        );
+    }
+    let fetched = server.requests();
+    assert!(
+        fetched.iter().any(|r| r.contains("demo-1.0.0.crate")),
+        "{fetched:?}"
+    );
 }
