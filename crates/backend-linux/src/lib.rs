@@ -487,6 +487,28 @@ impl SandboxBackend for LinuxBackend {
         }
     }
 
+    /// In tier namespaces, a pty from a devpts instance of the sandbox's
+    /// own, mounted nowhere (`linux/terminal.rs`): there an unprivileged
+    /// caller's sandbox has the caller's uid and could `chmod` a host pty
+    /// open to other users. In tier landlock the host's: chmod of the
+    /// caller's files is refused there, and a root host's sandbox uid does
+    /// not own a root pty.
+    fn open_terminal(
+        &self,
+    ) -> Option<std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>> {
+        #[cfg(target_os = "linux")]
+        {
+            match self.tier() {
+                Ok(Tier::Namespaces) => Some(linux::terminal::private_pty()),
+                _ => None,
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
     fn exec_dirs(&self) -> Vec<std::path::PathBuf> {
         #[cfg(target_os = "linux")]
         {

@@ -231,6 +231,18 @@ pub trait SandboxBackend: Send + Sync {
         let _ = id;
         None
     }
+
+    /// For [`StdioMode::Terminal`](crate::StdioMode::Terminal): a pty pair
+    /// (master, slave) this backend makes for its sandbox, when the host's
+    /// own (`/dev/ptmx`, owned by the caller) would not do: a sandbox with
+    /// the caller's uid in a user namespace of its own could `chmod` such
+    /// a slave open to other local users. `None` (the default): the runner
+    /// opens one from the host's `/dev/ptmx`. An error fails the spawn.
+    fn open_terminal(
+        &self,
+    ) -> Option<std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>> {
+        None
+    }
 }
 
 impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
@@ -264,5 +276,10 @@ impl<T: SandboxBackend + ?Sized> SandboxBackend for std::sync::Arc<T> {
     }
     fn step_name(&self, id: u32) -> Option<&'static str> {
         (**self).step_name(id)
+    }
+    fn open_terminal(
+        &self,
+    ) -> Option<std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>> {
+        (**self).open_terminal()
     }
 }

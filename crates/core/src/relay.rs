@@ -188,8 +188,11 @@ impl Relay {
     /// and 1; the child gets the slave three times. Puts the host's terminal
     /// in raw mode (when fd 0 is one) only after everything else was made,
     /// so an error leaves its modes untouched.
-    pub(crate) fn start_terminal(ring: SharedRing) -> io::Result<(ChildEnds, Relay)> {
-        let pty = terminal::Pty::open()?;
+    pub(crate) fn start_terminal(
+        ring: SharedRing,
+        pair: Option<(OwnedFd, OwnedFd)>,
+    ) -> io::Result<(ChildEnds, Relay)> {
+        let pty = terminal::Pty::open(pair)?;
         let to_master = pty.master.try_clone()?;
         let from_master = pty.master;
         set_nonblocking(&from_master)?;

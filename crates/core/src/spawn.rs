@@ -321,7 +321,14 @@ impl Spawner {
                 relay = Some(r);
             }
             StdioMode::Terminal => {
-                let (ends, r) = Relay::start_terminal(Arc::clone(&stderr_ring))
+                let pair = match &self.backend {
+                    Some(b) => b
+                        .open_terminal()
+                        .transpose()
+                        .map_err(SpawnError::StdioRelay)?,
+                    None => None,
+                };
+                let (ends, r) = Relay::start_terminal(Arc::clone(&stderr_ring), pair)
                     .map_err(SpawnError::StdioRelay)?;
                 cmd.stdio = [
                     ChildStdio::Fd(ends.stdin),

@@ -76,3 +76,77 @@ pub unsafe fn raw(nr: libc::c_long, a0: usize, a1: usize, a2: usize, a3: usize) 
     }
     ret
 }
+
+/// [`raw`] with a fifth argument (`fsconfig`'s `aux`, `mount`'s `data`).
+///
+/// # Safety
+/// The arguments must be valid for `nr`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn raw5(nr: libc::c_long, a: [usize; 5]) -> isize {
+    let ret: isize;
+    // SAFETY: the caller passes valid arguments for `nr`.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    ret
+}
+
+/// See the x86_64 version.
+///
+/// # Safety
+/// The arguments must be valid for `nr`.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub unsafe fn raw5(nr: libc::c_long, a: [usize; 5]) -> isize {
+    let ret: isize;
+    // SAFETY: the caller passes valid arguments for `nr`.
+    unsafe {
+        std::arch::asm!(
+            "svc 0",
+            in("x8") nr,
+            inlateout("x0") a[0] as isize => ret,
+            in("x1") a[1],
+            in("x2") a[2],
+            in("x3") a[3],
+            in("x4") a[4],
+            options(nostack)
+        );
+    }
+    ret
+}
+
+/// See the x86_64 version.
+///
+/// # Safety
+/// The arguments must be valid for `nr`.
+#[cfg(target_arch = "riscv64")]
+#[inline(always)]
+pub unsafe fn raw5(nr: libc::c_long, a: [usize; 5]) -> isize {
+    let ret: isize;
+    // SAFETY: the caller passes valid arguments for `nr`.
+    unsafe {
+        std::arch::asm!(
+            "ecall",
+            in("a7") nr,
+            inlateout("a0") a[0] as isize => ret,
+            in("a1") a[1],
+            in("a2") a[2],
+            in("a3") a[3],
+            in("a4") a[4],
+            options(nostack)
+        );
+    }
+    ret
+}

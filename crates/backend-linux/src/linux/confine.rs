@@ -237,6 +237,20 @@ pub(crate) fn confine(plan: &ChildPlan, ctx: &ChildContext) -> std::io::Result<(
             unsafe { super::tree::split(slot, mode, ctx) }
         };
         split().map_err(at(Step::ProcessTree))?;
+        // The program: the init made it with every signal blocked (the
+        // init blocks them before it takes the terminal); the program's
+        // own start with none blocked, as the launcher left them.
+        let none: u64 = 0;
+        // SAFETY: a raw syscall on a local.
+        unsafe {
+            super::sys::raw(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK as usize,
+                &none as *const u64 as usize,
+                0,
+                8,
+            )
+        };
         cgroup::join(&plan.cgroup_join).map_err(at(Step::CgroupJoin))?;
     }
     if let Some(mounts) = &plan.mounts {

@@ -32,6 +32,7 @@ mod rlimits;
 mod scratch;
 pub(crate) mod seccomp;
 mod sys;
+pub(crate) mod terminal;
 pub(crate) mod tier;
 mod tree;
 pub(crate) mod uid;

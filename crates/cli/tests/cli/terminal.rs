@@ -491,3 +491,83 @@ fn a_program_under_tty_reaches_nothing_of_the_callers_terminal() {
         );
     }
 }
+
+/// The host's `/dev/pts` entry whose file is `(dev, ino)`, if any.
+fn host_pts_entry(dev: u64, ino: u64) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/dev/pts").ok()?.flatten().find_map(|e| {
+        let m = std::fs::symlink_metadata(e.path()).ok()?;
+        (m.dev() == dev && m.ino() == ino).then(|| e.path())
+    })
+}
+
+/// Whether uid 4321 (a local user of no concern to the test) can open
+/// `path` for writing.
+fn another_user_opens(path: &Path) -> bool {
+    Command::new("/bin/sh")
+        .args(["-c", "exec 3<>\"$1\" && echo OPENED", "sh"])
+        .arg(path)
+        .uid(4321)
+        .gid(4321)
+        .output()
+        .is_ok_and(|o| text(&o.stdout).contains("OPENED"))
+}
+
+#[test]
+fn a_terminal_the_program_opens_up_is_no_other_users() {
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "runs as root (it becomes other uids)"
+    );
+    // The control: a pty of the host's made world-writable is found by
+    // the host's check and opened by another user.
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let c = Caller::open(24, 80);
+        std::fs::set_permissions(&c.path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let m = std::fs::metadata(&c.path).unwrap();
+        let found = host_pts_entry(m.dev(), m.ino()).expect("control: the check finds a host pty");
+        assert!(
+            another_user_opens(&found),
+            "control: another user cannot open {found:?}"
+        );
+    }
+    for way in WAYS {
+        let dir = tempfile::tempdir().unwrap();
+        let mut caller = Caller::open(24, 80);
+        // Opens its terminal to everyone, says which file it is, and waits.
+        let script = "chmod 0666 /proc/self/fd/0 2>/dev/null; \
+                      echo \"PTY $(stat -L -c '%d %i' /proc/self/fd/0) END\"; sleep 5";
+        let mut child = caller.start(cordon_tty(way, dir.path(), &[], &["sh", "-c", script]));
+        assert!(
+            caller.wait_for(" END", LONG),
+            "{way:?}: {}",
+            caller.transcript()
+        );
+        let t = caller.transcript();
+        let line = t
+            .lines()
+            .find(|l| l.contains("PTY ") && l.contains(" END"))
+            .unwrap()
+            .to_owned();
+        let mut f = line.split("PTY ").nth(1).unwrap().split_whitespace();
+        let (dev, ino): (u64, u64) = (
+            f.next().unwrap().parse().unwrap(),
+            f.next().unwrap().parse().unwrap(),
+        );
+        // The sandbox's pty is nowhere on the host's /dev/pts, or if it is,
+        // still closed to others.
+        if let Some(entry) = host_pts_entry(dev, ino) {
+            assert!(
+                !another_user_opens(&entry),
+                "{way:?}: another user opened the sandbox's terminal {entry:?}"
+            );
+        }
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        finish(&mut child, "SIGTERM", &caller);
+        assert_eq!(caller.modes().flags[3] & libc::ECHO, libc::ECHO, "{way:?}");
+    }
+}

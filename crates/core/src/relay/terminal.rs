@@ -36,9 +36,19 @@ fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 impl Pty {
-    /// Opens a pty pair, the slave sized as the host's terminal on fd 0 if
-    /// there is one.
-    pub(crate) fn open() -> io::Result<Pty> {
+    /// `pair` (a backend's own, `SandboxBackend::open_terminal`), or a new
+    /// pty pair of the host's, the slave sized as the host's terminal on
+    /// fd 0 if there is one.
+    pub(crate) fn open(pair: Option<(OwnedFd, OwnedFd)>) -> io::Result<Pty> {
+        if let Some((master, slave)) = pair {
+            if let Some(size) = window_size(0) {
+                set_window_size(master.as_raw_fd(), &size);
+            }
+            return Ok(Pty {
+                master: super::above_stdio(master)?,
+                slave: super::above_stdio(slave)?,
+            });
+        }
         // SAFETY: posix_openpt returns a new fd or -1.
         let fd =
             check(unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) })?;
