@@ -100,13 +100,15 @@ pub enum StdioMode {
     /// The child's stdout and stderr are the one terminal, so everything
     /// it writes arrives on the host's stdout (and in the stderr ring).
     ///
+    /// The pty is the backend's when it makes one
+    /// ([`SandboxBackend::open_terminal`](crate::SandboxBackend::open_terminal):
+    /// the Linux backend's tier namespaces, from a devpts instance no path
+    /// leads to), else one of the host's `/dev/ptmx`.
+    ///
     /// Caveats: one `Terminal` child at a time per process (a second one
-    /// would save the first one's raw modes as the host's); the pty is one
-    /// of the host's devpts, owned by the caller, so a sandbox that runs as
-    /// the caller's own uid in a user namespace (an unprivileged host in
-    /// Linux's tier namespaces) can `chmod` it open to other local users
-    /// while it runs; and every key goes to the child (no escape key: stop
-    /// a runaway one with a signal to the host).
+    /// would save the first one's raw modes as the host's); every key goes
+    /// to the child (no escape key: stop a runaway one with a signal to
+    /// the host).
     Terminal,
 }
 

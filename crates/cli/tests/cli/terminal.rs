@@ -44,12 +44,20 @@ const WAYS: [Way; 4] = [
 
 /// `cordon run [--tier landlock] -t <extra> -- <program...>` for `way`.
 fn cordon_tty(way: Way, dir: &Path, extra: &[&str], program: &[&str]) -> Command {
+    cordon_way(way, dir, true, extra, program)
+}
+
+/// The same, with `-t` or not.
+fn cordon_way(way: Way, dir: &Path, tty: bool, extra: &[&str], program: &[&str]) -> Command {
     let mut cmd = if way.unprivileged {
         unprivileged(&dir.join("as-65534"))
     } else {
         cordon(shared_cache().path())
     };
-    cmd.env("TERM", "xterm").arg("run").arg("-t");
+    cmd.env("TERM", "xterm").arg("run");
+    if tty {
+        cmd.arg("-t");
+    }
     if way.landlock {
         cmd.args(["--tier", "landlock"]);
     }
@@ -569,5 +577,49 @@ fn a_terminal_the_program_opens_up_is_no_other_users() {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         finish(&mut child, "SIGTERM", &caller);
         assert_eq!(caller.modes().flags[3] & libc::ECHO, libc::ECHO, "{way:?}");
+    }
+}
+
+/// The program starts with no signal blocked, with and without `-t` (the
+/// init blocks every signal before it takes the terminal; the program it
+/// makes must not inherit that, or `^C`, `SIGTERM` and job control would
+/// reach nothing).
+#[test]
+fn the_program_starts_with_no_signal_blocked() {
+    let probe =
+        "import signal; print('BLOCKED', sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))";
+    for way in WAYS {
+        let dir = tempfile::tempdir().unwrap();
+        let mut caller = Caller::open(24, 80);
+        let mut child = caller.start(cordon_tty(
+            way,
+            dir.path(),
+            &[],
+            &["/usr/bin/python3", "-c", probe],
+        ));
+        assert!(
+            caller.wait_for("BLOCKED", LONG),
+            "{way:?}: {}",
+            caller.transcript()
+        );
+        finish(&mut child, "mask", &caller);
+        assert!(
+            caller.transcript().contains("BLOCKED []"),
+            "{way:?}: {}",
+            caller.transcript()
+        );
+        let mut cmd = cordon_way(
+            way,
+            dir.path(),
+            false,
+            &[],
+            &["/usr/bin/python3", "-c", probe],
+        );
+        let out = crate::common::run(&mut cmd);
+        assert!(
+            text(&out.stdout).contains("BLOCKED []"),
+            "{way:?} without -t: {}",
+            text(&out.stdout)
+        );
     }
 }
