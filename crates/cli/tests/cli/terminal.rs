@@ -524,11 +524,8 @@ fn another_user_opens(path: &Path) -> bool {
 #[test]
 fn a_terminal_the_program_opens_up_is_no_other_users() {
     // SAFETY: geteuid cannot fail.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "runs as root (it becomes other uids)"
-    );
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "runs as root (it becomes other uids)");
     // The control: a pty of the host's made world-writable is found by
     // the host's check and opened by another user.
     {
