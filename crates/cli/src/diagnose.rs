@@ -170,6 +170,13 @@ pub fn denied_paths(
         .chain(seen.iter().map(|p| {
             let dac =
                 sandbox.and_then(|user| unreachable_for(p, user.uid, false).map(|w| (user, w)));
+            if let Some(what) = sensitive(p) {
+                return format!(
+                    "the program was denied {}, {what}: no sandbox gets it by default; grant it \
+                     only if you mean this program to have it",
+                    p.display()
+                );
+            }
             match dac {
                 Some((user, why)) => format!(
                     "the program was denied {}: the sandbox, which runs as {user}, cannot read it \
@@ -185,6 +192,29 @@ pub fn denied_paths(
             }
         }))
         .collect()
+}
+
+/// What a denied path is when it is one no note should offer to grant
+/// as if it were harmless: the host's terminals (reading one reads what
+/// someone types) and its secrets.
+fn sensitive(p: &Path) -> Option<&'static str> {
+    const TERMINALS: &[&str] = &["/dev/pts", "/dev/ptmx", "/dev/console"];
+    const SECRETS: &[&str] = &[
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/ssl/private",
+        "/etc/sudoers",
+        "/etc/sudoers.d",
+        "/etc/ssh",
+    ];
+    let s = p.to_string_lossy();
+    if TERMINALS.iter().any(|t| p.starts_with(t)) || s.starts_with("/dev/tty") {
+        return Some("the host's terminals (whoever reads one reads what is typed there)");
+    }
+    SECRETS
+        .iter()
+        .any(|t| p.starts_with(t))
+        .then_some("one of the host's secrets")
 }
 
 /// The absolute paths on a line: tokens starting with `/`, cut at
@@ -321,5 +351,25 @@ mod tests {
             assert!(notes[0].contains("mode 0700"), "{notes:?}");
         }
         assert!(denied_paths(b"all fine\n", Path::new("/bin/cat"), None, &[]).is_empty());
+    }
+
+    #[test]
+    fn terminals_and_secrets_are_never_offered_as_a_grant() {
+        for p in [
+            "/dev/pts/",
+            "/dev/pts/3",
+            "/dev/tty1",
+            "/etc/shadow",
+            "/etc/ssh/ssh_host_ed25519_key",
+        ] {
+            let line = format!("ls: cannot open directory '{p}': Permission denied\n");
+            let notes = denied_paths(line.as_bytes(), Path::new("/bin/ls"), None, &[]);
+            assert_eq!(notes.len(), 1, "{p}: {notes:?}");
+            assert!(!notes[0].contains("--ro"), "{p}: {notes:?}");
+            assert!(
+                notes[0].contains("no sandbox gets it by default"),
+                "{p}: {notes:?}"
+            );
+        }
     }
 }
