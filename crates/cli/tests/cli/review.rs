@@ -120,3 +120,78 @@ fn tier_landlock_refuses_a_reviewed_dir() {
         text(&out.stderr)
     );
 }
+
+/// A review run of everything the issue lists, done by the program itself
+/// where the sandbox lets it (a setuid bit it cannot set: the crafted
+/// layers of `crates/core/tests/runners/review_layer.rs` carry that one),
+/// and a file the host changes while the program runs: the summary lists
+/// each, the hostile ones are refused by name and the host's change is a
+/// conflict, not overwritten.
+#[test]
+fn a_review_run_lists_refuses_and_reports_a_conflict() {
+    use std::io::{BufRead, BufReader, Write};
+    each_uid(|base, uid| {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = project(tmp.path(), uid);
+        std::fs::create_dir(dir.join("tree")).unwrap();
+        std::fs::write(dir.join("tree/f"), "f").unwrap();
+        std::fs::write(dir.join("raced"), "host before").unwrap();
+        for p in ["tree", "tree/f", "raced"] {
+            std::os::unix::fs::chown(dir.join(p), Some(uid), Some(uid)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        let script = "cd \"$1\" && rm -rf tree && echo new > new && echo rewritten > mod && \
+                      ln -s /etc/shadow shadow && ln keep hard && chmod u+s new 2>/dev/null; \
+                      echo changed-in-sandbox > raced; echo READY; read _";
+        let mut child = base(tmp.path())
+            .args(["run", "--rw-review"])
+            .arg(&dir)
+            .args(["--review", "apply", "--", "sh", "-c", script, "sh"])
+            .arg(&dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("READY") {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "uid {uid}: the program ended early"
+            );
+        }
+        // The host changes a file while the program still runs.
+        std::fs::write(dir.join("raced"), "host during").unwrap();
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let done = child.wait_with_output().unwrap();
+        let err = text(&done.stderr);
+        assert_eq!(done.status.code(), Some(0), "uid {uid}: {err}");
+        for expect in [
+            "D tree",
+            "A new (4 bytes)",
+            "M mod (10 bytes)",
+            "! shadow -> /etc/shadow: refused",
+            "! hard: refused: a hard link",
+            "! keep: refused: a hard link",
+            "C raced: conflict",
+        ] {
+            assert!(err.contains(expect), "uid {uid}: no `{expect}` in: {err}");
+        }
+        assert!(!dir.join("tree").exists(), "uid {uid}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("mod")).unwrap(),
+            "rewritten\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("raced")).unwrap(),
+            "host during"
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("keep")).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(dir.join("shadow")).is_err());
+        assert!(std::fs::symlink_metadata(dir.join("hard")).is_err());
+        let mode = std::fs::metadata(dir.join("new")).unwrap().mode();
+        assert_eq!(mode & 0o6000, 0, "uid {uid}: a setuid bit was applied");
+    });
+}
