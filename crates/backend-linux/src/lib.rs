@@ -48,13 +48,16 @@
 //!     Only the program takes the steps below;
 //! 14. `cgroup_join`, with an init: the program joins the sandbox's
 //!     cgroups;
-//! 15. `mounts`, tier namespaces: the host read-only and `nosuid`, a
+//! 15. `mounts`, tier namespaces: a reviewed dir's overlay over it (its
+//!     layer's upper, `--rw-review`), the host read-only and `nosuid`, a
 //!     discarded scratch a private size-limited tmpfs, a kept scratch and
 //!     read-write grants `nosuid,nodev` binds (idmapped on a root host),
 //!     and a procfs of the PID namespace, through which the quotas are
 //!     then written (`user_namespace_quotas`) before it is made read-only
-//!     (`mounts`); and the Landlock rule for the private scratch
-//!     (`landlock_add_rule`);
+//!     (`mounts`); and the Landlock rules for the private scratch
+//!     (`landlock_add_rule`) and for each reviewed dir's overlay root
+//!     (`landlock_add_rule`: a rule on a directory hidden under a mount is
+//!     ignored);
 //!     then, for a container's root, its filesystems mounted inside it
 //!     (each destination resolved inside the root) and the root entered,
 //!     the host's tree detached (`pivot_root`);
