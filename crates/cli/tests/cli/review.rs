@@ -45,6 +45,24 @@ fn project(root: &Path, uid: u32) -> PathBuf {
 const WRITES: &str = "cd \"$1\" && echo new > a && rm -f keep && echo more >> mod && \
                       ln -s /etc/shadow evil && echo WROTE";
 
+/// Discards the layer a run kept (its id in the run's stderr), so no test
+/// leaves one in the user's store.
+fn discard_kept(base: &dyn Fn(&Path) -> Command, dir: &Path, err: &str) {
+    let Some(id) = err
+        .split("cordon review discard ")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+    else {
+        return;
+    };
+    let out = run(base(dir).args(["review", "discard", id]));
+    assert!(
+        out.status.success(),
+        "discarding {id}: {}",
+        text(&out.stderr)
+    );
+}
+
 fn each_uid(check: impl Fn(&dyn Fn(&Path) -> Command, u32)) {
     let dir = tempfile::tempdir().unwrap();
     let as_root = |_: &Path| cordon(shared_cache().path());
@@ -100,6 +118,7 @@ fn discard_leaves_the_directory_byte_identical_and_apply_refuses_a_link_out() {
             "uid {uid}: {err}"
         );
         assert!(err.contains("the layer is kept"), "uid {uid}: {err}");
+        discard_kept(base, tmp.path(), &err);
         // What the sandbox made is the caller's on the host.
         assert_eq!(std::fs::metadata(dir.join("a")).unwrap().uid(), uid);
     });
@@ -168,6 +187,7 @@ fn a_review_run_lists_refuses_and_reports_a_conflict() {
         let done = child.wait_with_output().unwrap();
         let err = text(&done.stderr);
         assert_eq!(done.status.code(), Some(0), "uid {uid}: {err}");
+        discard_kept(base, tmp.path(), &err);
         for expect in [
             "D tree",
             "A new (4 bytes)",
